@@ -1,0 +1,5 @@
+"""`python -m switchboard` runs the CLI."""
+
+from switchboard.cli import main
+
+main()

@@ -1,0 +1,96 @@
+"""The FastAPI gateway: `/healthz`, `/rpc`, `/tools/invoke`. Stateless; run as many as you like."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import redis.asyncio as aioredis
+from fastapi import FastAPI, Request
+from starlette.concurrency import run_in_threadpool
+
+from switchboard import __version__
+from switchboard.api import rpc, tools
+from switchboard.api.errors import install_error_handlers
+from switchboard.api.limits import BodySizeLimit
+from switchboard.shared.config import Settings, SwitchboardConfig, get_config, get_settings
+from switchboard.shared.errors import Unavailable
+from switchboard.shared.services import Services
+from switchboard.shared.store.runs import RunRecord
+from switchboard.shared.store.waiter import RunWaiter
+
+log = logging.getLogger("switchboard.api")
+
+
+def resolve_token(settings: Settings, config: SwitchboardConfig) -> str:
+    """The bearer token: SWITCHBOARD_TOKEN, else gateway.auth.token."""
+    token = settings.token or config.gateway.auth.token
+    if not token:
+        raise Unavailable(
+            "no api token: set SWITCHBOARD_TOKEN or gateway.auth.token "
+            "(`switchboard up` generates one)"
+        )
+    return token
+
+
+def create_app(
+    settings: Settings | None = None,
+    config: SwitchboardConfig | None = None,
+    services: Services | None = None,
+) -> FastAPI:
+    """Build the api; services are wired at startup unless given (tests)."""
+    settings = settings or get_settings()
+    config = config or get_config(settings.config)
+    token = resolve_token(settings, config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        svc = services or _build_services(settings, config)
+        app.state.services = svc
+        async_redis = aioredis.Redis.from_url(
+            settings.redis_url or "", socket_keepalive=True, health_check_interval=25
+        )
+        app.state.waiter = RunWaiter(async_redis, svc.store.ks)
+        await app.state.waiter.start()
+
+        async def fetch_run(run_id: str) -> RunRecord | None:
+            return await run_in_threadpool(svc.store.runs.get, run_id)
+
+        app.state.fetch_run = fetch_run
+        try:
+            yield
+        finally:
+            await app.state.waiter.stop()
+            await async_redis.aclose()
+
+    app = FastAPI(
+        title="Switchboard",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.token = token
+    app.add_middleware(BodySizeLimit)
+    install_error_handlers(app)
+    app.include_router(rpc.router)
+    app.include_router(tools.router)
+
+    @app.get("/healthz")
+    async def healthz(request: Request) -> dict[str, Any]:
+        """Liveness and Redis reachability; no auth."""
+        svc: Services = request.app.state.services
+        await run_in_threadpool(svc.store.redis.ping)
+        return {"ok": True, "version": __version__}
+
+    return app
+
+
+def _build_services(settings: Settings, config: SwitchboardConfig) -> Services:
+    from switchboard.wiring import build_services
+    from switchboard.workers.app import create_celery_app
+    from switchboard.workers.queue import CeleryQueue
+
+    return build_services(settings, queue=CeleryQueue(create_celery_app(settings)), config=config)

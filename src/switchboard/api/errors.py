@@ -1,0 +1,74 @@
+"""The one place domain errors become HTTP answers: `{ok: false, error: {type, message}}`."""
+
+from __future__ import annotations
+
+import logging
+
+import redis
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from switchboard.shared.errors import (
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    SwitchboardError,
+    Unavailable,
+)
+
+log = logging.getLogger("switchboard.api")
+
+STATUS = {InvalidInput: 400, NotFound: 404, Forbidden: 403, Conflict: 409, Unavailable: 503}
+
+
+def error_response(
+    status: int, kind: str, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    """The contract's error body."""
+    return JSONResponse(
+        {"ok": False, "error": {"type": kind, "message": message}},
+        status_code=status,
+        headers=headers,
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Map every exception to a JSON answer; never a stack trace."""
+
+    @app.exception_handler(SwitchboardError)
+    async def domain_error(_: Request, exc: SwitchboardError) -> JSONResponse:
+        status = next((code for cls, code in STATUS.items() if isinstance(exc, cls)), 400)
+        headers = None
+        if isinstance(exc, Unavailable):
+            headers = {"Retry-After": str(exc.retry_after_s)}
+        return error_response(status, exc.kind, exc.message, headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        parts = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+            parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+        return error_response(400, "invalid_request", "; ".join(parts) or "invalid request")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}.get(
+            exc.status_code, "error"
+        )
+        return error_response(exc.status_code, kind, str(exc.detail), getattr(exc, "headers", None))
+
+    @app.exception_handler(redis.RedisError)
+    async def redis_down(_: Request, exc: redis.RedisError) -> JSONResponse:
+        log.warning("redis unavailable: %s", exc)
+        return error_response(
+            503, "unavailable", "state store unavailable, retry shortly", {"Retry-After": "2"}
+        )
+
+    @app.exception_handler(Exception)
+    async def internal(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return error_response(500, "internal", "internal error")

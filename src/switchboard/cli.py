@@ -1,0 +1,334 @@
+"""The `switchboard` command: runs the processes and talks to a running api.
+
+Process commands (`up`, `api`, `worker`, `beat`) read `--config` / SWITCHBOARD_CONFIG and
+the SWITCHBOARD_* settings. Client commands (`send`, `sessions`, `history`) call the api
+over HTTP with the bearer token (SWITCHBOARD_TOKEN, else the token `up` saved in the data
+directory).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from switchboard.shared.config import Settings, get_config, get_settings, reset_caches
+from switchboard.shared.errors import SwitchboardError
+
+app = typer.Typer(
+    help="Session tools for AI agents on Celery + Redis.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="JSON5 config file (default: $SWITCHBOARD_CONFIG)."),
+]
+HostOpt = Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1).")]
+PortOpt = Annotated[int | None, typer.Option(help="Port (default 8780).")]
+ConcurrencyOpt = Annotated[
+    int, typer.Option(help="Runs one worker process keeps in flight (threads).", min=1, max=4096)
+]
+UrlOpt = Annotated[str | None, typer.Option("--url", help="Api base URL (default from settings).")]
+TokenOpt = Annotated[str | None, typer.Option("--token", help="Bearer token.")]
+
+TOKEN_FILE = "token"
+
+
+def _settings(config: Path | None) -> Settings:
+    """Settings, with --config applied the same way SWITCHBOARD_CONFIG is."""
+    if config is not None:
+        os.environ["SWITCHBOARD_CONFIG"] = str(config)
+        reset_caches()
+    settings = get_settings()
+    get_config(settings.config)  # validate early: a bad config is a clear error, not a trace
+    return settings
+
+
+@app.command()
+def up(
+    config: ConfigOpt = None,
+    host: HostOpt = None,
+    port: PortOpt = None,
+    concurrency: ConcurrencyOpt = 128,
+) -> None:
+    """Run everything on this machine: Redis (embedded unless configured), api, worker, beat."""
+    from switchboard.supervisor.processes import ProcessGroup, run_until_interrupted
+    from switchboard.supervisor.redis_server import RedisServer
+
+    settings = _settings(config)
+    data_dir = settings.data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    token = (
+        settings.token
+        or get_config(settings.config).gateway.auth.token
+        or _saved_token(data_dir, create=True)
+    )
+    redis_server = None
+    redis_url = settings.redis_url
+    if not redis_url:
+        redis_server = RedisServer(data_dir / "redis", appendonly=True)
+        redis_server.data_dir.mkdir(parents=True, exist_ok=True)
+        redis_server.start()
+        redis_url = redis_server.url
+        console.print(f"[bold]redis[/] embedded at {redis_url} (data in {redis_server.data_dir})")
+    env = {
+        "SWITCHBOARD_REDIS_URL": redis_url,
+        "SWITCHBOARD_TOKEN": token,
+        "SWITCHBOARD_DATA_DIR": str(data_dir),
+    }
+    if settings.config:
+        env["SWITCHBOARD_CONFIG"] = str(Path(settings.config).resolve())
+    bind_host = host or settings.host
+    bind_port = port if port is not None else settings.port
+    me = [sys.executable, "-m", "switchboard"]
+    group = ProcessGroup(redis_server=redis_server, console=console)
+    group.add("api", [*me, "api", "--host", bind_host, "--port", str(bind_port)], env)
+    group.add("worker", [*me, "worker", "--concurrency", str(concurrency)], env)
+    group.add("beat", [*me, "beat"], env)
+    console.print(f"[bold green]Switchboard[/] api on http://{bind_host}:{bind_port}")
+    console.print(f"[bold green]token[/] {token}")
+    console.print("Ctrl-C stops everything.")
+    raise typer.Exit(run_until_interrupted(group))
+
+
+def _saved_token(data_dir: Path, *, create: bool) -> str:
+    path = data_dir / TOKEN_FILE
+    if path.exists():
+        return path.read_text().strip()
+    if not create:
+        return ""
+    token = secrets.token_urlsafe(24)
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return token
+
+
+@app.command()
+def api(config: ConfigOpt = None, host: HostOpt = None, port: PortOpt = None) -> None:
+    """Run the HTTP api (FastAPI on uvicorn)."""
+    import uvicorn
+
+    from switchboard.api.app import create_app
+    from switchboard.logs import setup_logging
+
+    settings = _settings(config)
+    setup_logging(settings.log_level)
+    application = create_app(settings)
+    uvicorn.run(
+        application,
+        host=host or settings.host,
+        port=port if port is not None else settings.port,
+        log_level=settings.log_level.lower(),
+        access_log=False,
+    )
+
+
+@app.command()
+def worker(config: ConfigOpt = None, concurrency: ConcurrencyOpt = 128) -> None:
+    """Run a Celery worker executing agent runs (threads pool)."""
+    from switchboard.logs import setup_logging
+    from switchboard.workers.app import ALL_QUEUES, create_celery_app
+
+    settings = _settings(config)
+    setup_logging(settings.log_level)
+    celery_app = create_celery_app(settings)
+    celery_app.worker_main(
+        [
+            "worker",
+            "--pool=threads",
+            f"--concurrency={concurrency}",
+            f"--queues={','.join(ALL_QUEUES)}",
+            f"--loglevel={settings.log_level}",
+            "--without-gossip",
+            "--without-mingle",
+            "--events",
+        ]
+    )
+
+
+@app.command()
+def beat(config: ConfigOpt = None) -> None:
+    """Run Celery beat: the periodic recovery sweep."""
+    from switchboard.logs import setup_logging
+    from switchboard.workers.app import create_celery_app
+
+    settings = _settings(config)
+    setup_logging(settings.log_level)
+    data_dir = settings.data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    celery_app = create_celery_app(settings)
+    celery_app.start(
+        [
+            "beat",
+            f"--loglevel={settings.log_level}",
+            f"--schedule={data_dir / 'beat-schedule'}",
+        ]
+    )
+
+
+@app.command("check-health")
+def check_health(
+    config: ConfigOpt = None,
+    url: UrlOpt = None,
+    api_check: Annotated[
+        bool, typer.Option("--api", help="Also check the api's /healthz.")
+    ] = False,
+) -> None:
+    """Exit 0 when Redis (and, with --api, the api) answer; 1 otherwise."""
+    import redis as redis_lib
+
+    settings = _settings(config)
+    problems = []
+    if settings.redis_url:
+        try:
+            redis_lib.Redis.from_url(settings.redis_url, socket_timeout=3).ping()
+        except redis_lib.RedisError as exc:
+            problems.append(f"redis: {exc}")
+    elif not api_check:
+        problems.append("redis: SWITCHBOARD_REDIS_URL is not set")
+    if api_check:
+        base = url or f"http://{settings.host}:{settings.port}"
+        try:
+            httpx.get(f"{base}/healthz", timeout=3).raise_for_status()
+        except httpx.HTTPError as exc:
+            problems.append(f"api: {exc}")
+    for problem in problems:
+        err.print(f"[red]unhealthy[/] {problem}")
+    if problems:
+        raise typer.Exit(1)
+    console.print("healthy")
+
+
+class _Client:
+    """A small HTTP client for the api, with errors turned into readable messages."""
+
+    def __init__(self, settings: Settings, url: str | None, token: str | None) -> None:
+        self.base = (url or f"http://{settings.host}:{settings.port}").rstrip("/")
+        tok = token or settings.token or _saved_token(settings.data_dir.resolve(), create=False)
+        if not tok:
+            err.print("[red]no token:[/] set SWITCHBOARD_TOKEN or pass --token")
+            raise typer.Exit(2)
+        self.http = httpx.Client(headers={"Authorization": f"Bearer {tok}"}, timeout=660)
+
+    def rpc(self, method: str, params: dict[str, Any]) -> Any:
+        try:
+            resp = self.http.post(f"{self.base}/rpc", json={"method": method, "params": params})
+        except httpx.HTTPError as exc:
+            err.print(f"[red]cannot reach the api at {self.base}:[/] {exc}")
+            raise typer.Exit(2) from None
+        body = resp.json()
+        if resp.status_code != 200:
+            error = body.get("error", {}) if isinstance(body, dict) else {}
+            err.print(f"[red]{error.get('type', 'error')}:[/] {error.get('message', resp.text)}")
+            raise typer.Exit(1)
+        return body
+
+
+@app.command()
+def send(
+    session: Annotated[str, typer.Argument(help="Session key, `main`, or a sessionId.")],
+    message: Annotated[str, typer.Argument(help="The message.")],
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the reply; 0 = don't.")] = 30,
+    config: ConfigOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Send a message into a session and print the reply."""
+    client = _Client(_settings(config), url, token)
+    started = client.rpc("agent", {"sessionKey": session, "message": message})
+    run_id = started["runId"]
+    if timeout <= 0:
+        console.print(f"accepted run {run_id}")
+        return
+    outcome = client.rpc("agent.wait", {"runId": run_id, "timeoutMs": int(timeout * 1000)})
+    if outcome["status"] == "ok":
+        console.print(outcome.get("reply", ""), markup=False)
+        return
+    err.print(f"[yellow]{outcome['status']}[/] run {run_id}: {outcome.get('error', '')}")
+    raise typer.Exit(1)
+
+
+@app.command()
+def sessions(
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    active_minutes: Annotated[int | None, typer.Option(min=1)] = None,
+    config: ConfigOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """List sessions, newest first."""
+    client = _Client(_settings(config), url, token)
+    params: dict[str, Any] = {"limit": limit}
+    if active_minutes:
+        params["activeMinutes"] = active_minutes
+    listing = client.rpc("sessions.list", params)
+    table = Table("key", "kind", "channel", "updated", "model", "tokens", "status")
+    from datetime import UTC, datetime
+
+    for row in listing["sessions"]:
+        updated = datetime.fromtimestamp(row.get("updatedAt", 0) / 1000, UTC)
+        table.add_row(
+            row["key"],
+            row.get("kind", ""),
+            row.get("channel", ""),
+            updated.strftime("%Y-%m-%d %H:%M:%S"),
+            row.get("model", ""),
+            str(row.get("totalTokens", "")),
+            row.get("status", ""),
+        )
+    console.print(table)
+    console.print(f"{listing['count']} session(s)")
+
+
+@app.command()
+def history(
+    session: Annotated[str, typer.Argument(help="Session key, `main`, or a sessionId.")],
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    config: ConfigOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Print a session's transcript."""
+    client = _Client(_settings(config), url, token)
+    result = client.rpc("chat.history", {"sessionKey": session, "limit": limit})
+    for msg in result["messages"]:
+        role = msg.get("role", "?")
+        colour = {"user": "cyan", "assistant": "green", "toolResult": "yellow"}.get(role, "white")
+        console.print(f"[bold {colour}]{role}[/]: ", end="")
+        console.print(_message_text(msg), markup=False)
+
+
+def _message_text(msg: dict[str, Any]) -> str:
+    content = msg.get("content")
+    if isinstance(content, str):
+        return content
+    parts = []
+    for block in content or []:
+        if block.get("type") == "text":
+            parts.append(block.get("text", ""))
+        elif block.get("type") == "toolCall":
+            parts.append(f"[tool call {block.get('name')} {block.get('arguments')}]")
+        elif block.get("type") == "thinking":
+            parts.append(f"[thinking] {block.get('thinking', '')}")
+    return "\n".join(parts)
+
+
+def main() -> None:
+    """Entry point: domain errors print as one clear line, never a stack trace."""
+    try:
+        app()
+    except SwitchboardError as exc:
+        err.print(f"[red]error:[/] {exc.message}")
+        sys.exit(2)

@@ -1,0 +1,698 @@
+"""The JSON5 config in OpenClaw's shape and the infrastructure settings from the environment.
+
+Both are built by cached getters (`get_config`, `get_settings`), never at import time.
+Config sections accept OpenClaw's camelCase keys (and the snake_case attribute names); a
+bad value raises `ConfigError` naming the dotted key path, an unknown key only warns.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import json
+import math
+import os
+import re
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal, Self
+from urllib.parse import urlsplit
+
+import json5
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic_core import ErrorDetails
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from switchboard.shared.errors import InvalidInput
+
+BUILTIN_MODEL = "builtin/echo"  # the offline model used when nothing else is configured
+DEFAULT_AGENT_ID = "main"
+DEFAULT_MAIN_KEY = "main"
+_AGENT_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$", re.IGNORECASE)
+# Values under these keys never appear in error messages.
+_SECRET_KEY_RE = re.compile(r"(apikey|api_key|token|secret|password)$", re.IGNORECASE)
+_JSON5_ERROR_RE = re.compile(r"^<string>:(\d+) (.*) at column (\d+)$")
+_VISIBILITIES = ("self", "tree", "agent", "all")
+_JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number"}
+
+
+class ConfigError(InvalidInput):
+    """The config file or the environment holds something Switchboard cannot use."""
+
+    def __init__(self, message: str, *, key_path: str | None = None, **fields: Any) -> None:
+        super().__init__(message, key_path=key_path, **fields)
+        self.key_path = key_path
+
+
+class ConfigWarning(UserWarning):
+    """A config key was ignored or a lenient setting fell back to its default."""
+
+
+def _warn(message: str) -> None:
+    """Emit a config warning (unknown key, lenient fallback)."""
+    warnings.warn(message, ConfigWarning, stacklevel=2)
+
+
+# --- value checks (messages name the constraint; the caller adds the key path) ------------
+
+
+def _between(lo: int, hi: int) -> AfterValidator:
+    """A check that an integer lies in lo..hi inclusive."""
+
+    def check(value: int) -> int:
+        if not lo <= value <= hi:
+            raise ValueError(f"must be between {lo} and {hi}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _at_least(lo: int) -> AfterValidator:
+    """A check that an integer is at least lo."""
+
+    def check(value: int) -> int:
+        if value < lo:
+            raise ValueError(f"must be >= {lo}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _positive() -> AfterValidator:
+    """A check that a number is finite and greater than zero."""
+
+    def check(value: float) -> float:
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError("must be a finite number > 0")
+        return value
+
+    return AfterValidator(check)
+
+
+def _http_url(value: str) -> str:
+    """Accept an absolute http(s) URL, kept as written."""
+    parts = urlsplit(value)
+    try:
+        parts.port  # noqa: B018 - property access validates the port
+    except ValueError:
+        raise ValueError("must be an http(s) URL with a valid port") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http(s) URL")
+    return value
+
+
+def _model_shape(value: object) -> object:
+    """Accept OpenClaw's two model shapes: "provider/model" or {primary, fallbacks}."""
+    if isinstance(value, str):
+        return {"primary": value}
+    if value is None or isinstance(value, Mapping | BaseModel):
+        return value
+    raise ValueError('must be "provider/model" or {primary, fallbacks}')
+
+
+def _primary_of(value: object) -> object:
+    """Reduce either model shape to its primary "provider/model" string."""
+    if isinstance(value, Mapping):
+        value = value.get("primary")
+    return value.strip() or None if isinstance(value, str) else value
+
+
+# --- config sections ----------------------------------------------------------------------
+
+
+class _Section(BaseModel):
+    """Base of the config sections: camelCase keys, strict types, unknown keys kept to warn."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="allow",
+        strict=True,
+        frozen=True,
+    )
+    warn_unknown_keys: ClassVar[bool] = True
+
+
+class ModelRef(_Section):
+    """A model setting: the primary `provider/model` and its fallbacks."""
+
+    primary: str | None = None
+    fallbacks: list[str] = []
+
+    @field_validator("primary", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: object) -> object:
+        return value.strip() or None if isinstance(value, str) else value
+
+
+ModelSetting = Annotated[ModelRef | None, BeforeValidator(_model_shape)]
+PrimaryModel = Annotated[str | None, BeforeValidator(_primary_of)]
+HttpUrlStr = Annotated[str, AfterValidator(_http_url)]
+
+
+class SendPolicyMatch(_Section):
+    """The criteria of one send-policy rule; every present criterion must match."""
+
+    channel: str | None = None
+    chat_type: Literal["direct", "group", "channel", "dm"] | None = None
+    key_prefix: str | None = None
+    raw_key_prefix: str | None = None
+
+
+class SendPolicyRule(_Section):
+    """One send-policy rule: an action for the sessions its match selects."""
+
+    action: Literal["allow", "deny"] = "allow"
+    match: SendPolicyMatch | None = None
+
+
+class SendPolicyConfig(_Section):
+    """`session.sendPolicy`: ordered rules, first matching deny wins, else default."""
+
+    default: Literal["allow", "deny"] = "allow"
+    rules: list[SendPolicyRule] = []
+
+
+class SessionAgentToAgent(_Section):
+    """`session.agentToAgent`: limits of the reply-back loop."""
+
+    max_ping_pong_turns: Annotated[int, _between(0, 5)] = 5
+
+
+class SessionConfig(_Section):
+    """`session.*`: main key, scope and send policy."""
+
+    main_key: str = DEFAULT_MAIN_KEY
+    scope: Literal["per-sender", "global"] = "per-sender"
+    send_policy: SendPolicyConfig | None = None
+    agent_to_agent: SessionAgentToAgent = Field(default_factory=SessionAgentToAgent)
+
+    @field_validator("main_key", mode="before")
+    @classmethod
+    def _normalise_main_key(cls, value: object) -> object:
+        if value is None:
+            return DEFAULT_MAIN_KEY
+        return value.strip().lower() or DEFAULT_MAIN_KEY if isinstance(value, str) else value
+
+
+class SessionsToolConfig(_Section):
+    """`tools.sessions`: which sessions the session tools may see."""
+
+    visibility: Literal["self", "tree", "agent", "all"] = "tree"
+
+    @field_validator("visibility", mode="before")
+    @classmethod
+    def _lenient_visibility(cls, value: object) -> object:
+        # OpenClaw reads this case-insensitively and falls back to "tree" on anything else.
+        if isinstance(value, str) and value.strip().lower() in _VISIBILITIES:
+            return value.strip().lower()
+        if value is not None:
+            _warn(f'invalid config: tools.sessions.visibility = {_show(value)}: using "tree"')
+        return "tree"
+
+
+class AgentToAgentConfig(_Section):
+    """`tools.agentToAgent`: cross-agent access switch and allow list (ids or globs)."""
+
+    enabled: bool = False
+    allow: list[str] = []
+
+
+class ToolPolicy(_Section):
+    """Tool names to allow, re-allow and deny."""
+
+    allow: list[str] = []
+    also_allow: list[str] = []
+    deny: list[str] = []
+
+
+class SubagentToolsConfig(_Section):
+    """`tools.subagents`: the tool policy of sub-agent sessions."""
+
+    tools: ToolPolicy = Field(default_factory=ToolPolicy)
+
+
+class ToolsConfig(_Section):
+    """`tools.*`: session-tool visibility, agent-to-agent policy, sub-agent tools."""
+
+    sessions: SessionsToolConfig = Field(default_factory=SessionsToolConfig)
+    agent_to_agent: AgentToAgentConfig = Field(default_factory=AgentToAgentConfig)
+    subagents: SubagentToolsConfig = Field(default_factory=SubagentToolsConfig)
+
+
+class SandboxConfig(_Section):
+    """`sandbox`: which sessions are sandboxed and how far they may see."""
+
+    mode: Literal["off", "non-main", "all"] = "off"
+    session_tools_visibility: Literal["spawned", "all"] = "spawned"
+
+
+class SubagentDefaults(_Section):
+    """`agents.defaults.subagents`: spawn limits and defaults."""
+
+    run_timeout_seconds: Annotated[int, _at_least(0)] = 0
+    max_spawn_depth: Annotated[int, _between(1, 5)] = 1
+    max_children_per_agent: Annotated[int, _between(1, 20)] = 5
+    archive_after_minutes: Annotated[int, _at_least(0)] = 60
+    allow_agents: list[str] = []
+    model: PrimaryModel = None
+    thinking: str | None = None
+    announce_timeout_ms: Annotated[int, _between(1, 2_147_000_000)] = 120_000
+    require_agent_id: bool = False
+
+
+class AgentDefaults(_Section):
+    """`agents.defaults`: what every agent gets unless its entry overrides it."""
+
+    model: ModelSetting = None
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    subagents: SubagentDefaults = Field(default_factory=SubagentDefaults)
+    user_timezone: str = "UTC"
+    system_prompt: str | None = None
+
+    @property
+    def model_ref(self) -> str | None:
+        """The primary `provider/model`, if one is configured."""
+        return self.model.primary if self.model else None
+
+
+class AgentSubagents(_Section):
+    """`agents.list[].subagents`: per-agent overrides of the sub-agent defaults."""
+
+    allow_agents: list[str] | None = None
+    model: PrimaryModel = None
+    thinking: str | None = None
+    require_agent_id: bool | None = None
+
+
+class AgentEntry(_Section):
+    """One `agents.list[]` entry."""
+
+    id: str
+    name: str | None = None
+    default: bool = False
+    model: ModelSetting = None
+    sandbox: SandboxConfig | None = None
+    subagents: AgentSubagents | None = None
+    system_prompt: str | None = None
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _strip_id(cls, value: object) -> object:
+        return value.strip() if isinstance(value, str) else value
+
+    @field_validator("id")
+    @classmethod
+    def _valid_id(cls, value: str) -> str:
+        if not _AGENT_ID_RE.match(value):
+            raise ValueError("must match [a-z0-9][a-z0-9_-]{0,63}")
+        return value.lower()
+
+    @property
+    def model_ref(self) -> str | None:
+        """The agent's own primary `provider/model`, if it sets one."""
+        return self.model.primary if self.model else None
+
+
+class AgentsConfig(_Section):
+    """`agents.*`: the defaults and the configured agents."""
+
+    defaults: AgentDefaults = Field(default_factory=AgentDefaults)
+    list: builtins.list[AgentEntry] = []
+
+
+class ProviderModel(_Section):
+    """One model a provider offers."""
+
+    id: str
+    name: str | None = None
+
+
+class ProviderConfig(_Section):
+    """`models.providers.<name>`: where and how to reach a model provider."""
+
+    base_url: str | None = None
+    api_key: str | None = Field(default=None, repr=False)
+    api: str | None = None
+    models: list[ProviderModel] = []
+
+
+class ModelsConfig(_Section):
+    """`models.*`: the configured providers."""
+
+    providers: dict[str, ProviderConfig] = {}
+
+
+class WebhookConfig(_Section):
+    """`channels.<name>.webhook`: the outbound webhook that bridges a chat platform."""
+
+    url: HttpUrlStr
+    headers: dict[str, str] = Field(default={}, repr=False)
+
+
+class ChannelConfig(_Section):
+    """`channels.<name>`: only the webhook is read; platform keys are kept silently."""
+
+    warn_unknown_keys: ClassVar[bool] = False
+    webhook: WebhookConfig | None = None
+
+
+class GatewayAuth(_Section):
+    """`gateway.auth`: the bearer token clients present."""
+
+    token: str | None = Field(default=None, repr=False)
+    mode: str | None = None
+
+
+class GatewayConfig(_Section):
+    """`gateway.*`: the parts Switchboard reads."""
+
+    auth: GatewayAuth = Field(default_factory=GatewayAuth)
+
+
+class RunsConfig(_Section):
+    """`runs.*` (Switchboard's own): retention, default deadline and retries of agent runs."""
+
+    retention_hours: Annotated[float, _positive()] = 24.0
+    timeout_seconds: Annotated[int, _at_least(1)] = 600
+    max_attempts: Annotated[int, _between(1, 20)] = 3
+
+
+class DeliveryConfig(_Section):
+    """`delivery.*` (Switchboard's own): retries and timeouts of outbound deliveries."""
+
+    max_attempts: Annotated[int, _between(1, 100)] = 5
+    backoff_base_s: Annotated[float, _positive()] = 1.0
+    backoff_max_s: Annotated[float, _positive()] = 60.0
+    timeout_s: Annotated[float, _positive()] = 10.0
+
+
+@dataclass(frozen=True)
+class EffectiveSubagents:
+    """An agent's sub-agent settings with its overrides merged over the defaults."""
+
+    allow_agents: tuple[str, ...]
+    model: str | None
+    thinking: str | None
+    require_agent_id: bool
+    max_spawn_depth: int
+    max_children_per_agent: int
+    run_timeout_seconds: int
+    archive_after_minutes: int
+    announce_timeout_ms: int
+
+
+class SwitchboardConfig(_Section):
+    """The whole validated config; `{}` is valid and means all defaults."""
+
+    session: SessionConfig = Field(default_factory=SessionConfig)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    agents: AgentsConfig = Field(default_factory=AgentsConfig)
+    models: ModelsConfig = Field(default_factory=ModelsConfig)
+    channels: dict[str, ChannelConfig] = {}
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    runs: RunsConfig = Field(default_factory=RunsConfig)
+    delivery: DeliveryConfig = Field(default_factory=DeliveryConfig)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _validate_whole(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        # Every way of building the root (load_config, model_validate, the constructor)
+        # reports the same ConfigError and the same unknown-key warnings.
+        try:
+            config = handler(data)
+        except ValidationError as exc:
+            raise _error([_issue_from(err) for err in exc.errors()]) from exc
+        issues = list(_consistency_issues(config))
+        if issues:
+            raise _error(issues)
+        for path in _unknown_keys(config, ""):
+            _warn(f"unknown config key: {path}")
+        return config
+
+    def default_agent_id(self) -> str:
+        """The entry with `default: true`, else the first entry, else `main`."""
+        entries = self.agents.list
+        chosen = next((entry for entry in entries if entry.default), None)
+        if chosen is None and entries:
+            chosen = entries[0]
+        return chosen.id if chosen else DEFAULT_AGENT_ID
+
+    def agent(self, agent_id: str) -> AgentEntry | None:
+        """The configured entry of an agent id (case-insensitive), if any."""
+        wanted = agent_id.strip().lower()
+        return next((entry for entry in self.agents.list if entry.id == wanted), None)
+
+    def agent_ids(self) -> list[str]:
+        """The configured agent ids in order; `["main"]` when none is configured."""
+        return [entry.id for entry in self.agents.list] or [DEFAULT_AGENT_ID]
+
+    def model_for(self, agent_id: str) -> str:
+        """The agent's model, else the default model, else the built-in offline model."""
+        entry = self.agent(agent_id)
+        own = entry.model_ref if entry else None
+        return own or self.agents.defaults.model_ref or BUILTIN_MODEL
+
+    def subagent_model_for(self, agent_id: str) -> str:
+        """A sub-agent's model as OpenClaw picks it (before any explicit spawn override)."""
+        entry = self.agent(agent_id)
+        own = entry.subagents.model if entry and entry.subagents else None
+        own = own or (entry.model_ref if entry else None)
+        return own or self.agents.defaults.subagents.model or self.model_for(agent_id)
+
+    def sandbox_for(self, agent_id: str) -> SandboxConfig:
+        """The agent's sandbox settings: keys it sets itself, the defaults for the rest."""
+        defaults = self.agents.defaults.sandbox
+        entry = self.agent(agent_id)
+        if entry is None or entry.sandbox is None:
+            return defaults
+        own = entry.sandbox.model_dump(include=set(SandboxConfig.model_fields))
+        set_here = {k: v for k, v in own.items() if k in entry.sandbox.model_fields_set}
+        return defaults.model_copy(update=set_here)
+
+    def is_sandboxed(self, agent_id: str, is_main_session: bool) -> bool:
+        """Whether a session of this agent runs sandboxed (`all`, or `non-main` off main)."""
+        mode = self.sandbox_for(agent_id).mode
+        return mode == "all" or (mode == "non-main" and not is_main_session)
+
+    def subagents_for(self, agent_id: str) -> EffectiveSubagents:
+        """The agent's sub-agent settings merged over `agents.defaults.subagents`."""
+        base = self.agents.defaults.subagents
+        entry = self.agent(agent_id)
+        own = entry.subagents if entry and entry.subagents else AgentSubagents()
+        allow = own.allow_agents if own.allow_agents is not None else base.allow_agents
+        require = own.require_agent_id
+        return EffectiveSubagents(
+            allow_agents=tuple(name.strip().lower() for name in allow if name.strip()),
+            model=own.model or base.model,
+            thinking=own.thinking or base.thinking,
+            require_agent_id=base.require_agent_id if require is None else require,
+            max_spawn_depth=base.max_spawn_depth,
+            max_children_per_agent=base.max_children_per_agent,
+            run_timeout_seconds=base.run_timeout_seconds,
+            archive_after_minutes=base.archive_after_minutes,
+            announce_timeout_ms=base.announce_timeout_ms,
+        )
+
+
+# --- error reporting ----------------------------------------------------------------------
+
+_NO_VALUE = object()
+
+
+@dataclass(frozen=True)
+class _Issue:
+    """One bad value: where it is, what it is, what is wrong."""
+
+    path: str
+    value: object
+    problem: str
+
+    def __str__(self) -> str:
+        if self.value is _NO_VALUE:
+            return f"{self.path}: {self.problem}"
+        return f"{self.path} = {_show(self.value, self.path)}: {self.problem}"
+
+
+def _show(value: object, path: str = "") -> str:
+    """A short, secret-free rendering of a bad value."""
+    if _SECRET_KEY_RE.search(path.rsplit(".", 1)[-1]) or ".headers" in path.lower():
+        return '"<redacted>"'
+    text = json.dumps(value, ensure_ascii=False, default=repr)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _dotted(loc: tuple[int | str, ...]) -> str:
+    """`("agents", "list", 0, "id")` → `agents.list[0].id`."""
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or "<root>"
+
+
+def _issue_from(err: ErrorDetails) -> _Issue:
+    """Translate one pydantic error into an issue naming the key path."""
+    if err["type"] == "value_error":
+        problem = str(err.get("ctx", {}).get("error", err["msg"]))
+    else:
+        problem = err["msg"][:1].lower() + err["msg"][1:]
+    value = _NO_VALUE if err["type"] == "missing" else err["input"]
+    return _Issue(_dotted(err["loc"]), value, problem)
+
+
+def _error(issues: list[_Issue]) -> ConfigError:
+    """One ConfigError for every issue; the first one's path is `key_path`."""
+    message = "invalid config: " + "; ".join(str(issue) for issue in issues)
+    return ConfigError(message, key_path=issues[0].path, issues=[str(i) for i in issues])
+
+
+def _consistency_issues(config: SwitchboardConfig) -> Iterator[_Issue]:
+    """Checks that span several keys."""
+    seen: set[str] = set()
+    for index, entry in enumerate(config.agents.list):
+        if entry.id in seen:
+            yield _Issue(f"agents.list[{index}].id", entry.id, "duplicate agent id")
+        seen.add(entry.id)
+    delivery = config.delivery
+    if delivery.backoff_max_s < delivery.backoff_base_s:
+        problem = f"must be >= delivery.backoffBaseS ({delivery.backoff_base_s})"
+        yield _Issue("delivery.backoffMaxS", delivery.backoff_max_s, problem)
+
+
+def _unknown_keys(section: BaseModel, prefix: str) -> Iterator[str]:
+    """Dotted paths of the keys no section declares."""
+    if getattr(section, "warn_unknown_keys", True):
+        for key in section.model_extra or {}:
+            yield f"{prefix}{key}"
+    for name, field in type(section).model_fields.items():
+        yield from _unknown_below(getattr(section, name), f"{prefix}{field.alias or name}")
+
+
+def _unknown_below(value: object, path: str) -> Iterator[str]:
+    """Unknown keys inside a field value (a section, a list or a mapping of sections)."""
+    if isinstance(value, BaseModel):
+        yield from _unknown_keys(value, f"{path}.")
+    elif isinstance(value, builtins.list):
+        for index, item in enumerate(value):
+            yield from _unknown_below(item, f"{path}[{index}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _unknown_below(item, f"{path}.{key}")
+
+
+# --- loading ------------------------------------------------------------------------------
+
+
+def parse_config(data: Mapping[str, Any]) -> SwitchboardConfig:
+    """Validate an already-parsed config object."""
+    return SwitchboardConfig.model_validate(dict(data))
+
+
+def load_config(path: str | os.PathLike[str] | None) -> SwitchboardConfig:
+    """Read and validate a JSON5 config file; no path means all defaults."""
+    if path is None:
+        return SwitchboardConfig()
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8-sig")
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file not found: {file}", path=str(file)) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file not readable: {file}: {exc}", path=str(file)) from exc
+    data = _parse_json5(text, file)
+    if not isinstance(data, dict):
+        kind = _JSON_TYPES.get(type(data), type(data).__name__)
+        raise ConfigError(f"invalid config: {file}: the top level must be an object, not {kind}")
+    return parse_config(data)
+
+
+def _parse_json5(text: str, file: Path) -> Any:
+    """Parse JSON5 text, reporting syntax errors with line and column."""
+    try:
+        return json5.loads(text)
+    except ValueError as exc:
+        found = _JSON5_ERROR_RE.match(str(exc))
+        where = f"line {found[1]}, column {found[3]}: {found[2]}" if found else str(exc)
+        line = int(found[1]) if found else None
+        column = int(found[3]) if found else None
+        raise ConfigError(
+            f"invalid JSON5 in {file}: {where}", path=str(file), line=line, column=column
+        ) from exc
+
+
+# --- infrastructure settings --------------------------------------------------------------
+
+
+class Settings(BaseSettings):
+    """Infrastructure settings from `SWITCHBOARD_*` environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_", env_ignore_empty=True)
+
+    redis_url: str | None = None
+    broker_url: str | None = None
+    token: str | None = Field(default=None, repr=False)
+    data_dir: Path = Path("./.switchboard")
+    host: str = "127.0.0.1"
+    port: int = Field(default=8780, ge=0, le=65535)
+    config: Path | None = None
+    key_prefix: str = "sb:"
+    log_level: str = "INFO"
+    # How often beat runs the recovery sweep, and how long a lane lease lasts without
+    # renewal before the sweep treats its worker as dead (seconds).
+    sweep_interval_s: float = Field(default=5.0, gt=0, le=3600)
+    lane_lease_s: int = Field(default=30, ge=2, le=3600)
+
+    @field_validator("log_level")
+    @classmethod
+    def _upper_level(cls, value: str) -> str:
+        return value.strip().upper()
+
+    @property
+    def effective_broker_url(self) -> str | None:
+        """The Celery broker: `broker_url` if set, else the Redis URL."""
+        return self.broker_url or self.redis_url
+
+
+@functools.cache
+def get_settings() -> Settings:
+    """The process-wide settings, read from the environment on first use."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        issues = [_issue_from(err) for err in exc.errors()]
+        env = [f"SWITCHBOARD_{issue.path.upper()}" for issue in issues]
+        shown = [
+            str(issue).replace(issue.path, name, 1) for issue, name in zip(issues, env, strict=True)
+        ]
+        raise ConfigError("invalid setting: " + "; ".join(shown), key_path=env[0]) from exc
+
+
+def get_config(path: str | os.PathLike[str] | None = None) -> SwitchboardConfig:
+    """The config of `path`, else of `SWITCHBOARD_CONFIG`, loaded once per path."""
+    chosen = Path(path) if path is not None else get_settings().config
+    return _config_at(chosen)
+
+
+@functools.cache
+def _config_at(path: Path | None) -> SwitchboardConfig:
+    """Load and remember the config of one path."""
+    return load_config(path)
+
+
+def reset_caches() -> None:
+    """Forget the cached settings and configs (tests, reloads)."""
+    get_settings.cache_clear()
+    _config_at.cache_clear()

@@ -1,0 +1,1 @@
+"""Channel adapters and delivery records."""

@@ -1,0 +1,1 @@
+"""Reply-back loops, announces and spawns."""

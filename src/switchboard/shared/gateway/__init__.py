@@ -1,0 +1,1 @@
+"""Gateway methods (agent, agent.wait, chat.*, sessions.*) as plain functions."""

@@ -1,0 +1,172 @@
+"""Gateway methods that start and await runs: `agent`, `chat.send`, `agent.wait`."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from switchboard.shared import keys as sk
+from switchboard.shared.errors import InvalidInput, NotFound
+from switchboard.shared.gateway.resolve import display_key, resolve_session_ref
+from switchboard.shared.runtime.models import validate_model_ref
+from switchboard.shared.services import Services
+from switchboard.shared.store.runs import NewRun, RunRecord, now_ms
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """Everything that starts a run in a session."""
+
+    session_key: str
+    message: str
+    channel: str | None = None
+    to: str | None = None
+    account_id: str | None = None
+    thread_id: str | None = None
+    deliver: bool = False
+    idempotency_key: str | None = None
+    extra_system_prompt: str | None = None
+    provenance: Mapping[str, Any] | None = None
+    timeout_s: float | None = None
+    model: str | None = None
+    label: str | None = None
+    kind: str = "agent"
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
+    """Record the user message's run, take or queue for the session lane, enqueue it.
+
+    ``req.session_key`` must already be canonical. Returns ``{runId, status: accepted}``
+    at once; the run executes on a worker.
+    """
+    text = req.message.strip()
+    if not text:
+        raise InvalidInput("message required", field="message")
+    if req.model:
+        validate_model_ref(req.model, svc.config.models.providers)
+    key = req.session_key
+    _ensure_session(svc, req)
+    run_id = str(uuid.uuid4())
+    if req.idempotency_key:
+        existing = svc.store.runs.remember_idempotency(key, req.idempotency_key, run_id)
+        if existing != run_id:
+            return {"runId": existing, "status": "accepted", "deduplicated": True}
+    message: dict[str, Any] = {"role": "user", "content": text, "timestamp": now_ms()}
+    if req.provenance:
+        message["provenance"] = dict(req.provenance)
+    timeout_s = req.timeout_s if req.timeout_s and req.timeout_s > 0 else None
+    took_lane = svc.store.runs.submit(
+        NewRun(
+            run_id=run_id,
+            session_key=key,
+            message=message,
+            timeout_s=timeout_s or float(svc.config.runs.timeout_seconds),
+            extra_system_prompt=req.extra_system_prompt,
+            model=req.model,
+            channel=req.channel,
+            kind=req.kind,
+            meta=req.meta,
+        )
+    )
+    if took_lane:
+        svc.queue.enqueue_run(run_id, key)
+    return {"runId": run_id, "status": "accepted", "acceptedAt": now_ms()}
+
+
+def _ensure_session(svc: Services, req: RunRequest) -> None:
+    key = req.session_key
+    on_create: dict[str, Any] = {"chatType": sk.chat_type(key)}
+    if req.label:
+        on_create["label"] = req.label
+    channel = (req.channel or "").strip().lower() or None
+    if channel:
+        on_create["channel"] = channel
+    svc.store.sessions.ensure(key, on_create=on_create)
+    entry = svc.store.sessions.get(key)
+    if entry is not None and channel and req.to and not entry.get("deliveryContext"):
+        ctx = {"channel": channel, "to": req.to}
+        if req.account_id:
+            ctx["accountId"] = req.account_id
+        if req.thread_id:
+            ctx["threadId"] = req.thread_id
+        svc.store.sessions.patch(
+            key,
+            {
+                "deliveryContext": ctx,
+                "lastChannel": channel,
+                "lastTo": req.to,
+                "lastAccountId": req.account_id,
+            },
+        )
+
+
+def agent_method(svc: Services, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Gateway `agent`: start a run in a session."""
+    agent_id = params.get("agentId")
+    key = resolve_session_ref(svc, params.get("sessionKey"), agent_id=agent_id)
+    if agent_id and sk.agent_id_of(key) != agent_id:
+        raise InvalidInput(
+            f'invalid agent params: agent "{agent_id}" does not match session key agent '
+            f'"{sk.agent_id_of(key)}"',
+            field="agentId",
+        )
+    provenance = params.get("inputProvenance") or {"kind": "external_user"}
+    if params.get("channel") and "sourceChannel" not in provenance:
+        provenance = {**provenance, "sourceChannel": params["channel"]}
+    result = start_run(
+        svc,
+        RunRequest(
+            session_key=key,
+            message=params["message"],
+            channel=params.get("channel"),
+            to=params.get("to"),
+            account_id=params.get("accountId"),
+            thread_id=params.get("threadId"),
+            deliver=bool(params.get("deliver", False)),
+            idempotency_key=params.get("idempotencyKey"),
+            extra_system_prompt=params.get("extraSystemPrompt"),
+            provenance=provenance,
+            timeout_s=params.get("timeout"),
+            label=params.get("label"),
+        ),
+    )
+    result["sessionKey"] = display_key(svc, key)
+    return result
+
+
+def chat_send_method(svc: Services, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Gateway `chat.send`: a webchat message into a session (starts a run)."""
+    key = resolve_session_ref(svc, params.get("sessionKey"))
+    result = start_run(
+        svc,
+        RunRequest(
+            session_key=key,
+            message=params["message"],
+            channel="webchat",
+            deliver=bool(params.get("deliver", False)),
+            idempotency_key=params.get("idempotencyKey"),
+            provenance={"kind": "external_user", "sourceChannel": "webchat"},
+        ),
+    )
+    result["sessionKey"] = display_key(svc, key)
+    return result
+
+
+FetchRun = Callable[[str], Awaitable[RunRecord | None]]
+WaitRun = Callable[[str, float, FetchRun], Awaitable[RunRecord | None]]
+
+
+async def agent_wait_method(
+    params: Mapping[str, Any], *, wait: WaitRun, fetch: FetchRun
+) -> dict[str, Any]:
+    """Gateway `agent.wait`: the run's outcome, waiting up to ``timeoutMs`` (default 30 s)."""
+    run_id = str(params["runId"])
+    timeout_ms = params.get("timeoutMs")
+    timeout_s = 30.0 if timeout_ms is None else max(0.0, float(timeout_ms) / 1000)
+    rec = await wait(run_id, timeout_s, fetch)
+    if rec is None:
+        raise NotFound(f"unknown runId: {run_id}", field="runId")
+    return rec.outcome()

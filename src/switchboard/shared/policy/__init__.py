@@ -1,0 +1,1 @@
+"""Send policy and session visibility."""

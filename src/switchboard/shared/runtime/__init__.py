@@ -1,0 +1,1 @@
+"""Agent runs on pydantic-ai: models, transcript conversion, execution."""

@@ -1,0 +1,307 @@
+"""Execute one agent run (or resume a parked one) on pydantic-ai, with the product's deadline.
+
+The worker calls ``execute_run`` / ``resume_run`` with a run id. The run is claimed in
+Redis (only the lane holder in the expected state may run; the attempt number guards
+every later write), the session history is loaded from the transcript, the model runs
+with the session's tools, and the outcome is written in one atomic step that also hands
+the lane to the next queued run and wakes parked waiters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic_ai import Agent
+from pydantic_ai.exceptions import CallDeferred
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, Tool
+
+from switchboard.shared import keys as sk
+from switchboard.shared.errors import SwitchboardError
+from switchboard.shared.runtime.models import resolve_model
+from switchboard.shared.runtime.transcript import to_model_messages, to_transcript
+from switchboard.shared.services import Services
+from switchboard.shared.store.keyspace import LANE_HEARTBEAT_S
+from switchboard.shared.store.runs import Claim, ParkedCall, RunRecord, now_ms
+from switchboard.shared.tools.registry import ToolContext, ToolSpec, WaitFor
+
+log = logging.getLogger("switchboard.run")
+
+# How many transcript messages a run sees as history.
+HISTORY_LIMIT = 200
+
+
+async def execute_run(svc: Services, run_id: str) -> None:
+    """Claim and execute a queued run that holds its session lane."""
+    rec = svc.store.runs.get(run_id)
+    if rec is None:
+        log.warning("run %s not found; nothing to do", run_id)
+        return
+    claim = svc.store.runs.claim(run_id, rec.session_key)
+    if isinstance(claim, str):
+        log.info("run %s not executed (%s)", run_id, claim)
+        return
+    await _execute(svc, rec, claim, deferred=None)
+
+
+async def resume_run(svc: Services, run_id: str) -> None:
+    """Continue a parked run once every call it waits on has an answer or timed out."""
+    rec = svc.store.runs.get(run_id)
+    if rec is None or rec.status != "parked":
+        return
+    calls = [ParkedCall.from_json(c) for c in rec.parked]
+    targets = svc.store.runs.get_many([c.target_run_id for c in calls])
+    now = now_ms()
+    if any(
+        t is not None and not t.terminal and now < c.deadline_ms for c, t in zip(calls, targets)
+    ):
+        return  # another target's end (or the deadline sweep) resumes it later
+    claim = svc.store.runs.resume(run_id, rec.session_key)
+    if isinstance(claim, str):
+        return
+    ctx = _tool_context(svc, rec)
+    results = {c.tool_call_id: _complete_call(svc, ctx, c, t) for c, t in zip(calls, targets)}
+    await _execute(svc, rec, claim, deferred=DeferredToolResults(calls=results))
+
+
+def _complete_call(
+    svc: Services, ctx: ToolContext, call: ParkedCall, target: RunRecord | None
+) -> dict[str, Any]:
+    spec = svc.tools.get(call.tool_name)
+    if spec is None or spec.complete is None:
+        return {"status": "error", "error": f"tool {call.tool_name} cannot be resumed"}
+    try:
+        return spec.complete(ctx, call.context, target)
+    except SwitchboardError as exc:
+        return {"status": "error", "tool": call.tool_name, "error": exc.message}
+
+
+async def _execute(
+    svc: Services, rec: RunRecord, claim: Claim, deferred: DeferredToolResults | None
+) -> None:
+    if claim.exhausted:
+        _finish(svc, rec, claim, status="error", error="run gave up after repeated worker loss")
+        return
+    remaining_s = (claim.deadline_at_ms - now_ms()) / 1000
+    if remaining_s <= 0:
+        _finish(svc, rec, claim, status="timeout", error=_timeout_text(rec), aborted=True)
+        return
+    heartbeat = asyncio.create_task(_renew_lease(svc, rec.session_key))
+    try:
+        async with asyncio.timeout(remaining_s):
+            result = await _run_agent(svc, rec, deferred)
+    except TimeoutError:
+        _finish(svc, rec, claim, status="timeout", error=_timeout_text(rec), aborted=True)
+        return
+    except SwitchboardError as exc:
+        _finish(svc, rec, claim, status="error", error=exc.message)
+        return
+    except Exception as exc:  # a model or provider failure ends the run as an error
+        log.exception("run %s failed", rec.run_id)
+        _finish(svc, rec, claim, status="error", error=f"{type(exc).__name__}: {exc}")
+        return
+    finally:
+        heartbeat.cancel()
+    _record_result(svc, rec, claim, result)
+
+
+def _timeout_text(rec: RunRecord) -> str:
+    return f"run timed out after {rec.timeout_s:g}s" if rec.timeout_s else "run timed out"
+
+
+async def _renew_lease(svc: Services, session_key: str) -> None:
+    while True:
+        await asyncio.sleep(LANE_HEARTBEAT_S)
+        with contextlib.suppress(Exception):
+            svc.store.runs.renew_lease(session_key)
+
+
+async def _run_agent(svc: Services, rec: RunRecord, deferred: DeferredToolResults | None) -> Any:
+    agent_id = sk.agent_id_of(rec.session_key)
+    model_ref = rec.model or svc.config.model_for(agent_id)
+    model = resolve_model(model_ref, svc.config.models.providers)
+    ctx = _tool_context(svc, rec)
+    tools = [_as_pydantic_tool(spec, ctx) for spec in tools_for_run(svc, ctx)]
+    agent: Agent[None, Any] = Agent(
+        model, output_type=[str, DeferredToolRequests], tools=tools, name=agent_id
+    )
+    history = to_model_messages(_history(svc, rec.session_key))
+    return await agent.run(
+        None,
+        message_history=history,
+        deferred_tool_results=deferred,
+        instructions=_instructions(svc, agent_id, rec),
+    )
+
+
+def _history(svc: Services, session_key: str) -> list[dict[str, Any]]:
+    msgs = svc.store.transcripts.tail(session_key, HISTORY_LIMIT)
+    # Start at a user message so the model never sees an orphaned tool result.
+    for i, m in enumerate(msgs):
+        if m.get("role") == "user":
+            return msgs[i:]
+    return msgs
+
+
+def _instructions(svc: Services, agent_id: str, rec: RunRecord) -> str | None:
+    entry = svc.config.agent(agent_id)
+    parts = [
+        (entry.system_prompt if entry and entry.system_prompt else None)
+        or svc.config.agents.defaults.system_prompt,
+        rec.extra_system_prompt,
+    ]
+    text = "\n\n".join(p for p in parts if p)
+    return text or None
+
+
+def tools_for_run(svc: Services, ctx: ToolContext) -> list[ToolSpec]:
+    """The tools offered to a run (the tool policy narrows this for sub-agents)."""
+    return list(svc.tools.tools.values())
+
+
+def _tool_context(svc: Services, rec: RunRecord) -> ToolContext:
+    agent_id = sk.agent_id_of(rec.session_key)
+    is_main = sk.session_kind(rec.session_key, main_key=svc.config.session.main_key) == "main"
+    return ToolContext(
+        services=svc,
+        session_key=rec.session_key,
+        agent_id=agent_id,
+        run_id=rec.run_id,
+        channel=rec.channel,
+        sandboxed=svc.config.is_sandboxed(agent_id, is_main),
+    )
+
+
+def _as_pydantic_tool(spec: ToolSpec, ctx: ToolContext) -> Tool[None]:
+    def call(**arguments: Any) -> Any:
+        try:
+            return spec.handler(ctx, arguments)
+        except WaitFor as wait:
+            raise CallDeferred(
+                metadata={
+                    "targetRunId": wait.target_run_id,
+                    "deadlineMs": now_ms() + int(wait.timeout_s * 1000),
+                    "context": wait.context,
+                }
+            ) from None
+        except SwitchboardError as exc:
+            return {"status": "error", "tool": spec.name, "error": exc.message}
+
+    return Tool.from_schema(
+        call, name=spec.name, description=spec.description, json_schema=dict(spec.parameters)
+    )
+
+
+def _record_result(svc: Services, rec: RunRecord, claim: Claim, result: Any) -> None:
+    model_ref = rec.model or svc.config.model_for(sk.agent_id_of(rec.session_key))
+    provider, _, model_name = model_ref.partition("/")
+    messages = to_transcript(result.new_messages(), model=model_name, provider=provider)
+    usage = result.usage
+    if isinstance(result.output, DeferredToolRequests):
+        _park(svc, rec, claim, result.output, messages)
+        return
+    _finish(
+        svc,
+        rec,
+        claim,
+        status="ok",
+        reply=str(result.output),
+        messages=messages,
+        usage={
+            "input": usage.input_tokens,
+            "output": usage.output_tokens,
+            "totalTokens": usage.input_tokens + usage.output_tokens,
+        },
+        session_fields={
+            "model": model_name,
+            "modelProvider": provider,
+            "contextTokens": usage.input_tokens,
+        },
+        session_incr={
+            "inputTokens": usage.input_tokens,
+            "outputTokens": usage.output_tokens,
+            "totalTokens": usage.input_tokens + usage.output_tokens,
+        },
+    )
+
+
+def _park(
+    svc: Services,
+    rec: RunRecord,
+    claim: Claim,
+    requests: DeferredToolRequests,
+    messages: Sequence[Mapping[str, Any]],
+) -> None:
+    calls = []
+    for part in requests.calls:
+        meta = requests.metadata.get(part.tool_call_id, {})
+        calls.append(
+            ParkedCall(
+                tool_call_id=part.tool_call_id,
+                tool_name=part.tool_name,
+                target_run_id=str(meta.get("targetRunId", "")),
+                deadline_ms=int(meta.get("deadlineMs", now_ms())),
+                context=meta.get("context") or {},
+            )
+        )
+    verdict = svc.store.runs.park(
+        rec.run_id, rec.session_key, claim.attempt, calls=calls, messages=messages
+    )
+    log.info("run %s parked on %d call(s): %s", rec.run_id, len(calls), verdict)
+    if verdict == "ready":
+        svc.queue.enqueue_resume(rec.run_id, rec.session_key)
+
+
+def _finish(
+    svc: Services,
+    rec: RunRecord,
+    claim: Claim,
+    *,
+    status: str,
+    reply: str | None = None,
+    error: str | None = None,
+    messages: Sequence[Mapping[str, Any]] = (),
+    usage: Mapping[str, Any] | None = None,
+    session_fields: Mapping[str, Any] | None = None,
+    session_incr: Mapping[str, int] | None = None,
+    aborted: bool = False,
+) -> None:
+    fields = {"abortedLastRun": aborted, **(session_fields or {})}
+    res = svc.store.runs.finish(
+        rec.run_id,
+        rec.session_key,
+        claim.attempt,
+        status=status,
+        messages=messages,
+        reply=reply,
+        error=error,
+        usage=usage,
+        session_fields=fields,
+        session_incr=session_incr,
+    )
+    if not res.applied:
+        log.warning("run %s outcome not applied (superseded attempt)", rec.run_id)
+        return
+    after_run_end(svc, rec.run_id, res.next_run_id, res.waiters)
+
+
+def after_run_end(
+    svc: Services, run_id: str, next_run_id: str | None, waiters: Sequence[str]
+) -> None:
+    """Start the lane's next run, resume parked waiters and run the end-of-run hooks."""
+    ended = svc.store.runs.get(run_id)
+    if next_run_id and ended is not None:
+        svc.queue.enqueue_run(next_run_id, ended.session_key)
+    for waiter in svc.store.runs.get_many(list(waiters)):
+        if waiter is not None and waiter.status == "parked":
+            svc.queue.enqueue_resume(waiter.run_id, waiter.session_key)
+    if ended is None:
+        return
+    for hook in svc.on_run_end:
+        try:
+            hook(svc, ended)
+        except Exception:
+            log.exception("end-of-run hook %s failed for run %s", hook, run_id)

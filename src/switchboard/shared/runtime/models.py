@@ -1,0 +1,195 @@
+"""Resolve `provider/model` references (as in OpenClaw) to pydantic-ai models.
+
+`builtin/echo` is the offline model. Otherwise the provider is looked up in
+`models.providers.<name>` (`baseUrl`, `apiKey`, `api`): OpenAI-style apis (`openai-completions`,
+`openai-chat`, `openai`, or none) use the Chat Completions API, `openai-responses` the Responses
+API, `anthropic-messages` (or a provider named `anthropic`) the Messages API. The providers
+`openai` and `anthropic` also work unconfigured, from `OPENAI_API_KEY` / `OPENAI_BASE_URL` and
+`ANTHROPIC_API_KEY`. `OPENAI_API_KEY` is only ever sent to the `openai` provider, never to
+another configured server.
+
+Built models are cached per (model spec, running event loop): a model holds an async HTTP
+client whose connections belong to the loop that opened them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from pydantic_ai.exceptions import UserError
+from pydantic_ai.models import Model
+from pydantic_ai.models.anthropic import AnthropicModel
+from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
+from pydantic_ai.providers.anthropic import AnthropicProvider
+from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_ai.providers.openai_compatible import OpenAICompatibleProvider
+from pydantic_ai.settings import ModelSettings
+
+from switchboard.shared.errors import InvalidInput
+from switchboard.shared.runtime.echo import ECHO_MODEL_NAME, echo_model
+
+__all__ = [
+    "HTTP_TIMEOUT_S",
+    "ProviderLike",
+    "clear_model_cache",
+    "resolve_model",
+    "validate_model_ref",
+]
+
+# Per request; the product enforces its own, usually shorter, run deadlines on top.
+HTTP_TIMEOUT_S = 120.0
+_CACHE_SIZE = 32
+_OPENAI_CHAT_APIS = (None, "openai-completions", "openai-chat", "openai")
+
+Kind = Literal["echo", "openai-chat", "openai-responses", "anthropic"]
+
+
+class ProviderLike(Protocol):
+    """The fields of `models.providers.<name>` this module reads (see `shared.config`)."""
+
+    @property
+    def base_url(self) -> str | None: ...
+    @property
+    def api_key(self) -> str | None: ...
+    @property
+    def api(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class _ModelSpec:
+    """Everything a model is built from; also its cache key."""
+
+    kind: Kind
+    provider: str
+    model: str
+    base_url: str | None = None
+    api_key: str | None = None
+
+
+_cache: OrderedDict[tuple[_ModelSpec, int | None], Model] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def resolve_model(
+    ref: str, providers: Mapping[str, ProviderLike], env: Mapping[str, str] | None = None
+) -> Model:
+    """Build (or reuse) the model for `ref`; raise `InvalidInput` if it cannot be used."""
+    spec = _model_spec(ref, providers, os.environ if env is None else env)
+    key = (spec, _running_loop_id())
+    with _cache_lock:
+        if (cached := _cache.get(key)) is not None:
+            _cache.move_to_end(key)
+            return cached
+    model = _build(spec, ref)
+    with _cache_lock:
+        _cache[key] = model
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return model
+
+
+def validate_model_ref(ref: str, providers: Mapping[str, ProviderLike]) -> None:
+    """Check that `ref` names a usable provider and api, without building a client."""
+    _model_spec(ref, providers, {})
+
+
+def clear_model_cache() -> None:
+    """Forget every built model (their clients close when garbage-collected)."""
+    with _cache_lock:
+        _cache.clear()
+
+
+def _running_loop_id() -> int | None:
+    try:
+        return id(asyncio.get_running_loop())
+    except RuntimeError:
+        return None
+
+
+def _model_spec(
+    ref: str, providers: Mapping[str, ProviderLike], env: Mapping[str, str]
+) -> _ModelSpec:
+    provider, _, model = ref.partition("/")
+    if not provider or not model:
+        raise _invalid(ref, "expected provider/model")
+    if provider == "builtin":
+        if model != ECHO_MODEL_NAME:
+            raise _invalid(ref, "the only builtin model is builtin/echo")
+        return _ModelSpec("echo", provider, model)
+    cfg = providers.get(provider)
+    if cfg is not None:
+        return _configured_spec(ref, provider, model, cfg, env)
+    if provider == "openai":
+        return _ModelSpec(
+            "openai-chat", provider, model, env.get("OPENAI_BASE_URL"), env.get("OPENAI_API_KEY")
+        )
+    if provider == "anthropic":
+        return _ModelSpec("anthropic", provider, model, None, env.get("ANTHROPIC_API_KEY"))
+    raise _invalid(ref, f"unknown provider {provider!r}")
+
+
+def _configured_spec(
+    ref: str, provider: str, model: str, cfg: ProviderLike, env: Mapping[str, str]
+) -> _ModelSpec:
+    api, base_url, api_key = cfg.api, cfg.base_url, cfg.api_key
+    if api == "anthropic-messages" or (provider == "anthropic" and api is None):
+        return _ModelSpec(
+            "anthropic", provider, model, base_url, api_key or env.get("ANTHROPIC_API_KEY")
+        )
+    if provider == "openai":
+        api_key = api_key or env.get("OPENAI_API_KEY")
+        base_url = base_url or env.get("OPENAI_BASE_URL")
+    elif not base_url:
+        raise _invalid(ref, f"provider {provider!r} has no baseUrl")
+    if api in _OPENAI_CHAT_APIS:
+        return _ModelSpec("openai-chat", provider, model, base_url, api_key)
+    if api == "openai-responses":
+        return _ModelSpec("openai-responses", provider, model, base_url, api_key)
+    raise _invalid(ref, f"provider {provider!r} has unsupported api {api!r}")
+
+
+def _build(spec: _ModelSpec, ref: str) -> Model:
+    if spec.kind == "echo":
+        return echo_model()
+    settings = ModelSettings(timeout=HTTP_TIMEOUT_S)
+    try:
+        if spec.kind == "anthropic":
+            return _anthropic_model(spec, settings)
+        return _openai_model(spec, settings)
+    except UserError as exc:  # e.g. a missing API key
+        raise _invalid(ref, str(exc)) from exc
+
+
+def _anthropic_model(spec: _ModelSpec, settings: ModelSettings) -> Model:
+    if not spec.api_key:
+        raise UserError("set ANTHROPIC_API_KEY or models.providers.<name>.apiKey")
+    provider = AnthropicProvider(api_key=spec.api_key, base_url=spec.base_url)
+    return AnthropicModel(spec.model, provider=provider, settings=settings)
+
+
+def _openai_model(spec: _ModelSpec, settings: ModelSettings) -> Model:
+    if spec.provider == "openai" and not spec.api_key and not spec.base_url:
+        raise UserError("set OPENAI_API_KEY or models.providers.openai.apiKey")
+    provider = _openai_provider(spec)
+    if spec.kind == "openai-responses":
+        return OpenAIResponsesModel(spec.model, provider=provider, settings=settings)
+    return OpenAIChatModel(spec.model, provider=provider, settings=settings)
+
+
+def _openai_provider(spec: _ModelSpec) -> OpenAIProvider | OpenAICompatibleProvider:
+    """OpenAI itself (or a proxy to it) gets OpenAI's profile; any other server the generic one."""
+    api_key = spec.api_key or "none"  # local servers often need no key, the client demands one
+    if spec.provider == "openai":
+        return OpenAIProvider(base_url=spec.base_url, api_key=api_key)
+    assert spec.base_url is not None  # checked by _configured_spec
+    return OpenAICompatibleProvider(spec.provider, base_url=spec.base_url, api_key=api_key)
+
+
+def _invalid(ref: str, reason: str) -> InvalidInput:
+    return InvalidInput(f"invalid model: {ref} ({reason})", field="model", model=ref)

@@ -1,0 +1,83 @@
+"""The periodic sweep that makes the system self-healing.
+
+It recovers lanes whose lease expired (a run whose worker died is queued again, a lost
+run message is re-sent, a lane whose holder ended is handed on), resumes parked runs
+whose wait deadline passed, and records when it last ran. Every action is idempotent, so
+a sweep that runs twice, late, or on two beat instances at once does no harm.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from switchboard.shared.services import Services
+from switchboard.shared.store.runs import now_ms
+
+log = logging.getLogger("switchboard.sweep")
+
+# A parked run that was resumed for its deadline is looked at again after this long.
+_PARKED_RECHECK_MS = 10_000
+
+
+@dataclass
+class SweepReport:
+    """What one sweep did (for logs and tests)."""
+
+    requeued: int = 0
+    resent: int = 0
+    released: int = 0
+    resumed: int = 0
+
+
+def sweep(svc: Services) -> SweepReport:
+    """Run every recovery step once."""
+    report = SweepReport()
+    now = now_ms()
+    _sweep_lanes(svc, now, report)
+    _sweep_parked(svc, now, report)
+    svc.store.redis.hset(svc.store.ks.beat_marks, "sweep", now)
+    if report.requeued or report.resent or report.released or report.resumed:
+        log.info("sweep: %s", report)
+    return report
+
+
+def _sweep_lanes(svc: Services, now: int, report: SweepReport) -> None:
+    runs = svc.store.runs
+    for session_key in runs.expired_leases(now):
+        holder = runs.lane_holder(session_key)
+        if holder is None:
+            svc.store.redis.zrem(svc.store.ks.lane_leases, session_key)
+            continue
+        rec = runs.get(holder)
+        if rec is None or rec.terminal:
+            nxt = runs.release_lane(session_key, holder)
+            report.released += 1
+            if nxt:
+                svc.queue.enqueue_run(nxt, session_key)
+            continue
+        if rec.status == "parked":
+            runs.push_lease(session_key, now + runs.lease_s * 1000)
+            continue
+        if rec.status == "running":
+            # The worker stopped renewing the lease: it died. Run it again (the attempt
+            # counter in the run record caps how often).
+            if runs.requeue(holder) != "queued":
+                continue
+            report.requeued += 1
+        else:
+            report.resent += 1
+        runs.push_lease(session_key, now + runs.lease_s * 1000)
+        svc.queue.enqueue_run(holder, session_key)
+
+
+def _sweep_parked(svc: Services, now: int, report: SweepReport) -> None:
+    runs = svc.store.runs
+    for run_id in runs.overdue_parked(now):
+        rec = runs.get(run_id)
+        if rec is None or rec.status != "parked":
+            svc.store.redis.zrem(svc.store.ks.parked_runs, run_id)
+            continue
+        runs.push_parked(run_id, now + _PARKED_RECHECK_MS)
+        svc.queue.enqueue_resume(run_id, rec.session_key)
+        report.resumed += 1

@@ -1,0 +1,71 @@
+"""Encoding of hash fields: every value is stored as text; structured values as JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text."""
+    return orjson.dumps(value).decode()
+
+
+def loads(text: str | bytes) -> Any:
+    """Parse JSON text."""
+    return orjson.loads(text)
+
+
+def encode_value(value: Any) -> str | None:
+    """One hash value as text; None means 'delete the field'."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        return str(value)
+    return dumps(value)
+
+
+def fields_json(fields: Mapping[str, Any]) -> str:
+    """A JSON object of text values for the Lua ``set_fields`` helper (null = HDEL)."""
+    if not fields:
+        return ""
+    return dumps({k: encode_value(v) for k, v in fields.items()})
+
+
+def decode_hash(raw: Mapping[bytes | str, bytes | str]) -> dict[str, str]:
+    """A HGETALL reply as a str → str dict."""
+    out: dict[str, str] = {}
+    for k, v in raw.items():
+        key = k.decode() if isinstance(k, bytes) else k
+        out[key] = v.decode() if isinstance(v, bytes) else v
+    return out
+
+
+def as_int(value: str | None) -> int | None:
+    """An integer field, or None when absent or not a number."""
+    if value is None or value == "":
+        return None
+    try:
+        return int(float(value))
+    except ValueError:
+        return None
+
+
+def as_bool(value: str | None) -> bool | None:
+    """A boolean field stored as "1"/"0"."""
+    if value is None:
+        return None
+    return value in ("1", "true", "True")
+
+
+def as_json(value: str | None, default: Any = None) -> Any:
+    """A JSON field, or the default when absent."""
+    if value is None or value == "":
+        return default
+    return loads(value)

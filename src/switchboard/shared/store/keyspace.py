@@ -1,0 +1,110 @@
+"""Every Redis key pattern the product uses, and every TTL, in one place.
+
+All keys live under one prefix (default ``sb:``). Celery's own broker keys are separate
+(kombu names them); Celery messages carry ids only, everything else is here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# How long an `agent` idempotency key maps to its run (a retried call gets the same run).
+IDEMPOTENCY_TTL_S = 600
+# Lease a run holds on its session lane; a worker renews it while the run executes.
+LANE_LEASE_S = 30
+# How often a running worker renews its lane lease.
+LANE_HEARTBEAT_S = 10
+
+
+@dataclass(frozen=True)
+class Keyspace:
+    """Builds key names under one prefix; the one module that knows their shapes."""
+
+    prefix: str = "sb:"
+
+    # -- sessions ---------------------------------------------------------------------
+    def session(self, key: str) -> str:
+        """Hash: one session entry (sessionId, updatedAt, channel, usage, policy, …)."""
+        return f"{self.prefix}s:{key}"
+
+    @property
+    def session_ids(self) -> str:
+        """Hash: sessionId → canonical session key."""
+        return f"{self.prefix}idx:sid"
+
+    @property
+    def labels(self) -> str:
+        """Hash: label → canonical session key (labels are unique)."""
+        return f"{self.prefix}idx:label"
+
+    @property
+    def updated_all(self) -> str:
+        """Sorted set: every session key scored by updatedAt (ms)."""
+        return f"{self.prefix}idx:upd"
+
+    def updated_agent(self, agent_id: str) -> str:
+        """Sorted set: one agent's session keys by updatedAt (ms)."""
+        return f"{self.prefix}idx:upd:{agent_id}"
+
+    def updated_kind(self, agent_id: str, kind: str) -> str:
+        """Sorted set: one agent's sessions of one kind by updatedAt (ms)."""
+        return f"{self.prefix}idx:upd:{agent_id}:{kind}"
+
+    def children(self, key: str) -> str:
+        """Sorted set: sessions spawned by ``key``, scored by creation time (ms)."""
+        return f"{self.prefix}idx:children:{key}"
+
+    # -- transcripts ------------------------------------------------------------------
+    def transcript(self, key: str) -> str:
+        """Stream: the session transcript; entry id ``<seq>-1``, field ``m`` = JSON message."""
+        return f"{self.prefix}t:{key}"
+
+    # -- runs -------------------------------------------------------------------------
+    def run(self, run_id: str) -> str:
+        """Hash: one agent run (status, timestamps, reply, usage, attempts, deadline).
+
+        Expires ``runs.retentionHours`` after the run ends."""
+        return f"{self.prefix}r:{run_id}"
+
+    def run_waiters(self, run_id: str) -> str:
+        """Set: parked runs waiting on this run (``<parkedRunId>``); expires with the run."""
+        return f"{self.prefix}r:{run_id}:waiters"
+
+    def idempotency(self, session_key: str, idem_key: str) -> str:
+        """String: the run started for an idempotency key; IDEMPOTENCY_TTL_S."""
+        return f"{self.prefix}idem:{session_key}:{idem_key}"
+
+    @property
+    def active_runs(self) -> str:
+        """Sorted set: runs started and not ended, scored by their deadline (ms)."""
+        return f"{self.prefix}idx:active"
+
+    @property
+    def parked_runs(self) -> str:
+        """Sorted set: parked runs scored by the deadline of the wait they park on (ms)."""
+        return f"{self.prefix}idx:parked"
+
+    @property
+    def run_events(self) -> str:
+        """Pub/sub channel: a run id is published when that run ends (a wake-up only)."""
+        return f"{self.prefix}ch:runs"
+
+    # -- session lanes ----------------------------------------------------------------
+    def lane(self, key: str) -> str:
+        """String: the run that holds the session's lane (one run at a time per session)."""
+        return f"{self.prefix}lane:{key}"
+
+    def lane_queue(self, key: str) -> str:
+        """List: runs waiting for the session's lane, oldest first."""
+        return f"{self.prefix}laneq:{key}"
+
+    @property
+    def lane_leases(self) -> str:
+        """Sorted set: session keys with a held lane, scored by lease expiry (ms)."""
+        return f"{self.prefix}idx:leases"
+
+    # -- maintenance ------------------------------------------------------------------
+    @property
+    def beat_marks(self) -> str:
+        """Hash: sweep name → last time it ran (ms), for health checks."""
+        return f"{self.prefix}beat"

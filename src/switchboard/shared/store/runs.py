@@ -1,0 +1,452 @@
+"""Run records and session lanes: submit, claim, park, resume and finish, atomically.
+
+A run is one agent turn in one session. Only one run per session executes at a time
+(the session lane); the others wait in the lane queue and start, in order, when the
+holder ends. Every transition is one Lua script, so a crashed worker can never strand a
+queued run or write a transcript twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from redis import Redis
+
+from switchboard.shared import keys as sk
+from switchboard.shared.store import codec
+from switchboard.shared.store.keyspace import LANE_LEASE_S, Keyspace
+from switchboard.shared.store.scripts import Scripts, as_text
+
+RunStatus = Literal["queued", "running", "parked", "ok", "error", "timeout"]
+TERMINAL: frozenset[str] = frozenset({"ok", "error", "timeout"})
+
+
+def now_ms() -> int:
+    """Wall-clock time in milliseconds."""
+    return int(time.time() * 1000)
+
+
+@dataclass
+class RunRecord:
+    """A run as stored in its hash."""
+
+    run_id: str
+    session_key: str
+    status: str
+    created_at_ms: int | None = None
+    started_at_ms: int | None = None
+    ended_at_ms: int | None = None
+    deadline_at_ms: int | None = None
+    timeout_s: float | None = None
+    attempt: int = 0
+    message: dict[str, Any] | None = None
+    extra_system_prompt: str | None = None
+    reply: str | None = None
+    error: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+    model: str | None = None
+    channel: str | None = None
+    kind: str = "agent"
+    parked: list[dict[str, Any]] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def terminal(self) -> bool:
+        """True once the run has an outcome."""
+        return self.status in TERMINAL
+
+    @classmethod
+    def from_hash(cls, run_id: str, h: Mapping[str, str]) -> RunRecord:
+        """Build from a decoded HGETALL reply."""
+        timeout = h.get("timeoutS")
+        return cls(
+            run_id=run_id,
+            session_key=h.get("sessionKey", ""),
+            status=h.get("status", "queued"),
+            created_at_ms=codec.as_int(h.get("createdAt")),
+            started_at_ms=codec.as_int(h.get("startedAt")),
+            ended_at_ms=codec.as_int(h.get("endedAt")),
+            deadline_at_ms=codec.as_int(h.get("deadlineAt")),
+            timeout_s=float(timeout) if timeout else None,
+            attempt=codec.as_int(h.get("attempt")) or 0,
+            message=codec.as_json(h.get("message")),
+            extra_system_prompt=h.get("extraSystemPrompt"),
+            reply=h.get("reply"),
+            error=h.get("error"),
+            usage=codec.as_json(h.get("usage"), {}),
+            model=h.get("model"),
+            channel=h.get("channel"),
+            kind=h.get("kind", "agent"),
+            parked=codec.as_json(h.get("parked"), []),
+            meta=codec.as_json(h.get("meta"), {}),
+        )
+
+    def outcome(self) -> dict[str, Any]:
+        """The public outcome as `agent.wait` reports it."""
+        out: dict[str, Any] = {"runId": self.run_id, "status": self.status}
+        if self.status not in TERMINAL:
+            out["status"] = "timeout"
+            out["pending"] = self.status
+            return out
+        if self.reply is not None and self.status == "ok":
+            out["reply"] = self.reply
+        if self.error:
+            out["error"] = self.error
+        if self.started_at_ms:
+            out["startedAt"] = self.started_at_ms
+        if self.ended_at_ms:
+            out["endedAt"] = self.ended_at_ms
+        return out
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """What a caller supplies to start a run."""
+
+    run_id: str
+    session_key: str
+    message: dict[str, Any] | None
+    timeout_s: float
+    extra_system_prompt: str | None = None
+    model: str | None = None
+    channel: str | None = None
+    kind: str = "agent"
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A successful claim: the attempt number guards every later write."""
+
+    attempt: int
+    deadline_at_ms: int
+    exhausted: bool = False
+
+
+@dataclass(frozen=True)
+class FinishResult:
+    """What ending a run set in motion: the next run of the lane, and parked waiters."""
+
+    applied: bool
+    next_run_id: str | None = None
+    waiters: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ParkedCall:
+    """A deferred tool call a parked run waits on."""
+
+    tool_call_id: str
+    tool_name: str
+    target_run_id: str
+    deadline_ms: int
+    context: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """As stored in the run hash."""
+        return {
+            "toolCallId": self.tool_call_id,
+            "toolName": self.tool_name,
+            "targetRunId": self.target_run_id,
+            "deadlineMs": self.deadline_ms,
+            "context": dict(self.context),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ParkedCall:
+        """From the run hash."""
+        return cls(
+            tool_call_id=d["toolCallId"],
+            tool_name=d["toolName"],
+            target_run_id=d["targetRunId"],
+            deadline_ms=int(d["deadlineMs"]),
+            context=d.get("context") or {},
+        )
+
+
+class RunStore:
+    """Run records, lanes, parking and wake-ups in Redis."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        ks: Keyspace,
+        *,
+        retention_s: int,
+        max_attempts: int,
+        kind_of: Callable[[str], str],
+        lease_s: int = LANE_LEASE_S,
+    ) -> None:
+        self.lease_s = lease_s
+        self.redis = redis
+        self.ks = ks
+        self._kind_of = kind_of
+        self.scripts = Scripts(redis)
+        self.retention_s = retention_s
+        self.max_attempts = max_attempts
+
+    # -- reading ----------------------------------------------------------------------
+    def get(self, run_id: str) -> RunRecord | None:
+        """The run, or None when unknown or expired."""
+        raw = self.redis.hgetall(self.ks.run(run_id))
+        if not raw:
+            return None
+        return RunRecord.from_hash(run_id, codec.decode_hash(raw))
+
+    def get_many(self, run_ids: Sequence[str]) -> list[RunRecord | None]:
+        """Several runs in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for rid in run_ids:
+            pipe.hgetall(self.ks.run(rid))
+        out: list[RunRecord | None] = []
+        for rid, raw in zip(run_ids, pipe.execute(), strict=True):
+            out.append(RunRecord.from_hash(rid, codec.decode_hash(raw)) if raw else None)
+        return out
+
+    def lane_holder(self, session_key: str) -> str | None:
+        """The run holding a session's lane."""
+        raw = self.redis.get(self.ks.lane(session_key))
+        return as_text(raw) or None
+
+    def lane_queue(self, session_key: str) -> list[str]:
+        """Runs waiting for a session's lane, oldest first."""
+        return [as_text(v) for v in self.redis.lrange(self.ks.lane_queue(session_key), 0, -1)]
+
+    # -- idempotency ------------------------------------------------------------------
+    def remember_idempotency(self, session_key: str, idem_key: str, run_id: str) -> str:
+        """Map an idempotency key to a run; returns the run already mapped, if any."""
+        from switchboard.shared.store.keyspace import IDEMPOTENCY_TTL_S
+
+        k = self.ks.idempotency(session_key, idem_key)
+        if self.redis.set(k, run_id, nx=True, ex=IDEMPOTENCY_TTL_S):
+            return run_id
+        return as_text(self.redis.get(k)) or run_id
+
+    # -- transitions ------------------------------------------------------------------
+    def submit(self, run: NewRun) -> bool:
+        """Record a new queued run; True when it took the lane and should be enqueued."""
+        fields: dict[str, Any] = {
+            "sessionKey": run.session_key,
+            "status": "queued",
+            "createdAt": now_ms(),
+            "timeoutS": run.timeout_s,
+            "attempt": 0,
+            "kind": run.kind,
+            "message": run.message,
+            "extraSystemPrompt": run.extra_system_prompt,
+            "model": run.model,
+            "channel": run.channel,
+            "meta": dict(run.meta) if run.meta else None,
+        }
+        lease = now_ms() + self.lease_s * 1000
+        took = self.scripts.submit_run(
+            keys=[
+                self.ks.run(run.run_id),
+                self.ks.lane(run.session_key),
+                self.ks.lane_queue(run.session_key),
+                self.ks.lane_leases,
+            ],
+            args=[run.run_id, run.session_key, lease, codec.fields_json(fields)],
+        )
+        return bool(int(took))
+
+    def claim(self, run_id: str, session_key: str) -> Claim | str:
+        """Start a queued run that holds its lane; a reason string when it must not run."""
+        agent_id = sk.agent_id_of(session_key)
+        kind = self._kind_of(session_key)
+        now = now_ms()
+        rec_timeout = self.redis.hget(self.ks.run(run_id), "timeoutS")
+        timeout_ms = int(float(as_text(rec_timeout) or 600) * 1000)
+        res = self.scripts.claim_run(
+            keys=[
+                self.ks.run(run_id),
+                self.ks.lane(session_key),
+                self.ks.lane_leases,
+                self.ks.active_runs,
+                self.ks.session(session_key),
+                self.ks.transcript(session_key),
+                self.ks.updated_all,
+                self.ks.updated_agent(agent_id),
+                self.ks.updated_kind(agent_id, kind),
+            ],
+            args=[
+                run_id,
+                session_key,
+                now,
+                now + self.lease_s * 1000,
+                "queued",
+                self.max_attempts,
+                timeout_ms,
+            ],
+        )
+        verdict = as_text(res[0])
+        if verdict == "exhausted":
+            return Claim(attempt=int(as_text(res[1])), deadline_at_ms=0, exhausted=True)
+        if verdict != "ok":
+            return f"{verdict}:{as_text(res[1])}"
+        return Claim(attempt=int(as_text(res[1])), deadline_at_ms=int(float(as_text(res[2]))))
+
+    def resume(self, run_id: str, session_key: str) -> Claim | str:
+        """Move a parked run back to running (one resume wins)."""
+        res = self.scripts.resume_run(
+            keys=[self.ks.run(run_id), self.ks.parked_runs, self.ks.lane_leases],
+            args=[run_id, session_key, now_ms() + self.lease_s * 1000, self.max_attempts],
+        )
+        verdict = as_text(res[0])
+        if verdict not in ("ok", "exhausted"):
+            return f"{verdict}:{as_text(res[1])}"
+        deadline = self.redis.hget(self.ks.run(run_id), "deadlineAt")
+        return Claim(
+            attempt=int(as_text(res[1])),
+            deadline_at_ms=int(as_text(deadline) or 0),
+            exhausted=verdict == "exhausted",
+        )
+
+    def renew_lease(self, session_key: str) -> None:
+        """Push a held lane's lease forward (the running worker is alive)."""
+        self.redis.zadd(self.ks.lane_leases, {session_key: now_ms() + self.lease_s * 1000}, xx=True)
+
+    def finish(
+        self,
+        run_id: str,
+        session_key: str,
+        attempt: int,
+        *,
+        status: str,
+        messages: Sequence[Mapping[str, Any]] = (),
+        reply: str | None = None,
+        error: str | None = None,
+        usage: Mapping[str, Any] | None = None,
+        session_fields: Mapping[str, Any] | None = None,
+        session_incr: Mapping[str, int] | None = None,
+    ) -> FinishResult:
+        """End a run: append messages, store the outcome, hand the lane on, wake waiters."""
+        agent_id = sk.agent_id_of(session_key)
+        run_fields = {
+            "status": status,
+            "reply": reply,
+            "error": error,
+            "usage": dict(usage) if usage else None,
+            "parked": None,
+        }
+        sfields = {"status": status, **(session_fields or {})}
+        res = self.scripts.finish_run(
+            keys=[
+                self.ks.run(run_id),
+                self.ks.lane(session_key),
+                self.ks.lane_queue(session_key),
+                self.ks.lane_leases,
+                self.ks.active_runs,
+                self.ks.session(session_key),
+                self.ks.transcript(session_key),
+                self.ks.updated_all,
+                self.ks.updated_agent(agent_id),
+                self.ks.updated_kind(agent_id, self._kind_of(session_key)),
+                self.ks.run_waiters(run_id),
+            ],
+            args=[
+                run_id,
+                session_key,
+                now_ms(),
+                attempt,
+                codec.fields_json(run_fields),
+                codec.fields_json(sfields),
+                codec.dumps(dict(session_incr)) if session_incr else "",
+                self.retention_s,
+                now_ms() + self.lease_s * 1000,
+                self.ks.run_events,
+                *[codec.dumps(m) for m in messages],
+            ],
+        )
+        if as_text(res[0]) != "ok":
+            return FinishResult(applied=False)
+        nxt = as_text(res[1]) or None
+        return FinishResult(
+            applied=True, next_run_id=nxt, waiters=tuple(as_text(w) for w in res[2:])
+        )
+
+    def park(
+        self,
+        run_id: str,
+        session_key: str,
+        attempt: int,
+        *,
+        calls: Sequence[ParkedCall],
+        messages: Sequence[Mapping[str, Any]],
+    ) -> str:
+        """Park a run on deferred calls: 'parked', 'ready' (all targets ended) or 'stale'."""
+        agent_id = sk.agent_id_of(session_key)
+        deadline = max(c.deadline_ms for c in calls)
+        keys = [
+            self.ks.run(run_id),
+            self.ks.session(session_key),
+            self.ks.transcript(session_key),
+            self.ks.parked_runs,
+            self.ks.lane_leases,
+            self.ks.updated_all,
+            self.ks.updated_agent(agent_id),
+            self.ks.updated_kind(agent_id, self._kind_of(session_key)),
+        ]
+        for c in calls:
+            keys += [self.ks.run(c.target_run_id), self.ks.run_waiters(c.target_run_id)]
+        res = self.scripts.park_run(
+            keys=keys,
+            args=[
+                run_id,
+                session_key,
+                now_ms(),
+                attempt,
+                codec.dumps([c.to_json() for c in calls]),
+                deadline,
+                deadline + self.lease_s * 1000,
+                len(messages),
+                *[codec.dumps(m) for m in messages],
+            ],
+        )
+        return as_text(res)
+
+    def release_lane(self, session_key: str, holder: str) -> str | None:
+        """Hand a lane whose holder ended or vanished to the next queued run."""
+        nxt = self.scripts.release_lane(
+            keys=[
+                self.ks.lane(session_key),
+                self.ks.lane_queue(session_key),
+                self.ks.lane_leases,
+            ],
+            args=[holder, session_key, now_ms() + self.lease_s * 1000],
+        )
+        return as_text(nxt) or None
+
+    def expired_leases(self, now: int, limit: int = 500) -> list[str]:
+        """Session keys whose lane lease has expired."""
+        rows = self.redis.zrangebyscore(self.ks.lane_leases, "-inf", now, start=0, num=limit)
+        return [as_text(r) for r in rows]
+
+    def overdue_parked(self, now: int, limit: int = 500) -> list[str]:
+        """Parked runs whose wait deadline has passed."""
+        rows = self.redis.zrangebyscore(self.ks.parked_runs, "-inf", now, start=0, num=limit)
+        return [as_text(r) for r in rows]
+
+    def push_lease(self, session_key: str, until_ms: int) -> None:
+        """Set a lane lease expiry."""
+        self.redis.zadd(self.ks.lane_leases, {session_key: until_ms})
+
+    def push_parked(self, run_id: str, until_ms: int) -> None:
+        """Postpone the next overdue check of a parked run."""
+        self.redis.zadd(self.ks.parked_runs, {run_id: until_ms}, xx=True)
+
+    def requeue(self, run_id: str, attempt: int | None = None) -> str:
+        """Mark a running run whose worker vanished as queued again."""
+        res = self.scripts.requeue_run(
+            keys=[self.ks.run(run_id)], args=["" if attempt is None else attempt]
+        )
+        return as_text(res)
+
+    def set_meta(self, run_id: str, **fields: Any) -> None:
+        """Set extra fields on a run hash."""
+        enc = {k: v for k, v in ((k, codec.encode_value(v)) for k, v in fields.items()) if v}
+        if enc:
+            self.redis.hset(self.ks.run(run_id), mapping=enc)

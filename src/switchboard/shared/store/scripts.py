@@ -1,0 +1,247 @@
+"""Lua scripts for the read-decide-write steps that must be atomic across workers.
+
+Each script is short and touches only keys passed in KEYS. Common pieces (appending a
+message with the next sequence number, touching a session's indexes) are prepended as
+local functions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis import Redis
+from redis.commands.core import Script
+
+_COMMON = """
+local function touch(session, idx_all, idx_agent, idx_kind, member, now)
+  redis.call('HSET', session, 'updatedAt', now)
+  redis.call('ZADD', idx_all, now, member)
+  redis.call('ZADD', idx_agent, now, member)
+  redis.call('ZADD', idx_kind, now, member)
+end
+local function append(session, stream, msg)
+  local seq = redis.call('HINCRBY', session, 'seq', 1)
+  redis.call('XADD', stream, seq .. '-0', 'm', msg)
+  return seq
+end
+local function set_fields(key, json)
+  if json == '' then return end
+  local fields = cjson.decode(json)
+  for k, v in pairs(fields) do
+    if v == cjson.null then
+      redis.call('HDEL', key, k)
+    else
+      redis.call('HSET', key, k, tostring(v))
+    end
+  end
+end
+local function incr_fields(key, json)
+  if json == '' then return end
+  for k, v in pairs(cjson.decode(json)) do
+    redis.call('HINCRBY', key, k, v)
+  end
+end
+"""
+
+# Create a session entry if missing (with its sessionId and index entries), then touch it.
+# KEYS: session, sid index, idx_all, idx_agent, idx_kind
+# ARGV: key, now, new session id, JSON fields for a new entry, JSON fields always set
+ENSURE_SESSION = (
+    _COMMON
+    + """
+local created = 0
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'sessionId', ARGV[3], 'createdAt', ARGV[2], 'seq', 0)
+  redis.call('HSET', KEYS[2], ARGV[3], ARGV[1])
+  set_fields(KEYS[1], ARGV[4])
+  created = 1
+end
+set_fields(KEYS[1], ARGV[5])
+touch(KEYS[1], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2])
+return {created, redis.call('HGET', KEYS[1], 'sessionId')}
+"""
+)
+
+# Record a new run and take the session lane, or queue behind the holder.
+# KEYS: run, lane, lane queue, leases
+# ARGV: run id, session key, lease expiry ms, JSON run fields
+SUBMIT_RUN = (
+    _COMMON
+    + """
+set_fields(KEYS[1], ARGV[4])
+if redis.call('SET', KEYS[2], ARGV[1], 'NX') then
+  redis.call('ZADD', KEYS[4], ARGV[3], ARGV[2])
+  return 1
+end
+redis.call('RPUSH', KEYS[3], ARGV[1])
+return 0
+"""
+)
+
+# Claim a run for execution: it must be in the expected state and hold its lane.
+# On the first claim, append the run's user message to the transcript (exactly once).
+# KEYS: run, lane, leases, active, session, transcript, idx_all, idx_agent, idx_kind
+# ARGV: run id, session key, now, lease expiry, expected status, max attempts, timeout ms
+CLAIM_RUN = (
+    _COMMON
+    + """
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return {'missing', ''} end
+if st ~= ARGV[5] then return {'skip', st} end
+local holder = redis.call('GET', KEYS[2])
+if holder ~= ARGV[1] then return {'not_holder', holder or ''} end
+local attempt = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
+redis.call('HSET', KEYS[1], 'status', 'running')
+if attempt > tonumber(ARGV[6]) then return {'exhausted', tostring(attempt)} end
+local deadline = redis.call('HGET', KEYS[1], 'deadlineAt')
+if not deadline then
+  deadline = tostring(tonumber(ARGV[3]) + tonumber(ARGV[7]))
+  redis.call('HSET', KEYS[1], 'startedAt', ARGV[3], 'deadlineAt', deadline)
+end
+redis.call('ZADD', KEYS[4], deadline, ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[4], ARGV[2])
+redis.call('HSET', KEYS[5], 'status', 'running', 'lastRunId', ARGV[1])
+if not redis.call('HGET', KEYS[1], 'userSeq') then
+  local msg = redis.call('HGET', KEYS[1], 'message')
+  if msg then
+    local seq = append(KEYS[5], KEYS[6], msg)
+    redis.call('HSET', KEYS[1], 'userSeq', seq)
+  end
+  touch(KEYS[5], KEYS[7], KEYS[8], KEYS[9], ARGV[2], ARGV[3])
+end
+return {'ok', tostring(attempt), deadline}
+"""
+)
+
+# End a run: append its messages, write the outcome, release the lane to the next run,
+# and wake waiters. Guarded by (status running, attempt) so a stale worker is a no-op.
+# KEYS: run, lane, lane queue, leases, active, session, transcript, idx_all, idx_agent,
+#       idx_kind, waiters
+# ARGV: run id, session key, now, attempt, JSON run fields, JSON session fields,
+#       JSON session increments, retention s, lease expiry for the next run, channel,
+#       messages...
+FINISH_RUN = (
+    _COMMON
+    + """
+local st = redis.call('HGET', KEYS[1], 'status')
+local att = redis.call('HGET', KEYS[1], 'attempt')
+if st ~= 'running' or att ~= ARGV[4] then return {'stale'} end
+for i = 11, #ARGV do append(KEYS[6], KEYS[7], ARGV[i]) end
+set_fields(KEYS[1], ARGV[5])
+redis.call('HSET', KEYS[1], 'endedAt', ARGV[3])
+set_fields(KEYS[6], ARGV[6])
+incr_fields(KEYS[6], ARGV[7])
+touch(KEYS[6], KEYS[8], KEYS[9], KEYS[10], ARGV[2], ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[8])
+redis.call('ZREM', KEYS[5], ARGV[1])
+local nxt = ''
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+  local n = redis.call('LPOP', KEYS[3])
+  if n then
+    nxt = n
+    redis.call('SET', KEYS[2], n)
+    redis.call('ZADD', KEYS[4], ARGV[9], ARGV[2])
+  else
+    redis.call('DEL', KEYS[2])
+    redis.call('ZREM', KEYS[4], ARGV[2])
+  end
+end
+local waiters = redis.call('SMEMBERS', KEYS[11])
+redis.call('EXPIRE', KEYS[11], ARGV[8])
+redis.call('PUBLISH', ARGV[10], ARGV[1])
+local out = {'ok', nxt}
+for _, w in ipairs(waiters) do table.insert(out, w) end
+return out
+"""
+)
+
+# Park a run on deferred tool calls: append what it said so far, keep the lane, and
+# register as a waiter on every target run that has not ended. 'ready' when all ended.
+# KEYS: run, session, transcript, parked index, leases, idx_all, idx_agent, idx_kind,
+#       then pairs (target run, target waiters)...
+# ARGV: run id, session key, now, attempt, JSON parked calls, wait deadline ms,
+#       lease expiry, message count, messages...
+PARK_RUN = (
+    _COMMON
+    + """
+local st = redis.call('HGET', KEYS[1], 'status')
+local att = redis.call('HGET', KEYS[1], 'attempt')
+if st ~= 'running' or att ~= ARGV[4] then return 'stale' end
+local n = tonumber(ARGV[8])
+for i = 9, 8 + n do append(KEYS[2], KEYS[3], ARGV[i]) end
+touch(KEYS[2], KEYS[6], KEYS[7], KEYS[8], ARGV[2], ARGV[3])
+redis.call('HSET', KEYS[1], 'status', 'parked', 'parked', ARGV[5])
+redis.call('HSET', KEYS[2], 'status', 'parked')
+local pending = 0
+for i = 9, #KEYS, 2 do
+  local tst = redis.call('HGET', KEYS[i], 'status')
+  if tst == 'queued' or tst == 'running' or tst == 'parked' then
+    redis.call('SADD', KEYS[i + 1], ARGV[1])
+    pending = pending + 1
+  end
+end
+redis.call('ZADD', KEYS[4], ARGV[6], ARGV[1])
+redis.call('ZADD', KEYS[5], ARGV[7], ARGV[2])
+if pending == 0 then return 'ready' end
+return 'parked'
+"""
+)
+
+# Move a parked run back to running for its resume step (only one resume wins).
+# KEYS: run, parked index, leases
+# ARGV: run id, session key, lease expiry, max attempts
+RESUME_RUN = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'parked' then return {'skip', ''} end
+local attempt = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
+redis.call('HSET', KEYS[1], 'status', 'running')
+redis.call('ZREM', KEYS[2], ARGV[1])
+if attempt > tonumber(ARGV[4]) then return {'exhausted', tostring(attempt)} end
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
+return {'ok', tostring(attempt)}
+"""
+
+# Put a run whose worker vanished back in the queued state so it can be claimed again.
+# KEYS: run; ARGV: expected attempt ('' = any)
+REQUEUE_RUN = """
+local st = redis.call('HGET', KEYS[1], 'status')
+if st ~= 'running' then return st or '' end
+if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'attempt') ~= ARGV[1] then return 'moved' end
+redis.call('HSET', KEYS[1], 'status', 'queued')
+return 'queued'
+"""
+
+# Release a lane whose holder has ended or vanished, handing it to the next queued run.
+# KEYS: lane, lane queue, leases; ARGV: expected holder, session key, lease expiry
+RELEASE_LANE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return '' end
+local n = redis.call('LPOP', KEYS[2])
+if n then
+  redis.call('SET', KEYS[1], n)
+  redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
+  return n
+end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[3], ARGV[2])
+return ''
+"""
+
+
+class Scripts:
+    """The registered scripts of one Redis client (EVALSHA with automatic reload)."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.ensure_session: Script = redis.register_script(ENSURE_SESSION)
+        self.submit_run: Script = redis.register_script(SUBMIT_RUN)
+        self.claim_run: Script = redis.register_script(CLAIM_RUN)
+        self.finish_run: Script = redis.register_script(FINISH_RUN)
+        self.park_run: Script = redis.register_script(PARK_RUN)
+        self.resume_run: Script = redis.register_script(RESUME_RUN)
+        self.requeue_run: Script = redis.register_script(REQUEUE_RUN)
+        self.release_lane: Script = redis.register_script(RELEASE_LANE)
+
+
+def as_text(value: Any) -> str:
+    """Decode a Redis reply element (bytes or str or int) to text."""
+    if isinstance(value, bytes):
+        return value.decode()
+    return "" if value is None else str(value)

@@ -1,0 +1,242 @@
+"""Session entries and their indexes: by sessionId, by label, by updatedAt (all, agent, kind).
+
+Listing never scans the store: it reads bounded ranges of the sorted-set indexes.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis import Redis
+
+from switchboard.shared import keys as sk
+from switchboard.shared.errors import Conflict
+from switchboard.shared.store import codec
+from switchboard.shared.store.keyspace import Keyspace
+from switchboard.shared.store.runs import now_ms
+from switchboard.shared.store.scripts import Scripts, as_text
+
+# Fields kept as integers / booleans / JSON when read back; everything else is text.
+_INT_FIELDS = frozenset(
+    {
+        "createdAt",
+        "updatedAt",
+        "seq",
+        "contextTokens",
+        "inputTokens",
+        "outputTokens",
+        "totalTokens",
+        "spawnDepth",
+        "startedAt",
+        "endedAt",
+        "runtimeMs",
+    }
+)
+_BOOL_FIELDS = frozenset({"systemSent", "abortedLastRun", "deliver"})
+_JSON_FIELDS = frozenset({"deliveryContext", "origin"})
+
+
+@dataclass(frozen=True)
+class SessionEntry:
+    """One session entry with typed fields (camelCase, as OpenClaw names them)."""
+
+    key: str
+    fields: Mapping[str, Any]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """A field or the default."""
+        return self.fields.get(name, default)
+
+    @property
+    def session_id(self) -> str:
+        """The session's UUID."""
+        return str(self.fields.get("sessionId", ""))
+
+    @property
+    def updated_at_ms(self) -> int:
+        """Last activity (ms)."""
+        return int(self.fields.get("updatedAt") or 0)
+
+    @classmethod
+    def from_hash(cls, key: str, raw: Mapping[str, str]) -> SessionEntry:
+        """Decode a HGETALL reply."""
+        out: dict[str, Any] = {}
+        for name, value in raw.items():
+            if name in _INT_FIELDS:
+                out[name] = codec.as_int(value)
+            elif name in _BOOL_FIELDS:
+                out[name] = codec.as_bool(value)
+            elif name in _JSON_FIELDS:
+                out[name] = codec.as_json(value)
+            else:
+                out[name] = value
+        return cls(key=key, fields=out)
+
+
+class SessionStore:
+    """Session entries in Redis hashes, plus the lookup and ordering indexes."""
+
+    def __init__(self, redis: Redis, ks: Keyspace, kind_of: Callable[[str], str]) -> None:
+        self.redis = redis
+        self.ks = ks
+        self.scripts = Scripts(redis)
+        self.kind_of = kind_of
+
+    def _index_keys(self, key: str) -> list[str]:
+        agent_id = sk.agent_id_of(key)
+        return [
+            self.ks.updated_all,
+            self.ks.updated_agent(agent_id),
+            self.ks.updated_kind(agent_id, self.kind_of(key)),
+        ]
+
+    def ensure(
+        self,
+        key: str,
+        *,
+        on_create: Mapping[str, Any] | None = None,
+        always: Mapping[str, Any] | None = None,
+    ) -> tuple[str, bool]:
+        """Create the entry if missing and touch it; returns (sessionId, created)."""
+        res = self.scripts.ensure_session(
+            keys=[self.ks.session(key), self.ks.session_ids, *self._index_keys(key)],
+            args=[
+                key,
+                now_ms(),
+                sk.new_session_id(),
+                codec.fields_json(on_create or {}),
+                codec.fields_json(always or {}),
+            ],
+        )
+        return as_text(res[1]), bool(int(res[0]))
+
+    def get(self, key: str) -> SessionEntry | None:
+        """The entry, or None."""
+        raw = self.redis.hgetall(self.ks.session(key))
+        return SessionEntry.from_hash(key, codec.decode_hash(raw)) if raw else None
+
+    def get_many(self, keys: Sequence[str]) -> list[SessionEntry | None]:
+        """Several entries in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(self.ks.session(key))
+        return [
+            SessionEntry.from_hash(key, codec.decode_hash(raw)) if raw else None
+            for key, raw in zip(keys, pipe.execute(), strict=True)
+        ]
+
+    def exists(self, key: str) -> bool:
+        """True when the session has an entry."""
+        return bool(self.redis.exists(self.ks.session(key)))
+
+    def key_for_session_id(self, session_id: str) -> str | None:
+        """The canonical key of a sessionId."""
+        return as_text(self.redis.hget(self.ks.session_ids, session_id.lower())) or None
+
+    def key_for_label(self, label: str) -> str | None:
+        """The canonical key that carries a label."""
+        return as_text(self.redis.hget(self.ks.labels, label)) or None
+
+    def patch(self, key: str, fields: Mapping[str, Any]) -> None:
+        """Set (or, with None, clear) fields of an existing entry; labels stay unique."""
+        if "label" in fields:
+            self._move_label(key, fields["label"])
+        set_map = {k: codec.encode_value(v) for k, v in fields.items() if v is not None}
+        del_names = [k for k, v in fields.items() if v is None]
+        pipe = self.redis.pipeline(transaction=True)
+        if set_map:
+            pipe.hset(self.ks.session(key), mapping=set_map)  # type: ignore[arg-type]
+        if del_names:
+            pipe.hdel(self.ks.session(key), *del_names)
+        pipe.execute()
+
+    def _move_label(self, key: str, label: str | None) -> None:
+        old = as_text(self.redis.hget(self.ks.session(key), "label")) or None
+        if label == old:
+            return
+        if label is not None and not self.redis.hsetnx(self.ks.labels, label, key):
+            holder = self.key_for_label(label)
+            if holder != key:
+                raise Conflict(f"label already in use: {label}", field="label")
+        if old is not None and self.key_for_label(old) == key:
+            self.redis.hdel(self.ks.labels, old)
+
+    def delete(self, key: str) -> bool:
+        """Remove an entry, its transcript and index entries; False when it did not exist."""
+        entry = self.get(key)
+        if entry is None:
+            return False
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.delete(self.ks.session(key), self.ks.transcript(key), self.ks.children(key))
+        pipe.hdel(self.ks.session_ids, entry.session_id)
+        label = entry.get("label")
+        if label and self.key_for_label(label) == key:
+            pipe.hdel(self.ks.labels, label)
+        for idx in self._index_keys(key):
+            pipe.zrem(idx, key)
+        parent = entry.get("spawnedBy")
+        if parent:
+            pipe.zrem(self.ks.children(parent), key)
+        pipe.execute()
+        return True
+
+    def add_child(self, parent: str, child: str) -> None:
+        """Record that ``parent`` spawned ``child``."""
+        self.redis.zadd(self.ks.children(parent), {child: now_ms()})
+
+    def children(self, parent: str) -> list[str]:
+        """Direct children of a session, oldest first."""
+        return [as_text(v) for v in self.redis.zrange(self.ks.children(parent), 0, -1)]
+
+    def recent_keys(
+        self,
+        *,
+        agent_ids: Iterable[str] | None,
+        kinds: Iterable[str] | None,
+        min_updated_ms: int | None,
+        limit: int,
+        offset: int = 0,
+    ) -> list[tuple[str, int]]:
+        """Up to ``limit`` (key, updatedAt) pairs, newest first, from the indexes only."""
+        indexes = self._indexes_for(agent_ids, kinds)
+        lo = "-inf" if min_updated_ms is None else str(min_updated_ms)
+        want = offset + limit
+        pipe = self.redis.pipeline(transaction=False)
+        for idx in indexes:
+            pipe.zrevrangebyscore(idx, "+inf", lo, start=0, num=want, withscores=True)
+        merged = heapq.merge(
+            *[[(as_text(m), int(s)) for m, s in rows] for rows in pipe.execute()],
+            key=lambda pair: -pair[1],
+        )
+        out = list(merged)[offset:want]
+        return out
+
+    def _indexes_for(
+        self, agent_ids: Iterable[str] | None, kinds: Iterable[str] | None
+    ) -> list[str]:
+        kinds = list(kinds) if kinds is not None else None
+        if agent_ids is None:
+            if kinds is None:
+                return [self.ks.updated_all]
+            agent_ids = self.agent_ids()
+        agent_ids = list(agent_ids)
+        if kinds is None:
+            return [self.ks.updated_agent(a) for a in agent_ids]
+        return [self.ks.updated_kind(a, k) for a in agent_ids for k in kinds]
+
+    def agent_ids(self) -> list[str]:
+        """Agents that own at least one session (from the per-agent index names)."""
+        prefix = self.ks.updated_agent("")
+        found: set[str] = set()
+        for name in self.redis.scan_iter(match=f"{prefix}*", count=1000):
+            rest = as_text(name)[len(prefix) :]
+            if rest and ":" not in rest:
+                found.add(rest)
+        return sorted(found)
+
+    def count(self) -> int:
+        """Number of sessions in the global index."""
+        return int(self.redis.zcard(self.ks.updated_all))

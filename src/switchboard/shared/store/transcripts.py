@@ -1,0 +1,67 @@
+"""Transcripts as Redis streams: one entry per message, stream id ``<seq>-0``.
+
+Appends happen inside the run scripts (so they are exactly-once with the run's state
+change); this module reads, and appends for callers outside a run (announces, notes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from redis import Redis
+
+from switchboard.shared.store import codec
+from switchboard.shared.store.keyspace import Keyspace
+from switchboard.shared.store.scripts import as_text
+
+_APPEND = """
+local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
+redis.call('XADD', KEYS[2], seq .. '-0', 'm', ARGV[1])
+redis.call('HSET', KEYS[1], 'updatedAt', ARGV[2])
+return seq
+"""
+
+
+def _decode(entry_id: bytes | str, fields: Mapping[bytes | str, bytes | str]) -> dict[str, Any]:
+    raw = fields.get(b"m") or fields.get("m")
+    msg: dict[str, Any] = codec.loads(raw) if raw else {}
+    seq = int(as_text(entry_id).split("-", 1)[0])
+    msg["__openclaw"] = {"seq": seq}
+    return msg
+
+
+class TranscriptStore:
+    """Reads (and out-of-run appends) of session transcripts."""
+
+    def __init__(self, redis: Redis, ks: Keyspace) -> None:
+        self.redis = redis
+        self.ks = ks
+        self._append = redis.register_script(_APPEND)
+
+    def tail(self, key: str, limit: int) -> list[dict[str, Any]]:
+        """The last ``limit`` messages, oldest first."""
+        rows = self.redis.xrevrange(self.ks.transcript(key), count=limit)
+        return [_decode(i, f) for i, f in reversed(rows)]
+
+    def all(self, key: str) -> list[dict[str, Any]]:
+        """Every message, oldest first."""
+        rows = self.redis.xrange(self.ks.transcript(key))
+        return [_decode(i, f) for i, f in rows]
+
+    def after(self, key: str, seq: int) -> list[dict[str, Any]]:
+        """Messages with a sequence number above ``seq``."""
+        rows = self.redis.xrange(self.ks.transcript(key), min=f"({seq}-0")
+        return [_decode(i, f) for i, f in rows]
+
+    def length(self, key: str) -> int:
+        """Number of messages."""
+        return int(self.redis.xlen(self.ks.transcript(key)))
+
+    def append(self, key: str, message: Mapping[str, Any], now_ms: int) -> int:
+        """Append one message outside a run; returns its sequence number."""
+        seq = self._append(
+            keys=[self.ks.session(key), self.ks.transcript(key)],
+            args=[codec.dumps(dict(message)), now_ms],
+        )
+        return int(seq)

@@ -1,0 +1,1 @@
+"""The session tools, one module per tool."""

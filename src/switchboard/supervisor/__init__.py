@@ -1,0 +1,1 @@
+"""Starting and supervising the processes: embedded Redis, api, worker, beat."""

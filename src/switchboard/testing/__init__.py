@@ -1,0 +1,1 @@
+"""Test and benchmark helpers shipped with the product (fake model server)."""

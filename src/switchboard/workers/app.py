@@ -1,0 +1,74 @@
+"""The Celery app: JSON, late acks, requeue on worker loss, prefetch 1, no result backend.
+
+Run outcomes live in the run records in Redis, so tasks ignore results. Tasks are thin:
+they carry ids, load state from Redis and call into ``switchboard.shared``.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+from kombu import Exchange, Queue
+
+from switchboard.shared.config import Settings, get_settings
+from switchboard.shared.errors import Unavailable
+
+RUNS_QUEUE = "sb.runs"
+FLOWS_QUEUE = "sb.flows"
+SWEEP_QUEUE = "sb.sweep"
+ALL_QUEUES = (RUNS_QUEUE, FLOWS_QUEUE, SWEEP_QUEUE)
+
+# Above the longest step a worker executes (a run's deadline caps at one hour), so a
+# message is never redelivered while its first copy still runs.
+VISIBILITY_TIMEOUT_S = 2 * 3600
+
+
+def create_celery_app(settings: Settings | None = None) -> Celery:
+    """Build the configured Celery app with every task registered."""
+    settings = settings or get_settings()
+    broker = settings.effective_broker_url
+    if not broker:
+        raise Unavailable(
+            "no Redis configured: set SWITCHBOARD_REDIS_URL (or run `switchboard up`, "
+            "which starts an embedded Redis)"
+        )
+    app = Celery("switchboard", broker=broker, set_as_current=False)
+    transport = {
+        "visibility_timeout": VISIBILITY_TIMEOUT_S,
+        "socket_keepalive": True,
+        "health_check_interval": 25,
+    }
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        task_ignore_result=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        broker_transport_options=transport,
+        broker_connection_retry_on_startup=True,
+        visibility_timeout=VISIBILITY_TIMEOUT_S,
+        task_queues=[Queue(name, Exchange(name), routing_key=name) for name in ALL_QUEUES],
+        task_default_queue=FLOWS_QUEUE,
+        task_routes={
+            "switchboard.run": {"queue": RUNS_QUEUE},
+            "switchboard.resume": {"queue": RUNS_QUEUE},
+            "switchboard.sweep": {"queue": SWEEP_QUEUE},
+        },
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        worker_hijack_root_logger=False,
+        beat_schedule={
+            "sweep": {
+                "task": "switchboard.sweep",
+                "schedule": settings.sweep_interval_s,
+                "options": {"queue": SWEEP_QUEUE, "expires": settings.sweep_interval_s * 4},
+            }
+        },
+        timezone="UTC",
+    )
+    from switchboard.workers.tasks import register_tasks
+
+    register_tasks(app, settings)
+    return app

@@ -1,0 +1,39 @@
+"""Fixtures shared by every test layer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from switchboard.supervisor.redis_server import RedisServer
+
+# --- Redis: a private server per session, never a developer's data -------------------------
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A private redis-server on a free port, without persistence, for the whole session."""
+    with RedisServer(tmp_path_factory.mktemp("redis"), appendonly=False) as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> Iterator[str]:
+    """The URL of an empty database on the private server, flushed after the test."""
+    with redis.Redis.from_url(redis_server.url) as admin:
+        keys = admin.dbsize()
+        if keys:
+            reason = f"refusing {redis_server.url}: it holds {keys} keys, tests need it empty"
+            pytest.fail(reason, pytrace=False)
+        yield redis_server.url
+        # Reconnects if the test restarted the server; safe, the server is ours alone.
+        admin.flushdb()
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    """A client (bytes responses) for the empty database of `redis_url`."""
+    with redis.Redis.from_url(redis_url, decode_responses=False) as client:
+        yield client

@@ -1,0 +1,125 @@
+"""Integration fixtures: a real Redis, a real Celery worker, the real api over HTTP."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from celery import Celery
+from celery.contrib.testing.worker import start_worker
+
+from switchboard.api.app import create_app
+from switchboard.shared.config import Settings, SwitchboardConfig, parse_config
+from switchboard.shared.services import Services
+from switchboard.workers.app import create_celery_app
+
+TOKEN = "test-token"
+
+
+def free_port() -> int:
+    """A free loopback port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def config_data() -> dict[str, Any]:
+    """The JSON config for the test (override in a test module to change it)."""
+    return {}
+
+
+@pytest.fixture
+def config(config_data: dict[str, Any]) -> SwitchboardConfig:
+    """The validated config."""
+    return parse_config(config_data)
+
+
+@pytest.fixture
+def settings(redis_url: str, tmp_path: Any) -> Settings:
+    """Settings pointing at the private Redis, with fast recovery timings."""
+    return Settings(
+        redis_url=redis_url,
+        token=TOKEN,
+        data_dir=tmp_path / "data",
+        sweep_interval_s=0.5,
+        lane_lease_s=3,
+    )
+
+
+@pytest.fixture
+def celery_app(settings: Settings, config: SwitchboardConfig) -> Celery:
+    """The product's Celery app, wired to the private Redis."""
+    return create_celery_app(settings)
+
+
+@pytest.fixture
+def services(celery_app: Celery, settings: Settings, config: SwitchboardConfig) -> Services:
+    """The worker-side services (the same object the worker's tasks use)."""
+    from switchboard.wiring import build_services
+    from switchboard.workers.queue import CeleryQueue
+
+    svc = build_services(settings, queue=CeleryQueue(celery_app), config=config)
+    celery_app.services_override = svc  # type: ignore[attr-defined]
+    return svc
+
+
+@pytest.fixture
+def worker(celery_app: Celery, services: Services) -> Iterator[Any]:
+    """A real Celery worker (threads pool) consuming from the private Redis."""
+    with start_worker(
+        celery_app,
+        pool="threads",
+        concurrency=16,
+        perform_ping_check=False,
+        loglevel="WARNING",
+        shutdown_timeout=30,
+    ) as w:
+        yield w
+
+
+@pytest.fixture
+def api_url(settings: Settings, config: SwitchboardConfig, services: Services) -> Iterator[str]:
+    """The real api served by uvicorn on a loopback port."""
+    port = free_port()
+    app = create_app(settings, config, services=services)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("api did not start")
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+@pytest.fixture
+def client(api_url: str) -> Iterator[httpx.Client]:
+    """An HTTP client for the api with the bearer token."""
+    with httpx.Client(
+        base_url=api_url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60
+    ) as c:
+        yield c
+
+
+@pytest.fixture
+def rpc(client: httpx.Client) -> Callable[..., Any]:
+    """Call a gateway method and return the decoded answer (asserting HTTP 200)."""
+
+    def call(method: str, **params: Any) -> Any:
+        resp = client.post("/rpc", json={"method": method, "params": params})
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    return call
