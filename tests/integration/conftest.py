@@ -123,3 +123,21 @@ def rpc(client: httpx.Client) -> Callable[..., Any]:
         return resp.json()
 
     return call
+
+
+@pytest.fixture
+def sweeper(services: Services) -> Iterator[None]:
+    """The recovery sweep every 0.3 s in a thread (what beat schedules in production)."""
+    from switchboard.shared.runtime.sweeper import sweep
+
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(0.3):
+            sweep(services)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    yield
+    stop.set()
+    thread.join(5)

@@ -75,8 +75,14 @@ def make_agent(
     return agent
 
 
+async def run_agent(agent: Agent[None, Any], prompt: str | None, **kw: Any) -> Any:
+    """Run inside `async with agent:` so the HTTP client closes before the loop ends."""
+    async with agent:
+        return await agent.run(prompt, **kw)
+
+
 async def ask(providers: dict[str, ProviderConfig], prompt: str, **kw: Any) -> Any:
-    return await make_agent(providers).run(prompt, **kw)
+    return await run_agent(make_agent(providers), prompt, **kw)
 
 
 def test_resolve_model_builds_a_real_openai_chat_model(providers: dict[str, Any]) -> None:
@@ -103,7 +109,7 @@ def test_scripted_tool_call_runs_the_tool_then_replies(
         {"content": "the sum is 5"},
     )
     calls: list[dict[str, Any]] = []
-    result = run(make_agent(providers, calls).run("add please"))
+    result = run(run_agent(make_agent(providers, calls), "add please"))
     assert calls == [{"a": 2, "b": 3}]
     assert result.output == "the sum is 5"
     follow_up = fake_model.requests()[1]["messages"]
@@ -114,7 +120,7 @@ def test_scripted_tool_call_runs_the_tool_then_replies(
 def test_directive_tool_call_replies_with_the_result(providers: dict[str, Any]) -> None:
     """The echo directives work over the wire: `/tool` then the result as the reply."""
     calls: list[dict[str, Any]] = []
-    result = run(make_agent(providers, calls).run('/tool add {"a": 4, "b": 5}'))
+    result = run(run_agent(make_agent(providers, calls), '/tool add {"a": 4, "b": 5}'))
     assert calls == [{"a": 4, "b": 5}]
     assert result.output == '{"sum":9}'
 
@@ -134,8 +140,8 @@ def test_default_and_scripted_latency(
 
 
 def test_usage_is_counted_in_words(providers: dict[str, Any]) -> None:
-    """Prompt tokens are the words of every message sent (instructions too), completion the reply's."""
-    result = run(make_agent(providers, instructions="be brief").run("one two three"))
+    """Usage counts words: every message sent (instructions too) in, the reply out."""
+    result = run(run_agent(make_agent(providers, instructions="be brief"), "one two three"))
     assert (result.usage.input_tokens, result.usage.output_tokens) == (5, 3)
 
 
@@ -146,7 +152,7 @@ def test_streaming_gives_the_same_reply_and_usage(
 
     async def streamed() -> tuple[str, Any]:
         agent = Agent(resolve_model(MODEL_REF, providers))
-        async with agent.run_stream("one two three four") as stream:
+        async with agent, agent.run_stream("one two three four") as stream:
             return await stream.get_output(), stream.usage
 
     output, usage = run(streamed())
@@ -195,9 +201,8 @@ def test_deferred_call_resumes_from_the_stored_transcript(
 async def ask_resumed(
     providers: dict[str, Any], history: list[Any], results: DeferredToolResults
 ) -> Any:
-    return await make_agent(providers).run(
-        None, message_history=history, deferred_tool_results=results
-    )
+    agent = make_agent(providers)
+    return await run_agent(agent, None, message_history=history, deferred_tool_results=results)
 
 
 def test_models_endpoint_lists_the_fake_model(fake_model: FakeModelServer) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -80,7 +81,7 @@ def test_twenty_concurrent_messages_run_one_at_a_time_in_order(
     outcomes = [wait_ok(rpc, s["runId"]) for s in started]
     assert all(o["status"] == "ok" for o in outcomes)
     spans = sorted((o["startedAt"], o["endedAt"]) for o in outcomes)
-    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+    for (_, end), (start, _) in itertools.pairwise(spans):
         assert start >= end, "two runs of one session overlapped"
     transcript = services.store.transcripts.all("agent:main:main")
     assert [m["role"] for m in transcript] == ["user", "assistant"] * 20

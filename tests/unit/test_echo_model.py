@@ -241,14 +241,13 @@ def test_builtin_echo_resolves_to_the_echo_model() -> None:
 def test_bad_refs_are_invalid_input_naming_the_ref(ref: str) -> None:
     """Unknown providers, empty parts and refs without `/` are rejected with the ref."""
     providers = {"local": Provider(base_url=None)}
-    for check in (
-        lambda: resolve_model(ref, providers, env={}),
-        lambda: validate_model_ref(ref, providers),
-    ):
-        with pytest.raises(InvalidInput) as info:
-            check()
-        assert info.value.fields["field"] == "model"
-        assert f"invalid model: {ref} (" in info.value.message
+    with pytest.raises(InvalidInput) as resolved:
+        resolve_model(ref, providers, env={})
+    with pytest.raises(InvalidInput) as validated:
+        validate_model_ref(ref, providers)
+    for error in (resolved.value, validated.value):
+        assert error.fields["field"] == "model"
+        assert f"invalid model: {ref} (" in error.message
 
 
 def test_configured_provider_uses_chat_completions_at_its_base_url() -> None:

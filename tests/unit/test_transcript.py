@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
+    ModelMessage,
     ModelRequest,
     ModelResponse,
     SystemPromptPart,
@@ -130,7 +131,9 @@ def test_inter_session_user_messages_get_the_prefix_line() -> None:
     }
     (request,) = to_model_messages([{"role": "user", "content": "hi", "provenance": provenance}])
     assert isinstance(request, ModelRequest)
-    assert request.parts[0].content == (
+    part = request.parts[0]
+    assert isinstance(part, UserPromptPart)
+    assert part.content == (
         "[Inter-session message] sourceSession=agent:main:main sourceChannel=webchat "
         "sourceTool=sessions_send\nhi"
     )
@@ -152,7 +155,9 @@ def test_external_user_messages_are_not_prefixed() -> None:
     """Only `inter_session` provenance adds the prefix."""
     message = {"role": "user", "content": "hi", "provenance": {"kind": "external_user"}}
     (request,) = to_model_messages([message])
-    assert isinstance(request, ModelRequest) and request.parts[0].content == "hi"
+    assert isinstance(request, ModelRequest)
+    part = request.parts[0]
+    assert isinstance(part, UserPromptPart) and part.content == "hi"
 
 
 def test_consecutive_tool_results_fold_into_one_request() -> None:
@@ -165,7 +170,7 @@ def test_consecutive_tool_results_fold_into_one_request() -> None:
         ],
         "stopReason": "toolUse",
     }
-    results = [
+    results: list[dict[str, Any]] = [
         {"role": "toolResult", "toolCallId": i, "toolName": "t", "content": [], "isError": False}
         for i in ("a", "b")
     ]
@@ -200,8 +205,9 @@ def test_compaction_markers_are_skipped_and_system_notes_kept() -> None:
     }
     note = {"role": "system", "content": [{"type": "text", "text": "sub-agent finished"}]}
     (request,) = to_model_messages([marker, note])
-    assert [type(p) for p in request.parts] == [SystemPromptPart]
-    assert request.parts[0].content == "sub-agent finished"
+    assert isinstance(request, ModelRequest)
+    (part,) = request.parts
+    assert isinstance(part, SystemPromptPart) and part.content == "sub-agent finished"
 
 
 def test_string_assistant_content_is_text() -> None:
@@ -291,7 +297,7 @@ def test_transcript_round_trips_through_model_messages(transcript: list[dict[str
 
 def test_final_text_is_the_last_response_text() -> None:
     """The run's reply is the last response's text, not an earlier one's."""
-    messages = [
+    messages: list[ModelMessage] = [
         ModelRequest(parts=[UserPromptPart("q")]),
         ModelResponse(parts=[TextPart("first"), ToolCallPart("t", {}, "c")]),
         ModelRequest(parts=[ToolReturnPart("t", "r", "c")]),

@@ -326,7 +326,9 @@ class FakeModelServer:
 
     def start(self, timeout_s: float = 10.0) -> FakeModelServer:
         """Bind a free port, serve in a daemon thread and wait until it accepts requests."""
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # proto=IPPROTO_TCP: asyncio only sets TCP_NODELAY on connections accepted from such a
+        # socket; without it every response waits ~40 ms on Nagle and delayed ACKs.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self._host, 0))
         self._port = sock.getsockname()[1]

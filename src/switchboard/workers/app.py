@@ -7,7 +7,7 @@ they carry ids, load state from Redis and call into ``switchboard.shared``.
 from __future__ import annotations
 
 from celery import Celery
-from kombu import Exchange, Queue
+from kombu import Exchange, Queue  # type: ignore[attr-defined]
 
 from switchboard.shared.config import Settings, get_settings
 from switchboard.shared.errors import Unavailable
@@ -20,6 +20,11 @@ ALL_QUEUES = (RUNS_QUEUE, FLOWS_QUEUE, SWEEP_QUEUE)
 # Above the longest step a worker executes (a run's deadline caps at one hour), so a
 # message is never redelivered while its first copy still runs.
 VISIBILITY_TIMEOUT_S = 2 * 3600
+
+
+def _queue(name: str) -> Queue:
+    """A queue with its own direct exchange, so routing by queue name is exact."""
+    return Queue(name, Exchange(name), routing_key=name)  # type: ignore[no-untyped-call]
 
 
 def create_celery_app(settings: Settings | None = None) -> Celery:
@@ -49,7 +54,7 @@ def create_celery_app(settings: Settings | None = None) -> Celery:
         broker_transport_options=transport,
         broker_connection_retry_on_startup=True,
         visibility_timeout=VISIBILITY_TIMEOUT_S,
-        task_queues=[Queue(name, Exchange(name), routing_key=name) for name in ALL_QUEUES],
+        task_queues=[_queue(name) for name in ALL_QUEUES],
         task_default_queue=FLOWS_QUEUE,
         task_routes={
             "switchboard.run": {"queue": RUNS_QUEUE},

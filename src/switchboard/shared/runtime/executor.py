@@ -24,7 +24,6 @@ from switchboard.shared.errors import SwitchboardError
 from switchboard.shared.runtime.models import resolve_model
 from switchboard.shared.runtime.transcript import to_model_messages, to_transcript
 from switchboard.shared.services import Services
-from switchboard.shared.store.keyspace import LANE_HEARTBEAT_S
 from switchboard.shared.store.runs import Claim, ParkedCall, RunRecord, now_ms
 from switchboard.shared.tools.registry import ToolContext, ToolSpec, WaitFor
 
@@ -55,15 +54,16 @@ async def resume_run(svc: Services, run_id: str) -> None:
     calls = [ParkedCall.from_json(c) for c in rec.parked]
     targets = svc.store.runs.get_many([c.target_run_id for c in calls])
     now = now_ms()
-    if any(
-        t is not None and not t.terminal and now < c.deadline_ms for c, t in zip(calls, targets)
-    ):
+    pairs = list(zip(calls, targets, strict=True))
+    if any(t is not None and not t.terminal and now < c.deadline_ms for c, t in pairs):
         return  # another target's end (or the deadline sweep) resumes it later
     claim = svc.store.runs.resume(run_id, rec.session_key)
     if isinstance(claim, str):
         return
     ctx = _tool_context(svc, rec)
-    results = {c.tool_call_id: _complete_call(svc, ctx, c, t) for c, t in zip(calls, targets)}
+    results: dict[str, Any] = {
+        c.tool_call_id: _complete_call(svc, ctx, c, t) for c, t in zip(calls, targets, strict=True)
+    }
     await _execute(svc, rec, claim, deferred=DeferredToolResults(calls=results))
 
 
@@ -113,8 +113,10 @@ def _timeout_text(rec: RunRecord) -> str:
 
 
 async def _renew_lease(svc: Services, session_key: str) -> None:
+    # Renew well inside the lease so one slow round trip never lets it lapse.
+    interval_s = max(0.5, svc.store.runs.lease_s / 3)
     while True:
-        await asyncio.sleep(LANE_HEARTBEAT_S)
+        await asyncio.sleep(interval_s)
         with contextlib.suppress(Exception):
             svc.store.runs.renew_lease(session_key)
 

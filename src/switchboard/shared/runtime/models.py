@@ -9,7 +9,10 @@ API, `anthropic-messages` (or a provider named `anthropic`) the Messages API. Th
 another configured server.
 
 Built models are cached per (model spec, running event loop): a model holds an async HTTP
-client whose connections belong to the loop that opened them.
+client whose connections belong to the loop that opened them. Run them inside
+`async with model:` (or `async with agent:`): entries are counted, the last exit closes the
+client before its loop ends, and the next entry opens a new one. Without it, a loop that ends
+(e.g. each `asyncio.run`) leaves the client's sockets open until garbage collection.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from pydantic_ai.exceptions import UserError
@@ -48,6 +52,7 @@ _CACHE_SIZE = 32
 _OPENAI_CHAT_APIS = (None, "openai-completions", "openai-chat", "openai")
 
 Kind = Literal["echo", "openai-chat", "openai-responses", "anthropic"]
+_LoopRef = weakref.ref[asyncio.AbstractEventLoop] | None
 
 
 class ProviderLike(Protocol):
@@ -69,10 +74,11 @@ class _ModelSpec:
     provider: str
     model: str
     base_url: str | None = None
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)
 
 
-_cache: OrderedDict[tuple[_ModelSpec, int | None], Model] = OrderedDict()
+# (spec, id of the running loop) -> (model, the loop itself, to catch a reused id)
+_cache: OrderedDict[tuple[_ModelSpec, int | None], tuple[Model, _LoopRef]] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
@@ -81,14 +87,17 @@ def resolve_model(
 ) -> Model:
     """Build (or reuse) the model for `ref`; raise `InvalidInput` if it cannot be used."""
     spec = _model_spec(ref, providers, os.environ if env is None else env)
-    key = (spec, _running_loop_id())
+    loop = _running_loop()
+    key = (spec, None if loop is None else id(loop))
     with _cache_lock:
-        if (cached := _cache.get(key)) is not None:
+        cached = _cache.get(key)
+        if cached is not None and _deref(cached[1]) is loop:
             _cache.move_to_end(key)
-            return cached
+            return cached[0]
     model = _build(spec, ref)
     with _cache_lock:
-        _cache[key] = model
+        _cache[key] = (model, None if loop is None else weakref.ref(loop))
+        _cache.move_to_end(key)
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
     return model
@@ -105,11 +114,15 @@ def clear_model_cache() -> None:
         _cache.clear()
 
 
-def _running_loop_id() -> int | None:
+def _running_loop() -> asyncio.AbstractEventLoop | None:
     try:
-        return id(asyncio.get_running_loop())
+        return asyncio.get_running_loop()
     except RuntimeError:
         return None
+
+
+def _deref(ref: _LoopRef) -> asyncio.AbstractEventLoop | None:
+    return None if ref is None else ref()
 
 
 def _model_spec(

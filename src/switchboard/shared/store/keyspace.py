@@ -10,10 +10,9 @@ from dataclasses import dataclass
 
 # How long an `agent` idempotency key maps to its run (a retried call gets the same run).
 IDEMPOTENCY_TTL_S = 600
-# Lease a run holds on its session lane; a worker renews it while the run executes.
+# Default lease a run holds on its session lane (SWITCHBOARD_LANE_LEASE_S); the worker
+# renews it every third of that while the run executes.
 LANE_LEASE_S = 30
-# How often a running worker renews its lane lease.
-LANE_HEARTBEAT_S = 10
 
 
 @dataclass(frozen=True)

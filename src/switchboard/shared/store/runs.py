@@ -447,6 +447,8 @@ class RunStore:
 
     def set_meta(self, run_id: str, **fields: Any) -> None:
         """Set extra fields on a run hash."""
-        enc = {k: v for k, v in ((k, codec.encode_value(v)) for k, v in fields.items()) if v}
+        enc: dict[str | bytes, str] = {
+            k: v for k, v in ((k, codec.encode_value(v)) for k, v in fields.items()) if v
+        }
         if enc:
-            self.redis.hset(self.ks.run(run_id), mapping=enc)
+            self.redis.hset(self.ks.run(run_id), mapping=enc)  # type: ignore[arg-type]

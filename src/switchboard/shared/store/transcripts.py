@@ -41,17 +41,17 @@ class TranscriptStore:
 
     def tail(self, key: str, limit: int) -> list[dict[str, Any]]:
         """The last ``limit`` messages, oldest first."""
-        rows = self.redis.xrevrange(self.ks.transcript(key), count=limit)
+        rows: list[Any] = self.redis.xrevrange(self.ks.transcript(key), count=limit) or []
         return [_decode(i, f) for i, f in reversed(rows)]
 
     def all(self, key: str) -> list[dict[str, Any]]:
         """Every message, oldest first."""
-        rows = self.redis.xrange(self.ks.transcript(key))
+        rows: list[Any] = self.redis.xrange(self.ks.transcript(key)) or []
         return [_decode(i, f) for i, f in rows]
 
     def after(self, key: str, seq: int) -> list[dict[str, Any]]:
         """Messages with a sequence number above ``seq``."""
-        rows = self.redis.xrange(self.ks.transcript(key), min=f"({seq}-0")
+        rows: list[Any] = self.redis.xrange(self.ks.transcript(key), min=f"({seq}-0") or []
         return [_decode(i, f) for i, f in rows]
 
     def length(self, key: str) -> int:

@@ -1,0 +1,173 @@
+"""`switchboard up` as a user starts it: embedded Redis, api, worker, beat, a real model client."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from switchboard.testing.fake_model import FakeModelServer
+
+pytestmark = pytest.mark.e2e
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def fake_model() -> Iterator[FakeModelServer]:
+    """The project's OpenAI-compatible fake model server on loopback."""
+    with FakeModelServer() as server:
+        yield server
+
+
+class Running:
+    """A started `switchboard up` and what it printed."""
+
+    def __init__(self, proc: subprocess.Popen[str], url: str, token: str, workdir: Path) -> None:
+        self.proc, self.url, self.token, self.workdir = proc, url, token, workdir
+        self.http = httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+        )
+
+    def rpc(self, method: str, **params: Any) -> Any:
+        resp = self.http.post("/rpc", json={"method": method, "params": params})
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "switchboard", *args, "--url", self.url],
+            cwd=self.workdir,
+            env={k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+
+@pytest.fixture(scope="module")
+def up(fake_model: FakeModelServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    """`switchboard up` in a fresh directory, configured with the fake model as provider."""
+    workdir = tmp_path_factory.mktemp("up")
+    config = {
+        "models": {
+            "providers": {
+                "fake": {"baseUrl": fake_model.base_url, "apiKey": "k", "api": "openai-completions"}
+            }
+        },
+        "agents": {"defaults": {"model": "fake/fake-1"}},
+    }
+    (workdir / "switchboard.json5").write_text(json.dumps(config))
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "switchboard",
+            "up",
+            "--config",
+            "switchboard.json5",
+            "--port",
+            str(port),
+            "--concurrency",
+            "16",
+        ],
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    token = ""
+    lines: list[str] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if match := re.match(r"token (\S+)", line.strip()):
+            token = match.group(1)
+            break
+        assert proc.poll() is None, "".join(lines)
+    assert token, "up never printed a token:\n" + "".join(lines)
+    url = f"http://127.0.0.1:{port}"
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    running = Running(proc, url, token, workdir)
+    # Drain the output so the children never block on a full pipe.
+    import threading
+
+    threading.Thread(target=lambda: [lines.append(x) for x in proc.stdout], daemon=True).start()
+    yield running
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_agent_and_wait_through_the_real_model_client(
+    up: Running, fake_model: FakeModelServer
+) -> None:
+    """A run goes through the OpenAI-compatible client to the model server and back."""
+    fake_model.reset()
+    started = up.rpc("agent", sessionKey="main", message="hello model")
+    assert started["status"] == "accepted"
+    outcome = up.rpc("agent.wait", runId=started["runId"], timeoutMs=30_000)
+    assert outcome["status"] == "ok", outcome
+    assert outcome["reply"] == "hello model"
+    (request,) = fake_model.requests()
+    assert request["model"] == "fake-1"
+    assert request["messages"][-1]["content"] == "hello model"
+
+
+def test_cli_send_history_and_sessions(up: Running) -> None:
+    """`switchboard send`, `history` and `sessions` work against the running service."""
+    sent = up.cli("send", "main", "from the terminal")
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stdout.strip() == "from the terminal"
+    hist = up.cli("history", "main")
+    assert hist.returncode == 0, hist.stderr
+    assert "user: from the terminal" in hist.stdout
+    assert "assistant: from the terminal" in hist.stdout
+    listing = up.cli("sessions")
+    assert listing.returncode == 0, listing.stderr
+    assert "agent:main:main" in listing.stdout
+
+
+def test_data_survives_in_the_embedded_redis_append_only_file(up: Running) -> None:
+    """The embedded Redis keeps its data under ./.switchboard with append-only persistence."""
+    redis_dir = up.workdir / ".switchboard" / "redis"
+    assert redis_dir.is_dir()
+    assert any(p.name.startswith("appendonly") for p in redis_dir.iterdir())
+
+
+def test_ctrl_c_stops_every_process(up: Running) -> None:
+    """SIGINT to `up` stops api, worker, beat and the embedded redis-server: no orphans."""
+    parent = psutil.Process(up.proc.pid)
+    children = parent.children(recursive=True)
+    assert any("redis-server" in " ".join(c.cmdline()) for c in children)
+    assert len(children) >= 4
+    os.kill(up.proc.pid, signal.SIGINT)
+    up.proc.wait(timeout=40)
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, [p.cmdline() for p in alive]
