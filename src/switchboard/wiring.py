@@ -9,6 +9,7 @@ from switchboard.shared.errors import Unavailable
 from switchboard.shared.queue import TaskQueue
 from switchboard.shared.services import Services
 from switchboard.shared.store import Store
+from switchboard.shared.tools.catalog import register_session_tools
 
 
 def redis_client(url: str) -> redis.Redis:
@@ -39,4 +40,6 @@ def build_services(
         max_attempts=config.runs.max_attempts,
         lease_s=settings.lane_lease_s,
     )
-    return Services(store=store, config=config, settings=settings, queue=queue)
+    services = Services(store=store, config=config, settings=settings, queue=queue)
+    register_session_tools(services.tools)
+    return services

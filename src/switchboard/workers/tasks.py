@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from functools import cache
 from typing import Any, TypeVar
 
@@ -77,6 +77,11 @@ def register_tasks(app: Celery, settings: Settings) -> None:
         """Recover expired lanes and overdue parked runs."""
         sweep(services())
 
+    from switchboard.shared.flows.catalog import FLOW_STEPS
+
+    for step_name in FLOW_STEPS:
+        _register_flow_step(app, step_name, services)
+
     def _sweep_on_start(sender: Any = None, **_: Any) -> None:
         # Recover what a killed predecessor left behind without waiting for beat.
         try:
@@ -85,3 +90,15 @@ def register_tasks(app: Celery, settings: Settings) -> None:
             log.exception("startup sweep failed")
 
     worker_ready.connect(_sweep_on_start, weak=False)
+
+
+def _register_flow_step(app: Celery, name: str, services: Callable[[], Services]) -> None:
+    """One Celery task per flow step, named as the step (readable in Flower)."""
+    from switchboard.shared.flows.steps import run_step
+
+    def task(*args: str) -> None:
+        run_step(services(), name, *args)
+
+    task.__name__ = name.rsplit(".", 1)[-1]
+    task.__doc__ = f"Flow step {name}."
+    app.task(name=name, shared=False, **_RETRY)(task)

@@ -34,6 +34,7 @@ class RunRequest:
     label: str | None = None
     kind: str = "agent"
     meta: Mapping[str, Any] = field(default_factory=dict)
+    on_end: Mapping[str, Any] | None = None
 
 
 def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
@@ -69,6 +70,7 @@ def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
             channel=req.channel,
             kind=req.kind,
             meta=req.meta,
+            on_end=req.on_end,
         )
     )
     if took_lane:

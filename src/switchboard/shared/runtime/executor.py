@@ -302,8 +302,17 @@ def after_run_end(
             svc.queue.enqueue_resume(waiter.run_id, waiter.session_key)
     if ended is None:
         return
+    if ended.on_end:
+        enqueue_follow_up(svc, ended)
     for hook in svc.on_run_end:
         try:
             hook(svc, ended)
         except Exception:
             log.exception("end-of-run hook %s failed for run %s", hook, run_id)
+
+
+def enqueue_follow_up(svc: Services, rec: RunRecord) -> None:
+    """Enqueue a run's `onEnd` step and clear it from the outbox (the sweep retries it)."""
+    assert rec.on_end is not None
+    svc.queue.enqueue(str(rec.on_end["task"]), *[str(a) for a in rec.on_end.get("args", [])])
+    svc.store.runs.outbox_done(rec.run_id)

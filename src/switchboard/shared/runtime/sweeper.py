@@ -18,6 +18,8 @@ log = logging.getLogger("switchboard.sweep")
 
 # A parked run that was resumed for its deadline is looked at again after this long.
 _PARKED_RECHECK_MS = 10_000
+# An ended run's follow-up not confirmed enqueued within this long is enqueued again.
+_OUTBOX_GRACE_MS = 15_000
 
 
 @dataclass
@@ -28,6 +30,7 @@ class SweepReport:
     resent: int = 0
     released: int = 0
     resumed: int = 0
+    followups: int = 0
 
 
 def sweep(svc: Services) -> SweepReport:
@@ -36,8 +39,9 @@ def sweep(svc: Services) -> SweepReport:
     now = now_ms()
     _sweep_lanes(svc, now, report)
     _sweep_parked(svc, now, report)
+    _sweep_outbox(svc, now, report)
     svc.store.redis.hset(svc.store.ks.beat_marks, "sweep", now)
-    if report.requeued or report.resent or report.released or report.resumed:
+    if any(vars(report).values()):
         log.info("sweep: %s", report)
     return report
 
@@ -81,3 +85,18 @@ def _sweep_parked(svc: Services, now: int, report: SweepReport) -> None:
         runs.push_parked(run_id, now + _PARKED_RECHECK_MS)
         svc.queue.enqueue_resume(run_id, rec.session_key)
         report.resumed += 1
+
+
+def _sweep_outbox(svc: Services, now: int, report: SweepReport) -> None:
+    """Re-enqueue follow-up steps of ended runs that were never confirmed enqueued."""
+    from switchboard.shared.runtime.executor import enqueue_follow_up
+
+    runs = svc.store.runs
+    for run_id in runs.outbox_due(now - _OUTBOX_GRACE_MS):
+        rec = runs.get(run_id)
+        if rec is None or not rec.on_end:
+            runs.outbox_done(run_id)
+            continue
+        runs.outbox_retry_later(run_id, now)
+        enqueue_follow_up(svc, rec)
+        report.followups += 1

@@ -88,6 +88,11 @@ class Keyspace:
         """Pub/sub channel: a run id is published when that run ends (a wake-up only)."""
         return f"{self.prefix}ch:runs"
 
+    @property
+    def outbox(self) -> str:
+        """Sorted set: ended runs whose follow-up step is not yet confirmed enqueued (ms)."""
+        return f"{self.prefix}idx:outbox"
+
     # -- session lanes ----------------------------------------------------------------
     def lane(self, key: str) -> str:
         """String: the run that holds the session's lane (one run at a time per session)."""
@@ -101,6 +106,49 @@ class Keyspace:
     def lane_leases(self) -> str:
         """Sorted set: session keys with a held lane, scored by lease expiry (ms)."""
         return f"{self.prefix}idx:leases"
+
+    # -- reply-back flows (sessions_send) ----------------------------------------------
+    def flow(self, flow_id: str) -> str:
+        """Hash: one reply-back flow (requester, target, turn, max turns, replies, announce
+        status, delivery id); expires ``runs.retentionHours`` after it ends."""
+        return f"{self.prefix}flow:{flow_id}"
+
+    # -- deliveries ---------------------------------------------------------------------
+    def delivery(self, delivery_id: str) -> str:
+        """Hash: one outbound delivery (target, message, status, attempts, last error)."""
+        return f"{self.prefix}dlv:{delivery_id}"
+
+    def session_deliveries(self, key: str) -> str:
+        """Sorted set: delivery ids concerning a session, by creation time (ms)."""
+        return f"{self.prefix}idx:dlv:{key}"
+
+    @property
+    def events(self) -> str:
+        """Stream: webchat/console events (deliveries, run ends), capped ~10k entries."""
+        return f"{self.prefix}events"
+
+    # -- spawns -------------------------------------------------------------------------
+    def spawn(self, spawn_id: str) -> str:
+        """Hash: one sub-agent spawn (child key, requester, run id, task, outcome,
+        announce status, cleanup, batch id)."""
+        return f"{self.prefix}spawn:{spawn_id}"
+
+    def active_children(self, key: str) -> str:
+        """Set: child session keys of ``key`` whose spawn has not finished announcing."""
+        return f"{self.prefix}kids:{key}"
+
+    def batch(self, batch_id: str) -> str:
+        """Hash: one batch fan-out (requester, join mode, expected count, joined flag)."""
+        return f"{self.prefix}batch:{batch_id}"
+
+    def batch_done(self, batch_id: str) -> str:
+        """Set: spawn ids of a batch that have finished (set size = completion count)."""
+        return f"{self.prefix}batch:{batch_id}:done"
+
+    @property
+    def archive_due(self) -> str:
+        """Sorted set: sub-agent session keys scored by when they are archived (ms)."""
+        return f"{self.prefix}idx:archive"
 
     # -- maintenance ------------------------------------------------------------------
     @property

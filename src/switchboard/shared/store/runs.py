@@ -52,6 +52,7 @@ class RunRecord:
     kind: str = "agent"
     parked: list[dict[str, Any]] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    on_end: dict[str, Any] | None = None
 
     @property
     def terminal(self) -> bool:
@@ -82,6 +83,7 @@ class RunRecord:
             kind=h.get("kind", "agent"),
             parked=codec.as_json(h.get("parked"), []),
             meta=codec.as_json(h.get("meta"), {}),
+            on_end=codec.as_json(h.get("onEnd")),
         )
 
     def outcome(self) -> dict[str, Any]:
@@ -115,6 +117,9 @@ class NewRun:
     channel: str | None = None
     kind: str = "agent"
     meta: Mapping[str, Any] = field(default_factory=dict)
+    # A follow-up task enqueued (durably, via the outbox) when the run ends:
+    # {"task": "<celery task name>", "args": ["<id>", ...]}.
+    on_end: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -240,6 +245,7 @@ class RunStore:
             "model": run.model,
             "channel": run.channel,
             "meta": dict(run.meta) if run.meta else None,
+            "onEnd": dict(run.on_end) if run.on_end else None,
         }
         lease = now_ms() + self.lease_s * 1000
         took = self.scripts.submit_run(
@@ -346,6 +352,7 @@ class RunStore:
                 self.ks.updated_agent(agent_id),
                 self.ks.updated_kind(agent_id, self._kind_of(session_key)),
                 self.ks.run_waiters(run_id),
+                self.ks.outbox,
             ],
             args=[
                 run_id,
@@ -437,6 +444,19 @@ class RunStore:
     def push_parked(self, run_id: str, until_ms: int) -> None:
         """Postpone the next overdue check of a parked run."""
         self.redis.zadd(self.ks.parked_runs, {run_id: until_ms}, xx=True)
+
+    def outbox_due(self, before_ms: int, limit: int = 500) -> list[str]:
+        """Ended runs whose follow-up was recorded before ``before_ms`` and not confirmed."""
+        rows = self.redis.zrangebyscore(self.ks.outbox, "-inf", before_ms, start=0, num=limit)
+        return [as_text(r) for r in rows]
+
+    def outbox_done(self, run_id: str) -> None:
+        """The run's follow-up is enqueued."""
+        self.redis.zrem(self.ks.outbox, run_id)
+
+    def outbox_retry_later(self, run_id: str, at_ms: int) -> None:
+        """Look at an outbox entry again at ``at_ms``."""
+        self.redis.zadd(self.ks.outbox, {run_id: at_ms}, xx=True)
 
     def requeue(self, run_id: str, attempt: int | None = None) -> str:
         """Mark a running run whose worker vanished as queued again."""

@@ -115,8 +115,10 @@ return {'ok', tostring(attempt), deadline}
 
 # End a run: append its messages, write the outcome, release the lane to the next run,
 # and wake waiters. Guarded by (status running, attempt) so a stale worker is a no-op.
+# A run with an `onEnd` follow-up is put in the outbox in the same step, so the
+# follow-up survives a worker that dies right after this script.
 # KEYS: run, lane, lane queue, leases, active, session, transcript, idx_all, idx_agent,
-#       idx_kind, waiters
+#       idx_kind, waiters, outbox
 # ARGV: run id, session key, now, attempt, JSON run fields, JSON session fields,
 #       JSON session increments, retention s, lease expiry for the next run, channel,
 #       messages...
@@ -134,6 +136,9 @@ incr_fields(KEYS[6], ARGV[7])
 touch(KEYS[6], KEYS[8], KEYS[9], KEYS[10], ARGV[2], ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[8])
 redis.call('ZREM', KEYS[5], ARGV[1])
+if redis.call('HEXISTS', KEYS[1], 'onEnd') == 1 then
+  redis.call('ZADD', KEYS[12], ARGV[3], ARGV[1])
+end
 local nxt = ''
 if redis.call('GET', KEYS[2]) == ARGV[1] then
   local n = redis.call('LPOP', KEYS[3])
