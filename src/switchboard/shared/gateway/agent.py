@@ -8,8 +8,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from switchboard.shared import keys as sk
-from switchboard.shared.errors import InvalidInput, NotFound
+from switchboard.shared.errors import Forbidden, InvalidInput, NotFound
 from switchboard.shared.gateway.resolve import display_key, resolve_session_ref
+from switchboard.shared.policy.send_policy import (
+    SEND_BLOCKED,
+    SendCommand,
+    parse_send_command,
+    resolve_send_policy,
+)
 from switchboard.shared.runtime.models import validate_model_ref
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import NewRun, RunRecord, now_ms
@@ -35,6 +41,8 @@ class RunRequest:
     kind: str = "agent"
     meta: Mapping[str, Any] = field(default_factory=dict)
     on_end: Mapping[str, Any] | None = None
+    # True for callers holding the gateway token (they may use `/send on|off|inherit`).
+    owner: bool = False
 
 
 def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
@@ -46,9 +54,13 @@ def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
     text = req.message.strip()
     if not text:
         raise InvalidInput("message required", field="message")
+    key = req.session_key
+    command = parse_send_command(text)
+    if command is not None:
+        return _apply_send_command(svc, req, command)
     if req.model:
         validate_model_ref(req.model, svc.config.models.providers)
-    key = req.session_key
+    check_send_policy(svc, key, channel=req.channel)
     _ensure_session(svc, req)
     run_id = str(uuid.uuid4())
     if req.idempotency_key:
@@ -76,6 +88,31 @@ def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
     if took_lane:
         svc.queue.enqueue_run(run_id, key)
     return {"runId": run_id, "status": "accepted", "acceptedAt": now_ms()}
+
+
+class SendBlocked(Forbidden):
+    """The target session's send policy denies starting a run or delivering to it."""
+
+
+def check_send_policy(svc: Services, key: str, *, channel: str | None = None) -> None:
+    """Raise SendBlocked when the session's send policy (override, rules) says deny."""
+    entry = svc.store.sessions.get(key)
+    decision = resolve_send_policy(
+        svc.config, session_key=key, entry=entry.fields if entry else None, channel=channel
+    )
+    if decision == "deny":
+        raise SendBlocked(SEND_BLOCKED, field="sessionKey")
+
+
+def _apply_send_command(svc: Services, req: RunRequest, command: SendCommand) -> dict[str, Any]:
+    """The owner's standalone `/send on|off|inherit`: set the override, start no run."""
+    if not req.owner:
+        raise Forbidden("/send is only accepted from the session owner", field="message")
+    if not command.valid:
+        return {"status": "error", "error": command.reply, "reply": command.reply}
+    svc.store.sessions.ensure(req.session_key)
+    svc.store.sessions.patch(req.session_key, {"sendPolicy": command.value})
+    return {"status": "ok", "command": "send", "sendPolicy": command.value, "reply": command.reply}
 
 
 def _ensure_session(svc: Services, req: RunRequest) -> None:
@@ -133,6 +170,7 @@ def agent_method(svc: Services, params: Mapping[str, Any]) -> dict[str, Any]:
             provenance=provenance,
             timeout_s=params.get("timeout"),
             label=params.get("label"),
+            owner=True,
         ),
     )
     result["sessionKey"] = display_key(svc, key)
@@ -151,6 +189,7 @@ def chat_send_method(svc: Services, params: Mapping[str, Any]) -> dict[str, Any]
             deliver=bool(params.get("deliver", False)),
             idempotency_key=params.get("idempotencyKey"),
             provenance={"kind": "external_user", "sourceChannel": "webchat"},
+            owner=True,
         ),
     )
     result["sessionKey"] = display_key(svc, key)
