@@ -325,6 +325,27 @@ def _message_text(msg: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+@app.command()
+def bench(
+    scenario: Annotated[
+        list[str] | None, typer.Option("--scenario", "-s", help="Scenario(s) to run (default all).")
+    ] = None,
+    quick: Annotated[bool, typer.Option(help="Small sample sizes (a smoke test).")] = False,
+    out: Annotated[Path, typer.Option(help="Where the JSON figures go.")] = Path("bench/results"),
+) -> None:
+    """Benchmark the product against its anchors, side by side in one run."""
+    from switchboard.bench import SCENARIOS, run_bench
+
+    names = scenario or list(SCENARIOS)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        err.print(
+            f"[red]unknown scenario(s):[/] {', '.join(unknown)}; known: {', '.join(SCENARIOS)}"
+        )
+        raise typer.Exit(2)
+    raise typer.Exit(run_bench(names, quick=quick, out_dir=out, console=console))
+
+
 def main() -> None:
     """Entry point: domain errors print as one clear line, never a stack trace."""
     try:
