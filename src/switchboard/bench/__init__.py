@@ -31,7 +31,7 @@ def run_bench(names: list[str], *, quick: bool, out_dir: Path, console: Console)
             r["scenario"],
             f"p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms",
             f"p50 {r['anchor_p50_ms']} ms",
-            f"{r['ratio_p50']}×",
+            f"{r['ratio_p50']}x",
         )
     console.print(table)
     return 0
