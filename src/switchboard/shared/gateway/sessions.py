@@ -171,7 +171,7 @@ def chat_history_method(svc: Services, params: Mapping[str, Any]) -> dict[str, A
     if not 1 <= limit <= 1000:
         raise InvalidInput("limit must be between 1 and 1000", field="limit")
     entry = svc.store.sessions.get(key)
-    messages = [m for m in svc.store.transcripts.tail(key, limit) if not _control_only(m)]
+    messages = visible_tail(svc, key, limit)
     out: dict[str, Any] = {"sessionKey": key, "messages": messages}
     if entry is not None:
         out["sessionId"] = entry.session_id
@@ -179,6 +179,17 @@ def chat_history_method(svc: Services, params: Mapping[str, Any]) -> dict[str, A
             if entry.get(name):
                 out[name] = entry.get(name)
     return out
+
+
+def visible_tail(svc: Services, key: str, limit: int) -> list[dict[str, Any]]:
+    """The last ``limit`` messages that are not control-token-only replies, oldest first."""
+    fetch = limit
+    while True:
+        raw = svc.store.transcripts.tail(key, fetch)
+        visible = [m for m in raw if not _control_only(m)]
+        if len(visible) >= limit or len(raw) < fetch:
+            return visible[-limit:]
+        fetch *= 2
 
 
 def _control_only(message: Mapping[str, Any]) -> bool:

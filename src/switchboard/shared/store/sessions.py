@@ -100,18 +100,25 @@ class SessionStore:
         on_create: Mapping[str, Any] | None = None,
         always: Mapping[str, Any] | None = None,
     ) -> tuple[str, bool]:
-        """Create the entry if missing and touch it; returns (sessionId, created)."""
+        """Create the entry if missing and touch it; returns (sessionId, created).
+
+        A ``label`` among the fields goes through the label index (labels are unique)."""
+        on_create = dict(on_create or {})
+        label = on_create.pop("label", None)
         res = self.scripts.ensure_session(
             keys=[self.ks.session(key), self.ks.session_ids, *self._index_keys(key)],
             args=[
                 key,
                 now_ms(),
                 sk.new_session_id(),
-                codec.fields_json(on_create or {}),
+                codec.fields_json(on_create),
                 codec.fields_json(always or {}),
             ],
         )
-        return as_text(res[1]), bool(int(res[0]))
+        created = bool(int(res[0]))
+        if created and label:
+            self.patch(key, {"label": label})
+        return as_text(res[1]), created
 
     def get(self, key: str) -> SessionEntry | None:
         """The entry, or None."""
