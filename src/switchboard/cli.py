@@ -1,9 +1,9 @@
 """The `switchboard` command: runs the processes and talks to a running api.
 
-Process commands (`up`, `api`, `worker`, `beat`) read `--config` / SWITCHBOARD_CONFIG and
-the SWITCHBOARD_* settings. Client commands (`send`, `sessions`, `history`) call the api
-over HTTP with the bearer token (SWITCHBOARD_TOKEN, else the token `up` saved in the data
-directory).
+Process commands (`up`, `api`, `worker`, `beat`, `flower`) read `--config` /
+SWITCHBOARD_CONFIG and the SWITCHBOARD_* settings. Client commands (`send`, `sessions`,
+`history`) call the api over HTTP with the bearer token (SWITCHBOARD_TOKEN, else the token
+`up` saved in the data directory).
 """
 
 from __future__ import annotations
@@ -176,6 +176,76 @@ def beat(config: ConfigOpt = None) -> None:
             f"--schedule={data_dir / 'beat-schedule'}",
         ]
     )
+
+
+@app.command()
+def flower(
+    config: ConfigOpt = None,
+    address: Annotated[
+        str | None, typer.Option(help="Bind address (default: SWITCHBOARD_HOST, 127.0.0.1).")
+    ] = None,
+    port: Annotated[int, typer.Option(help="Port.", min=1, max=65535)] = 5555,
+    basic_auth: Annotated[
+        str | None,
+        typer.Option(
+            "--basic-auth",
+            envvar="SWITCHBOARD_FLOWER_BASIC_AUTH",
+            show_envvar=True,
+            help="user:password for HTTP basic auth (several pairs: comma-separated). "
+            "Prefer the environment variable: a command line is visible to `ps`.",
+        ),
+    ] = None,
+    no_auth: Annotated[
+        bool,
+        typer.Option(
+            "--no-auth",
+            help="Run without authentication (Flower can revoke tasks and stop workers: "
+            "only on a trusted network; its HTTP API stays disabled).",
+        ),
+    ] = False,
+    max_tasks: Annotated[
+        int, typer.Option(help="Tasks Flower keeps in memory.", min=100, max=1_000_000)
+    ] = 10_000,
+    url_prefix: Annotated[
+        str | None, typer.Option(help="Serve under this path (behind a reverse proxy).")
+    ] = None,
+) -> None:
+    """Run Flower, Celery's monitoring UI, against the product's Celery app."""
+    pairs = [pair.strip() for pair in (basic_auth or "").split(",") if pair.strip()]
+    if no_auth and pairs:
+        err.print("[red]conflicting options:[/] --no-auth and --basic-auth (or its env var)")
+        raise typer.Exit(2)
+    if not no_auth and not pairs:
+        err.print(
+            "[red]refusing to start Flower without authentication:[/] set "
+            "SWITCHBOARD_FLOWER_BASIC_AUTH=user:password (or pass --basic-auth), "
+            "or pass --no-auth on a trusted network"
+        )
+        raise typer.Exit(2)
+    bad = [p for p in pairs if not all(part for part in p.partition(":")[::2])]
+    if bad:
+        err.print("[red]invalid --basic-auth:[/] expected user:password (comma-separated pairs)")
+        raise typer.Exit(2)
+
+    from switchboard.logs import setup_logging
+    from switchboard.workers.app import create_celery_app
+
+    settings = _settings(config)
+    setup_logging(settings.log_level)
+    celery_app = create_celery_app(settings)
+    argv = [
+        "flower",
+        f"--address={address or settings.host}",
+        f"--port={port}",
+        f"--max_tasks={max_tasks}",
+        # Autoscaled workers come and go: forget offline ones after a minute.
+        "--purge_offline_workers=60",
+    ]
+    if pairs:
+        argv.append(f"--basic_auth={','.join(pairs)}")
+    if url_prefix:
+        argv.append(f"--url_prefix={url_prefix}")
+    celery_app.start(argv)
 
 
 @app.command("check-health")

@@ -278,7 +278,7 @@ def test_invalid_value_names_path_value_and_rule() -> None:
             "agents.defaults.subagents.maxSpawnDepth",
         ),
         (
-            {"agents": {"defaults": {"subagents": {"maxChildrenPerAgent": 21}}}},
+            {"agents": {"defaults": {"subagents": {"maxChildrenPerAgent": 10_001}}}},
             "agents.defaults.subagents.maxChildrenPerAgent",
         ),
         ({"agents": {"list": [{"id": "a/b"}]}}, "agents.list[0].id"),
@@ -329,7 +329,7 @@ def test_secrets_are_not_echoed_in_errors() -> None:
 _RANGES = {
     ("session", "agentToAgent", "maxPingPongTurns"): (0, 5),
     ("agents", "defaults", "subagents", "maxSpawnDepth"): (1, 5),
-    ("agents", "defaults", "subagents", "maxChildrenPerAgent"): (1, 20),
+    ("agents", "defaults", "subagents", "maxChildrenPerAgent"): (1, 10_000),
     ("runs", "maxAttempts"): (1, 20),
 }
 _ENUMS = {

@@ -27,6 +27,8 @@ SYNC_METHODS: dict[str, tuple[type[p._Params], SyncMethod]] = {
     "sessions.resolve": (p.SessionsResolveParams, session_methods.sessions_resolve_method),
     "sessions.patch": (p.SessionsPatchParams, session_methods.sessions_patch_method),
     "sessions.delete": (p.SessionsDeleteParams, session_methods.sessions_delete_method),
+    "flows.get": (p.FlowsGetParams, session_methods.flows_get_method),
+    "deliveries.list": (p.DeliveriesListParams, session_methods.deliveries_list_method),
 }
 METHODS = sorted([*SYNC_METHODS, "agent.wait"])
 

@@ -14,6 +14,7 @@ from switchboard.shared import keys as sk
 from switchboard.shared.errors import NotFound
 from switchboard.shared.gateway.resolve import resolve_session_ref
 from switchboard.shared.services import Services
+from switchboard.shared.tools.offer import tools_for_session
 from switchboard.shared.tools.registry import ToolContext, WaitFor
 
 router = APIRouter()
@@ -54,10 +55,11 @@ async def invoke(request: Request) -> dict[str, Any]:
     """Run one tool; contract outcomes (error, forbidden, timeout) come back as results."""
     body = await parse_json_body(request, ToolInvokeRequest)
     svc: Services = request.app.state.services
-    spec = svc.tools.get(body.tool)
+    ctx = await run_in_threadpool(_context, svc, body.sessionKey)
+    offered = await run_in_threadpool(tools_for_session, svc, ctx)
+    spec = next((s for s in offered if s.name == body.tool), None)
     if spec is None:
         raise NotFound(f"Tool not available: {body.tool}", field="tool")
-    ctx = await run_in_threadpool(_context, svc, body.sessionKey)
     try:
         result = await run_in_threadpool(spec.handler, ctx, dict(body.args))
     except WaitFor as wait:

@@ -265,7 +265,8 @@ class SubagentDefaults(_Section):
 
     run_timeout_seconds: Annotated[int, _at_least(0)] = 0
     max_spawn_depth: Annotated[int, _between(1, 5)] = 1
-    max_children_per_agent: Annotated[int, _between(1, 20)] = 5
+    # OpenClaw caps this at 20; large batch fan-outs raise it (up to 10,000).
+    max_children_per_agent: Annotated[int, _between(1, 10_000)] = 5
     archive_after_minutes: Annotated[int, _at_least(0)] = 60
     allow_agents: list[str] = []
     model: PrimaryModel = None
@@ -387,7 +388,9 @@ class RunsConfig(_Section):
     """`runs.*` (Switchboard's own): retention, default deadline and retries of agent runs."""
 
     retention_hours: Annotated[float, _positive()] = 24.0
-    timeout_seconds: Annotated[int, _at_least(1)] = 600
+    # Capped at an hour: the broker's visibility timeout (2 h) and the worker's grace
+    # period (deploy/) are sized above the longest step.
+    timeout_seconds: Annotated[int, _between(1, 3600)] = 600
     max_attempts: Annotated[int, _between(1, 20)] = 3
 
 

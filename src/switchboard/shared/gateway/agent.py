@@ -70,7 +70,8 @@ def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "user", "content": text, "timestamp": now_ms()}
     if req.provenance:
         message["provenance"] = dict(req.provenance)
-    timeout_s = req.timeout_s if req.timeout_s and req.timeout_s > 0 else None
+    # Runs are capped at an hour (the broker visibility timeout is sized above it).
+    timeout_s = min(req.timeout_s, 3600.0) if req.timeout_s and req.timeout_s > 0 else None
     took_lane = svc.store.runs.submit(
         NewRun(
             run_id=run_id,
@@ -95,10 +96,16 @@ class SendBlocked(Forbidden):
 
 
 def check_send_policy(svc: Services, key: str, *, channel: str | None = None) -> None:
-    """Raise SendBlocked when the session's send policy (override, rules) says deny."""
+    """Raise SendBlocked when the session's send policy (override, rules) says deny.
+
+    Rules match the target session's own channel; the request's ``channel`` counts only
+    for a session that does not exist yet (it becomes that session's channel)."""
     entry = svc.store.sessions.get(key)
     decision = resolve_send_policy(
-        svc.config, session_key=key, entry=entry.fields if entry else None, channel=channel
+        svc.config,
+        session_key=key,
+        entry=entry.fields if entry else None,
+        channel=None if entry else channel,
     )
     if decision == "deny":
         raise SendBlocked(SEND_BLOCKED, field="sessionKey")

@@ -35,7 +35,7 @@ class AgentParams(_Params):
     idempotencyKey: ShortText | None = None
     extraSystemPrompt: Text | None = None
     label: ShortText | None = None
-    timeout: Annotated[float, Field(ge=0, le=86_400)] | None = None
+    timeout: Annotated[float, Field(ge=0, le=3600)] | None = None
 
 
 class AgentWaitParams(_Params):
@@ -101,6 +101,19 @@ class SessionsDeleteParams(_Params):
 
     key: ShortText
     deleteTranscript: StrictBool = True
+
+
+class FlowsGetParams(_Params):
+    """`flows.get`: one reply-back flow (rounds, announce, delivery outcome)."""
+
+    flowId: ShortText
+
+
+class DeliveriesListParams(_Params):
+    """`deliveries.list`: recent deliveries concerning a session, newest first."""
+
+    sessionKey: ShortText | None = None
+    limit: Annotated[int, Field(strict=True, ge=1, le=200)] | None = None
 
 
 def parse_params(model: type[_Params], raw: Any) -> dict[str, Any]:

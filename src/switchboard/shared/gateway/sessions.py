@@ -7,7 +7,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from switchboard.shared import keys as sk
+from switchboard.shared.delivery import deliveries_for
 from switchboard.shared.errors import Conflict, InvalidInput, NotFound
+from switchboard.shared.flows.a2a_flow import get_flow
 from switchboard.shared.gateway.resolve import key_options, resolve_label, resolve_session_ref
 from switchboard.shared.runtime.models import validate_model_ref
 from switchboard.shared.services import Services
@@ -204,3 +206,18 @@ def _control_only(message: Mapping[str, Any]) -> bool:
         return False
     text = "".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
     return bool(_CONTROL_ONLY.match(text))
+
+
+def flows_get_method(svc: Services, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Gateway `flows.get`: a reply-back flow's rounds and announce outcome."""
+    flow = get_flow(svc, params["flowId"])
+    if flow is None:
+        raise NotFound(f"unknown flowId: {params['flowId']}", field="flowId")
+    return flow
+
+
+def deliveries_list_method(svc: Services, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Gateway `deliveries.list`: recent outbound deliveries of a session and their outcome."""
+    key = resolve_session_ref(svc, params.get("sessionKey"))
+    rows = deliveries_for(svc, key, limit=int(params.get("limit") or 20))
+    return {"sessionKey": key, "count": len(rows), "deliveries": rows}

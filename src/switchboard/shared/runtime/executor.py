@@ -25,6 +25,7 @@ from switchboard.shared.runtime.models import resolve_model
 from switchboard.shared.runtime.transcript import to_model_messages, to_transcript
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import Claim, ParkedCall, RunRecord, now_ms
+from switchboard.shared.tools.offer import tools_for_session
 from switchboard.shared.tools.registry import ToolContext, ToolSpec, WaitFor
 
 log = logging.getLogger("switchboard.run")
@@ -126,7 +127,7 @@ async def _run_agent(svc: Services, rec: RunRecord, deferred: DeferredToolResult
     model_ref = rec.model or svc.config.model_for(agent_id)
     model = resolve_model(model_ref, svc.config.models.providers)
     ctx = _tool_context(svc, rec)
-    tools = [_as_pydantic_tool(spec, ctx) for spec in tools_for_run(svc, ctx)]
+    tools = [_as_pydantic_tool(spec, ctx) for spec in tools_for_session(svc, ctx)]
     agent: Agent[None, Any] = Agent(
         model, output_type=[str, DeferredToolRequests], tools=tools, name=agent_id
     )
@@ -159,14 +160,13 @@ def _instructions(svc: Services, agent_id: str, rec: RunRecord) -> str | None:
     return text or None
 
 
-def tools_for_run(svc: Services, ctx: ToolContext) -> list[ToolSpec]:
-    """The tools offered to a run (the tool policy narrows this for sub-agents)."""
-    return list(svc.tools.tools.values())
-
-
 def _tool_context(svc: Services, rec: RunRecord) -> ToolContext:
     agent_id = sk.agent_id_of(rec.session_key)
     is_main = sk.session_kind(rec.session_key, main_key=svc.config.session.main_key) == "main"
+    entry = svc.store.sessions.get(rec.session_key)
+    depth = int((entry.get("spawnDepth") if entry else None) or 0)
+    if depth < 1 and sk.is_subagent_key(rec.session_key):
+        depth = max(1, rec.session_key.count(":subagent:"))
     return ToolContext(
         services=svc,
         session_key=rec.session_key,
@@ -174,6 +174,7 @@ def _tool_context(svc: Services, rec: RunRecord) -> ToolContext:
         run_id=rec.run_id,
         channel=rec.channel,
         sandboxed=svc.config.is_sandboxed(agent_id, is_main),
+        spawn_depth=depth,
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from switchboard.shared.flows.subagent_archive import sweep_archive
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import now_ms
 
@@ -40,6 +41,7 @@ def sweep(svc: Services) -> SweepReport:
     _sweep_lanes(svc, now, report)
     _sweep_parked(svc, now, report)
     _sweep_outbox(svc, now, report)
+    sweep_archive(svc, now)
     svc.store.redis.hset(svc.store.ks.beat_marks, "sweep", now)
     if any(vars(report).values()):
         log.info("sweep: %s", report)

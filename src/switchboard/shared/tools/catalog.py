@@ -6,10 +6,24 @@ from switchboard.shared.tools.registry import ToolRegistry, ToolSpec
 
 # One import per tool module (each defines SPEC: ToolSpec):
 # TOOLS-BEGIN
+# isort: split
+from switchboard.shared.tools import agents_list, sessions_history, sessions_list
+
+# isort: split
+from switchboard.shared.tools import sessions_spawn
+
+# isort: split
+from switchboard.shared.tools import sessions_send
+
 # TOOLS-END
 
 ALL_TOOLS: list[ToolSpec] = [
     # ALL-TOOLS-BEGIN
+    sessions_list.SPEC,
+    sessions_history.SPEC,
+    agents_list.SPEC,
+    sessions_spawn.SPEC,
+    sessions_send.SPEC,
     # ALL-TOOLS-END
 ]
 

@@ -1,0 +1,210 @@
+"""Delivery records in Redis: create once per idempotency key, claim an attempt, settle it.
+
+A delivery is a hash (``Keyspace.delivery``) indexed per session
+(``Keyspace.session_deliveries``). Its life: ``pending`` → ``sending`` (one attempt holds a
+lease) → ``delivered`` | ``failed`` | ``denied``, or back to ``pending`` with a later
+``nextAttemptAt`` for a retry. Every transition is one Lua script guarded by the status and
+the attempt number, so a duplicated or redelivered step can never send twice in parallel
+nor overwrite a newer outcome.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from switchboard.shared.services import Services
+from switchboard.shared.store import codec
+from switchboard.shared.store.runs import now_ms
+from switchboard.shared.store.scripts import as_text
+
+TERMINAL_STATUSES = frozenset({"delivered", "failed", "denied"})
+# Delivery ids are derived from the idempotency key, so the same key is the same delivery.
+_ID_NAMESPACE = uuid.UUID("5b0c6f1e-3c1d-4d7e-9f5a-2f1e8f7c9a41")
+# A step that wakes up this much before its retry is due still runs (clock jitter).
+_DUE_SLACK_MS = 250
+_INT_FIELDS = frozenset(
+    {"attempts", "createdAt", "updatedAt", "nextAttemptAt", "deliveredAt", "leaseUntil"}
+)
+
+_SET_FIELDS = """
+local function set_fields(key, json)
+  if json == '' then return end
+  for k, v in pairs(cjson.decode(json)) do
+    if v == cjson.null then redis.call('HDEL', key, k) else redis.call('HSET', key, k, v) end
+  end
+end
+"""
+
+# Create a delivery unless its id exists, and index it for its session.
+# KEYS: delivery, session index. ARGV: JSON fields, id, now ms, index TTL s, prune before ms
+_CREATE = (
+    _SET_FIELDS
+    + """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+set_fields(KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[5])
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+return 1
+"""
+)
+
+# Start an attempt: only a pending delivery that is due, or one whose sender lost its lease.
+# KEYS: delivery. ARGV: now ms, lease expiry ms, due slack ms
+# Returns {verdict, value}: ok/attempt, early/due ms, busy, done/status, missing.
+_CLAIM = """
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return {'missing', ''} end
+local now = tonumber(ARGV[1])
+if st == 'pending' then
+  local due = tonumber(redis.call('HGET', KEYS[1], 'nextAttemptAt') or '0')
+  if due > now + tonumber(ARGV[3]) then return {'early', tostring(due)} end
+elseif st == 'sending' then
+  local lease = tonumber(redis.call('HGET', KEYS[1], 'leaseUntil') or '0')
+  if lease > now then return {'busy', ''} end
+else
+  return {'done', st}
+end
+local n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+redis.call('HSET', KEYS[1], 'status', 'sending', 'leaseUntil', ARGV[2], 'updatedAt', ARGV[1])
+return {'ok', tostring(n)}
+"""
+
+# Settle the attempt that holds the delivery (status sending, same attempt number).
+# KEYS: delivery. ARGV: attempt, JSON fields, TTL s (0 = keep)
+_SETTLE = (
+    _SET_FIELDS
+    + """
+if redis.call('HGET', KEYS[1], 'status') ~= 'sending' then return 0 end
+if redis.call('HGET', KEYS[1], 'attempts') ~= ARGV[1] then return 0 end
+set_fields(KEYS[1], ARGV[2])
+if tonumber(ARGV[3]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[3]) end
+return 1
+"""
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a message goes: a channel and, for chat platforms, the chat within it."""
+
+    channel: str
+    to: str | None = None
+    account_id: str | None = None
+    thread_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The answer to "may this step send now?": ``ok`` with the attempt number, or why not."""
+
+    verdict: str
+    attempt: int = 0
+    due_ms: int = 0
+
+
+def delivery_id_for(idempotency_key: str) -> str:
+    """The delivery id of an idempotency key (deterministic)."""
+    return str(uuid.uuid5(_ID_NAMESPACE, idempotency_key))
+
+
+def retention_s(svc: Services) -> int:
+    """How long settled deliveries (and session indexes) are kept: the run retention."""
+    return max(60, int(svc.config.runs.retention_hours * 3600))
+
+
+def create(
+    svc: Services,
+    *,
+    target: Target,
+    message: str,
+    session_key: str,
+    idempotency_key: str,
+    origin: Mapping[str, str],
+) -> tuple[str, bool]:
+    """Record a pending delivery; returns (id, created) — False when it already existed."""
+    delivery_id = delivery_id_for(idempotency_key)
+    now = now_ms()
+    fields = {
+        "deliveryId": delivery_id,
+        "channel": target.channel,
+        "to": target.to,
+        "accountId": target.account_id,
+        "threadId": target.thread_id,
+        "message": message,
+        "sessionKey": session_key,
+        "idempotencyKey": idempotency_key,
+        "origin": dict(origin),
+        "status": "pending",
+        "attempts": 0,
+        "createdAt": now,
+        "updatedAt": now,
+    }
+    ks = svc.store.ks
+    keep_s = retention_s(svc)
+    created = svc.store.redis.register_script(_CREATE)(
+        keys=[ks.delivery(delivery_id), ks.session_deliveries(session_key)],
+        args=[codec.fields_json(fields), delivery_id, now, keep_s, now - keep_s * 1000],
+    )
+    return delivery_id, bool(int(created))
+
+
+def claim(svc: Services, delivery_id: str, lease_ms: int) -> Claim:
+    """Take the delivery for one attempt (see ``_CLAIM`` for the rules)."""
+    now = now_ms()
+    res = svc.store.redis.register_script(_CLAIM)(
+        keys=[svc.store.ks.delivery(delivery_id)], args=[now, now + lease_ms, _DUE_SLACK_MS]
+    )
+    verdict, value = as_text(res[0]), as_text(res[1])
+    if verdict == "ok":
+        return Claim("ok", attempt=int(value))
+    if verdict == "early":
+        return Claim("early", due_ms=int(value))
+    return Claim(verdict)
+
+
+def settle(
+    svc: Services, delivery_id: str, attempt: int, fields: Mapping[str, Any], *, final: bool
+) -> bool:
+    """Write the outcome of ``attempt``; a final outcome starts the retention clock."""
+    res = svc.store.redis.register_script(_SETTLE)(
+        keys=[svc.store.ks.delivery(delivery_id)],
+        args=[attempt, codec.fields_json({**fields, "updatedAt": now_ms()}), _ttl(svc, final)],
+    )
+    return bool(int(res))
+
+
+def _ttl(svc: Services, final: bool) -> int:
+    return retention_s(svc) if final else 0
+
+
+def get(svc: Services, delivery_id: str) -> dict[str, Any] | None:
+    """The delivery as a JSON-ready dict, or None when unknown or expired."""
+    raw = svc.store.redis.hgetall(svc.store.ks.delivery(delivery_id))
+    return _decode(codec.decode_hash(raw)) if raw else None
+
+
+def for_session(svc: Services, session_key: str, limit: int) -> list[dict[str, Any]]:
+    """The newest ``limit`` deliveries of a session, newest first (expired ones skipped)."""
+    ks = svc.store.ks
+    rows = svc.store.redis.zrevrange(ks.session_deliveries(session_key), 0, limit - 1)
+    ids = [as_text(v) for v in rows]
+    pipe = svc.store.redis.pipeline(transaction=False)
+    for delivery_id in ids:
+        pipe.hgetall(ks.delivery(delivery_id))
+    return [_decode(codec.decode_hash(raw)) for raw in pipe.execute() if raw]
+
+
+def _decode(h: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in h.items():
+        if name in _INT_FIELDS:
+            out[name] = codec.as_int(value)
+        elif name == "origin":
+            out[name] = codec.as_json(value, {})
+        elif name != "leaseUntil":
+            out[name] = value
+    return out

@@ -1,0 +1,231 @@
+"""The record of one agent-to-agent flow (a ``sessions_send`` and what follows it).
+
+One hash per flow (``Keyspace.flow``). ``status`` is ``running`` while the run of round
+``turn`` executes (turn 0 is the target's primary run; ``run:<n>`` holds each round's run
+id, ``round:<n>`` its outcome), ``announcing`` from the end of the loop until the announce
+run's reply is judged, then ``done``. Every step advances the flow with a compare-and-set
+on (status, turn), so a duplicated or redelivered step finds the flow moved on and does
+nothing. Active flows are kept for twice the run retention, ended ones for the retention.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from switchboard.shared.delivery import Target, get_delivery
+from switchboard.shared.services import Services
+from switchboard.shared.store import codec
+from switchboard.shared.store.runs import now_ms
+
+_SET_FIELDS = """
+local function set_fields(key, json)
+  if json == '' then return end
+  for k, v in pairs(cjson.decode(json)) do
+    if v == cjson.null then redis.call('HDEL', key, k) else redis.call('HSET', key, k, v) end
+  end
+end
+"""
+
+# Advance a flow that is still where the caller saw it.
+# KEYS: flow. ARGV: expected status, expected turn ('' = any), JSON fields, TTL s
+_ADVANCE = (
+    _SET_FIELDS
+    + """
+if redis.call('HGET', KEYS[1], 'status') ~= ARGV[1] then return 0 end
+if ARGV[2] ~= '' and redis.call('HGET', KEYS[1], 'turn') ~= ARGV[2] then return 0 end
+set_fields(KEYS[1], ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return 1
+"""
+)
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A flow as stored (decoded)."""
+
+    flow_id: str
+    fields: Mapping[str, str]
+
+    def get(self, name: str) -> str | None:
+        """A text field, None when absent or empty."""
+        return self.fields.get(name) or None
+
+    @property
+    def status(self) -> str:
+        """running | announcing | done."""
+        return self.fields.get("status", "")
+
+    @property
+    def turn(self) -> int:
+        """The round whose run the flow waits for (0 = the primary run)."""
+        return int(self.fields.get("turn") or 0)
+
+    @property
+    def max_turns(self) -> int:
+        """``session.agentToAgent.maxPingPongTurns`` when the flow started."""
+        return int(self.fields.get("maxTurns") or 0)
+
+    @property
+    def requester_key(self) -> str | None:
+        """The requester's canonical session key (None when the send had no session)."""
+        return self.get("requesterKey")
+
+    @property
+    def target_key(self) -> str:
+        """The target's canonical session key."""
+        return self.fields.get("targetKey", "")
+
+    def run_id(self, turn: int) -> str | None:
+        """The run of round ``turn``, once started."""
+        return self.get(f"run:{turn}")
+
+    def announce_target(self) -> Target | None:
+        """Where the announce goes, resolved when the primary run ended."""
+        raw = codec.as_json(self.get("announceTarget"))
+        if not isinstance(raw, dict) or not raw.get("channel"):
+            return None
+        return Target(
+            channel=raw["channel"],
+            to=raw.get("to"),
+            account_id=raw.get("accountId"),
+            thread_id=raw.get("threadId"),
+        )
+
+
+def retention_s(svc: Services) -> int:
+    """How long an ended flow stays readable: the run retention."""
+    return max(60, int(svc.config.runs.retention_hours * 3600))
+
+
+def create_flow(
+    svc: Services,
+    *,
+    requester_key: str | None,
+    requester_channel: str | None,
+    target_key: str,
+    target_display: str,
+    message: str,
+    max_turns: int,
+    skip_reason: str | None,
+) -> str:
+    """Record a new flow waiting for the target's primary run; returns its id."""
+    flow_id = str(uuid.uuid4())
+    now = now_ms()
+    fields = {
+        "flowId": flow_id,
+        "status": "running",
+        "turn": 0,
+        "requesterKey": requester_key,
+        "requesterChannel": requester_channel,
+        "targetKey": target_key,
+        "targetDisplay": target_display,
+        "message": message,
+        "maxTurns": max_turns,
+        "skipReason": skip_reason,
+        "createdAt": now,
+        "updatedAt": now,
+    }
+    key = svc.store.ks.flow(flow_id)
+    pipe = svc.store.redis.pipeline(transaction=True)
+    mapping = {k: v for k, v in _encode(fields).items() if v is not None}
+    pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
+    pipe.expire(key, 2 * retention_s(svc))
+    pipe.execute()
+    return flow_id
+
+
+def load_flow(svc: Services, flow_id: str) -> Flow | None:
+    """The stored flow, or None when unknown or expired."""
+    raw = svc.store.redis.hgetall(svc.store.ks.flow(flow_id))
+    return Flow(flow_id, codec.decode_hash(raw)) if raw else None
+
+
+def advance(
+    svc: Services,
+    flow: Flow,
+    fields: Mapping[str, Any],
+    *,
+    expect_turn: bool = True,
+) -> bool:
+    """Write ``fields`` if the flow is still at the status (and turn) ``flow`` shows."""
+    final = fields.get("status") == "done"
+    ttl = retention_s(svc) if final else 2 * retention_s(svc)
+    res = svc.store.redis.register_script(_ADVANCE)(
+        keys=[svc.store.ks.flow(flow.flow_id)],
+        args=[
+            flow.status,
+            str(flow.turn) if expect_turn else "",
+            codec.fields_json({**fields, "updatedAt": now_ms()}),
+            ttl,
+        ],
+    )
+    return bool(int(res))
+
+
+def record_once(svc: Services, flow_id: str, name: str, value: str) -> str:
+    """Set a field unless it is set; returns the value that holds (first writer wins)."""
+    key = svc.store.ks.flow(flow_id)
+    if svc.store.redis.hsetnx(key, name, value):
+        return value
+    held = svc.store.redis.hget(key, name)
+    return held.decode() if isinstance(held, bytes) else str(held)
+
+
+def _encode(fields: Mapping[str, Any]) -> dict[str, str | None]:
+    return {k: codec.encode_value(v) for k, v in fields.items()}
+
+
+def get_flow(svc: Services, flow_id: str) -> dict[str, Any] | None:
+    """A flow as a user sees it: rounds, stop reason, announce and its delivery."""
+    flow = load_flow(svc, flow_id)
+    if flow is None:
+        return None
+    f = flow.fields
+    out: dict[str, Any] = {
+        "flowId": flow_id,
+        "status": flow.status,
+        "requesterSessionKey": flow.requester_key,
+        "requesterChannel": flow.get("requesterChannel"),
+        "targetSessionKey": flow.target_key,
+        "message": flow.get("message"),
+        "maxPingPongTurns": flow.max_turns,
+        "turn": flow.turn,
+        "pingPongSkipped": flow.get("skipReason"),
+        "primaryRunId": flow.run_id(0),
+        "rounds": _rounds(f),
+        "roundOneReply": flow.get("roundOneReply"),
+        "latestReply": flow.get("latestReply"),
+        "stopReason": flow.get("stopReason"),
+        "announce": _announce(svc, flow),
+        "createdAt": codec.as_int(f.get("createdAt")),
+        "updatedAt": codec.as_int(f.get("updatedAt")),
+        "endedAt": codec.as_int(f.get("endedAt")),
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _rounds(fields: Mapping[str, str]) -> list[dict[str, Any]]:
+    rounds = [codec.as_json(v) for k, v in fields.items() if k.startswith("round:")]
+    return sorted((r for r in rounds if isinstance(r, dict)), key=lambda r: int(r["turn"]))
+
+
+def _announce(svc: Services, flow: Flow) -> dict[str, Any]:
+    target = codec.as_json(flow.get("announceTarget"))
+    out: dict[str, Any] = {
+        "status": flow.get("announceStatus") or "pending",
+        "runId": flow.get("announceRunId"),
+        "reply": flow.get("announceReply"),
+        "error": flow.get("announceError"),
+        "target": target,
+        "deliveryId": flow.get("deliveryId"),
+    }
+    delivery_id = flow.get("deliveryId")
+    delivery = get_delivery(svc, delivery_id) if delivery_id else None
+    if delivery is not None:
+        out["delivery"] = delivery
+        out["status"] = delivery.get("status")
+    return {k: v for k, v in out.items() if v is not None}

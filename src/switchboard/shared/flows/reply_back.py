@@ -1,0 +1,296 @@
+"""The reply-back loop and the announce of ``sessions_send``, as a chain of idempotent steps.
+
+    target's primary run ends ─▶ a2a_step(flow, 0)
+        ├─ round 1: a run in the requester's session (its reply goes to the target)
+        │     ends ─▶ a2a_step(flow, 1) ─▶ round 2 in the target's session … (alternating)
+        └─ loop over (REPLY_SKIP, no reply, failure, turn cap, or skipped)
+              ─▶ a2a_announce(flow): a run on the target session
+                    ends ─▶ a2a_deliver(flow): ANNOUNCE_SKIP → silent, else a delivery
+                                               to the target's chat (``switchboard.deliver``)
+
+Each run carries its follow-up step as ``on_end`` (enqueued durably when the run ends, even
+after a ``sessions_send`` wait timed out). A step reads the reply of the run it follows
+(the run's own output, never "the latest message"), advances the flow with a
+compare-and-set, then starts the next run with an idempotency key, so a step that runs
+twice starts nothing twice. Every outcome is written on the flow (``get_flow``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from switchboard.shared.delivery import enqueue_delivery, resolve_announce_target
+from switchboard.shared.errors import SwitchboardError, Unavailable
+from switchboard.shared.flows import a2a_rules as rules
+from switchboard.shared.flows.a2a_flow import Flow, advance, load_flow, record_once
+from switchboard.shared.flows.steps import flow_step
+from switchboard.shared.gateway.agent import RunRequest, SendBlocked, check_send_policy, start_run
+from switchboard.shared.services import Services
+from switchboard.shared.store.runs import RunRecord, now_ms
+
+log = logging.getLogger("switchboard.a2a")
+
+STEP = "switchboard.a2a_step"
+ANNOUNCE = "switchboard.a2a_announce"
+DELIVER = "switchboard.a2a_deliver"
+SOURCE_TOOL = "sessions_send"
+
+
+def step_after(flow_id: str, turn: int) -> dict[str, Any]:
+    """The ``on_end`` of the run of round ``turn``."""
+    return {"task": STEP, "args": [flow_id, str(turn)]}
+
+
+def send_allowed(svc: Services, session_key: str) -> bool:
+    """Whether the session's send policy lets a run be started there."""
+    try:
+        check_send_policy(svc, session_key)
+    except SendBlocked:
+        return False
+    return True
+
+
+@flow_step(STEP)
+def a2a_step(svc: Services, flow_id: str, turn_text: str) -> None:
+    """The run of round ``turn`` ended: start the next round or hand over to the announce."""
+    turn = int(turn_text)
+    flow = load_flow(svc, flow_id)
+    if flow is None:
+        log.warning("a2a flow %s not found (expired?)", flow_id)
+        return
+    if _rekick(svc, flow, turn) or flow.status != "running" or flow.turn != turn:
+        return
+    run_id = flow.run_id(turn)
+    if run_id is None:  # sessions_send has not recorded the run yet: retry shortly
+        raise Unavailable(f"a2a flow {flow_id}: run of turn {turn} not recorded yet")
+    rec = svc.store.runs.get(run_id)
+    if rec is not None and not rec.terminal:
+        log.warning("a2a flow %s: run %s has not ended; ignoring early step", flow_id, run_id)
+        return
+    _after_run(svc, flow, turn, rec)
+
+
+def _rekick(svc: Services, flow: Flow, turn: int) -> bool:
+    """Finish what a crashed earlier copy of this step advanced but did not start."""
+    if flow.status == "running" and flow.turn == turn + 1 and flow.run_id(turn + 1) is None:
+        _start_round(svc, flow, turn + 1)
+        return True
+    if flow.status == "announcing" and flow.turn == turn and flow.get("announceRunId") is None:
+        svc.queue.enqueue(ANNOUNCE, flow.flow_id)
+        return True
+    return False
+
+
+def _after_run(svc: Services, flow: Flow, turn: int, rec: RunRecord | None) -> None:
+    status = rec.status if rec is not None else "error"
+    reply = rec.reply if rec is not None and rec.status == "ok" else None
+    move = rules.next_move(
+        turn=turn,
+        max_turns=flow.max_turns,
+        skip_reason=flow.get("skipReason"),
+        status=status,
+        reply=reply,
+    )
+    fields: dict[str, Any] = {f"round:{turn}": _round_record(flow, turn, rec, status, reply)}
+    if turn == 0:
+        fields.update(_primary_fields(svc, flow, reply))
+    elif move.kind == "round":
+        fields["latestReply"] = (reply or "").strip()
+    if move.kind == "round":
+        if advance(svc, flow, {**fields, "turn": turn + 1}):
+            _start_round(svc, _reloaded(svc, flow), turn + 1)
+        return
+    if move.kind == "stop":
+        fields.update(_done_fields("not_run"))
+    else:
+        fields["status"] = "announcing"
+    fields["stopReason"] = move.reason
+    if advance(svc, flow, fields) and move.kind == "announce":
+        svc.queue.enqueue(ANNOUNCE, flow.flow_id)
+
+
+def _primary_fields(svc: Services, flow: Flow, reply: str | None) -> dict[str, Any]:
+    """What the end of the primary run fixes: round-1 reply and the announce route."""
+    first = rules.visible_reply(reply)
+    target = resolve_announce_target(svc, flow.target_key)
+    route = None
+    if target is not None:
+        route = {
+            "channel": target.channel,
+            "to": target.to,
+            "accountId": target.account_id,
+            "threadId": target.thread_id,
+        }
+        route = {k: v for k, v in route.items() if v is not None}
+    return {
+        "roundOneReply": first,
+        "latestReply": first,
+        "announceTarget": route,
+        "targetChannel": target.channel if target else "unknown",
+    }
+
+
+def _round_record(
+    flow: Flow, turn: int, rec: RunRecord | None, status: str, reply: str | None
+) -> dict[str, Any]:
+    speaker = "target" if turn == 0 else rules.speaker_of(turn)
+    out: dict[str, Any] = {
+        "turn": turn,
+        "speaker": speaker,
+        "sessionKey": flow.target_key if speaker == "target" else flow.requester_key,
+        "runId": flow.run_id(turn),
+        "status": status,
+    }
+    if reply is not None:
+        out["reply"] = reply
+    if rec is not None and rec.error:
+        out["error"] = rec.error
+    return out
+
+
+def _reloaded(svc: Services, flow: Flow) -> Flow:
+    return load_flow(svc, flow.flow_id) or flow
+
+
+def _start_round(svc: Services, flow: Flow, turn: int) -> None:
+    """Start the run of round ``turn`` in its speaker's own session (idempotently)."""
+    speaker = rules.speaker_of(turn)
+    requester = flow.requester_key or ""
+    session, other = (requester, flow.target_key)
+    if speaker == "target":
+        session, other = other, session
+    if not send_allowed(svc, session):
+        _end_loop(svc, flow, turn, "round_denied", status="denied")
+        return
+    requester_channel = flow.get("requesterChannel")
+    other_channel = requester_channel if other == requester else flow.get("targetChannel")
+    prompt = rules.reply_step_prompt(
+        speaker=speaker,
+        turn=turn,
+        max_turns=flow.max_turns,
+        requester_key=flow.requester_key,
+        requester_channel=requester_channel,
+        target_display=flow.get("targetDisplay") or flow.target_key,
+        target_channel=flow.get("targetChannel") or "unknown",
+    )
+    try:
+        res = start_run(
+            svc,
+            RunRequest(
+                session_key=session,
+                message=flow.get("latestReply") or "",
+                channel="webchat",
+                idempotency_key=f"a2a:{flow.flow_id}:{turn}",
+                extra_system_prompt=prompt,
+                provenance=_provenance(other, other_channel),
+                meta={"flowId": flow.flow_id, "a2a": "reply", "turn": turn},
+                on_end=step_after(flow.flow_id, turn),
+            ),
+        )
+    except SwitchboardError as exc:
+        _end_loop(svc, flow, turn, "round_error", status="error", error=exc.message)
+        return
+    record_once(svc, flow.flow_id, f"run:{turn}", str(res["runId"]))
+
+
+def _end_loop(
+    svc: Services, flow: Flow, turn: int, reason: str, *, status: str, error: str | None = None
+) -> None:
+    """A round could not start: record it and go to the announce."""
+    record = {"turn": turn, "speaker": rules.speaker_of(turn), "status": status}
+    if error:
+        record["error"] = error
+    fields = {f"round:{turn}": record, "status": "announcing", "stopReason": reason}
+    if advance(svc, flow, fields):
+        svc.queue.enqueue(ANNOUNCE, flow.flow_id)
+
+
+def _provenance(source_key: str | None, source_channel: str | None) -> dict[str, str]:
+    out = {"kind": "inter_session", "sourceTool": SOURCE_TOOL}
+    if source_key:
+        out["sourceSessionKey"] = source_key
+    if source_channel:
+        out["sourceChannel"] = source_channel
+    return out
+
+
+def _done_fields(announce_status: str, **extra: Any) -> dict[str, Any]:
+    return {"status": "done", "announceStatus": announce_status, "endedAt": now_ms(), **extra}
+
+
+@flow_step(ANNOUNCE)
+def a2a_announce(svc: Services, flow_id: str) -> None:
+    """Start the announce run on the target session (once)."""
+    flow = load_flow(svc, flow_id)
+    if flow is None or flow.status != "announcing" or flow.get("announceRunId"):
+        return
+    if not send_allowed(svc, flow.target_key):
+        advance(svc, flow, _done_fields("denied", announceError="send blocked by session policy"))
+        return
+    prompt = rules.announce_prompt(
+        requester_key=flow.requester_key,
+        requester_channel=flow.get("requesterChannel"),
+        target_display=flow.get("targetDisplay") or flow.target_key,
+        target_channel=flow.get("targetChannel") or "unknown",
+        original_message=flow.get("message") or "",
+        round_one_reply=flow.get("roundOneReply"),
+        latest_reply=flow.get("latestReply"),
+    )
+    try:
+        res = start_run(
+            svc,
+            RunRequest(
+                session_key=flow.target_key,
+                message=rules.ANNOUNCE_MESSAGE,
+                channel="webchat",
+                idempotency_key=f"a2a:{flow_id}:announce",
+                extra_system_prompt=prompt,
+                provenance=_provenance(flow.requester_key, flow.get("requesterChannel")),
+                meta={"flowId": flow_id, "a2a": "announce"},
+                on_end={"task": DELIVER, "args": [flow_id]},
+            ),
+        )
+    except SwitchboardError as exc:
+        advance(svc, flow, _done_fields("error", announceError=exc.message))
+        return
+    record_once(svc, flow_id, "announceRunId", str(res["runId"]))
+
+
+@flow_step(DELIVER)
+def a2a_deliver(svc: Services, flow_id: str) -> None:
+    """Judge the announce run's own reply: stay silent, or deliver it to the target's chat."""
+    flow = load_flow(svc, flow_id)
+    if flow is None or flow.status != "announcing":
+        return
+    run_id = flow.get("announceRunId")
+    if run_id is None:
+        raise Unavailable(f"a2a flow {flow_id}: announce run not recorded yet")
+    rec = svc.store.runs.get(run_id)
+    if rec is not None and not rec.terminal:
+        return
+    if rec is None or rec.status != "ok":
+        error = rec.error if rec is not None else "announce run not found"
+        advance(svc, flow, _done_fields("error", announceError=error), expect_turn=False)
+        return
+    reply = (rec.reply or "").strip()
+    advance(svc, flow, _announce_outcome(svc, flow, run_id, reply), expect_turn=False)
+
+
+def _announce_outcome(svc: Services, flow: Flow, run_id: str, reply: str) -> dict[str, Any]:
+    if not reply:
+        return _done_fields("empty")
+    if reply == rules.ANNOUNCE_SKIP:
+        return _done_fields("skipped", announceReply=reply)
+    target = flow.announce_target()
+    if target is None:
+        return _done_fields("no_target", announceReply=reply)
+    delivery_id = enqueue_delivery(
+        svc,
+        target=target,
+        message=reply,
+        session_key=flow.target_key,
+        idempotency_key=f"a2a:{flow.flow_id}:announce",
+        origin={"kind": "a2a_announce", "flowId": flow.flow_id, "runId": run_id},
+    )
+    return _done_fields("delivering", announceReply=reply, deliveryId=delivery_id)

@@ -1,0 +1,405 @@
+"""The sub-agent announce flow: when a child run ends, tell the requester what came of it.
+
+``switchboard.subagent_announce(spawnId)`` is the child run's ``on_end`` step. It freezes
+the child's outcome once (status from the runtime, never from model text; the result is
+the run's own final text, else the latest tool result), appends the announce to the
+requester's transcript exactly once (one Lua step with the state change), delivers it to
+the requester's chat with the idempotency key ``announce:<spawnId>``, and cleans up (the
+child leaves the active set; ``cleanup: "delete"`` archives it at once, else it is
+scheduled for archival). A child of a ``join: "all"`` batch only counts itself; the one
+member that completes the count enqueues ``switchboard.batch_join(batchId)``, which sends
+one combined announce. Every step may run twice and then does nothing new.
+
+The announce state on the spawn (or batch) hash: "" → ``appended`` (with the transcript
+message, atomically) → ``delivered`` (delivery enqueued, ``deliveryId`` recorded); or
+``skipped`` (ANNOUNCE_SKIP), ``dropped`` (an orchestrator requester was archived
+meanwhile, as OpenClaw drops late results to a finished orchestrator) or ``batched``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from switchboard.shared import keys as sk
+from switchboard.shared.delivery import Target, enqueue_delivery, resolve_announce_target
+from switchboard.shared.errors import Unavailable
+from switchboard.shared.flows.spawns import Record, SpawnRecords
+from switchboard.shared.flows.steps import flow_step
+from switchboard.shared.flows.subagent_archive import (
+    archive_session,
+    schedule_archive,
+    transcript_path,
+)
+from switchboard.shared.runtime.transcript import latest_tool_result_text
+from switchboard.shared.services import Services
+from switchboard.shared.store.runs import RunRecord, now_ms
+
+log = logging.getLogger("switchboard.subagent")
+
+ANNOUNCE_STEP = "switchboard.subagent_announce"
+BATCH_JOIN_STEP = "switchboard.batch_join"
+ANNOUNCE_SKIP = "ANNOUNCE_SKIP"
+# A frozen result longer than this is cut (OpenClaw caps the frozen completion at 100 KiB).
+MAX_RESULT_CHARS = 100 * 1024
+# While the requester's own run is executing, an announce waits (so it lands after that
+# run's messages), retrying every second, for at most this long after the child ended.
+_BUSY_WAIT_MS = 60_000
+_BUSY_RETRY_S = 1.0
+# How many transcript messages are searched for the latest tool result.
+_TOOL_RESULT_WINDOW = 100
+_STATUS_LABELS = {"ok": "completed successfully", "timeout": "timed out"}
+# Announce states after which nothing more is sent.
+_SETTLED = ("delivered", "skipped", "dropped")
+
+
+# -- steps -------------------------------------------------------------------------------
+
+
+@flow_step(ANNOUNCE_STEP)
+def subagent_announce(svc: Services, spawn_id: str) -> None:
+    """Announce a finished child to its requester (or count it towards its batch)."""
+    records = SpawnRecords(svc)
+    spawn = records.get(spawn_id)
+    if spawn is None or spawn.get("status") == "done":
+        return
+    if spawn.get("status") == "starting":
+        raise Unavailable(f"spawn {spawn_id} is still being recorded")  # retried shortly
+    run = svc.store.runs.get(str(spawn.get("runId", "")))
+    if run is not None and not run.terminal:
+        return  # an early duplicate: the run's end enqueues this step again
+    spawn = _freeze_outcome(svc, records, spawn, run)
+    if _joins_all(records, spawn):
+        _count_towards_batch(svc, records, spawn)
+        return
+    if _should_wait_for_requester(svc, spawn):
+        svc.queue.enqueue(ANNOUNCE_STEP, spawn_id, countdown_s=_BUSY_RETRY_S)
+        return
+    _announce_one(svc, records, spawn)
+    finish_child(svc, records, spawn)
+
+
+@flow_step(BATCH_JOIN_STEP)
+def batch_join(svc: Services, batch_id: str) -> None:
+    """Send one combined announce for a ``join: "all"`` batch whose children all ended."""
+    records = SpawnRecords(svc)
+    batch = records.get_batch(batch_id)
+    if batch is None or batch.get("status") == "done":
+        return
+    members = [m for m in records.get_many(list(batch.get("spawnIds") or [])) if m is not None]
+    if records.done_count(batch_id) < int(batch.get("expected") or 0):
+        return  # not complete: the member that completes the count enqueues the join
+    if _should_wait_for_requester(svc, members[0] if members else None):
+        svc.queue.enqueue(BATCH_JOIN_STEP, batch_id, countdown_s=_BUSY_RETRY_S)
+        return
+    _announce_batch(svc, records, batch, members)
+    for member in members:
+        finish_child(svc, records, member)
+    records.update_batch(batch_id, {"status": "done"})
+    records.expire_batch(batch_id)
+
+
+def fail_unstarted(svc: Services, spawn_id: str, error: str) -> None:
+    """End a batch member whose run could not be started (so the batch still completes)."""
+    records = SpawnRecords(svc)
+    records.freeze(
+        spawn_id, {"outcome": "error", "error": f"failed to start: {error}", "endedAt": now_ms()}
+    )
+    spawn = records.get(spawn_id)
+    if spawn is None:
+        return
+    svc.store.sessions.delete(str(spawn["childKey"]))
+    if _joins_all(records, spawn):
+        _count_towards_batch(svc, records, spawn)
+    else:
+        finish_child(svc, records, spawn)
+
+
+# -- the outcome -------------------------------------------------------------------------
+
+
+def _freeze_outcome(
+    svc: Services, records: SpawnRecords, spawn: Record, run: RunRecord | None
+) -> Record:
+    """Record the child's outcome and result once; later calls read what was recorded."""
+    if spawn.get("outcome"):
+        return spawn
+    child = str(spawn["childKey"])
+    status = run.status if run is not None else "error"
+    error = run.error if run is not None else "the child run record expired"
+    text, source = ((run.reply or "").strip() if run is not None else ""), "reply"
+    if not text:
+        tail = svc.store.transcripts.tail(child, _TOOL_RESULT_WINDOW)
+        text, source = (latest_tool_result_text(tail) or "").strip(), "toolResult"
+    if len(text) > MAX_RESULT_CHARS:
+        size_kb = len(text) // 1024
+        text = text[:MAX_RESULT_CHARS] + (
+            f"\n\n[truncated: frozen completion output exceeded 100KB ({size_kb}KB)]"
+        )
+    entry = svc.store.sessions.get(child)
+    fields: dict[str, Any] = {
+        "outcome": status,
+        "error": error,
+        "result": text,
+        "resultSource": source if text else None,
+        "usage": run.usage if run is not None and run.usage else None,
+        "startedAt": run.started_at_ms if run is not None else None,
+        "endedAt": (run.ended_at_ms if run is not None else None) or now_ms(),
+        "sessionId": entry.session_id if entry is not None else None,
+    }
+    records.freeze(spawn.id, fields)
+    return records.get(spawn.id) or spawn
+
+
+def is_silent(spawn: Record) -> bool:
+    """The child asked for no announce: its own reply is exactly ANNOUNCE_SKIP."""
+    return bool(spawn.get("resultSource") == "reply" and spawn.get("result") == ANNOUNCE_SKIP)
+
+
+# -- announcing ----------------------------------------------------------------------------
+
+
+def _announce_one(svc: Services, records: SpawnRecords, spawn: Record) -> None:
+    spawn_key = svc.store.ks.spawn(spawn.id)
+    requester = str(spawn["requesterKey"])
+    if spawn.get("announce") in _SETTLED:
+        return
+    if is_silent(spawn):
+        records.cas(spawn_key, "announce", "", "skipped")
+        return
+    if _requester_gone(svc, requester):
+        records.cas(spawn_key, "announce", "", "dropped")
+        return
+    text = announce_text(svc, spawn)
+    _append_once(svc, records, spawn_key, requester, text, source_key=str(spawn["childKey"]))
+    delivery_id = enqueue_delivery(
+        svc,
+        target=announce_target(svc, spawn),
+        message=text,
+        session_key=requester,
+        idempotency_key=f"announce:{spawn.id}",
+        origin={"kind": "subagent_announce", "spawnId": spawn.id, "sessionKey": spawn["childKey"]},
+    )
+    records.update(spawn.id, {"deliveryId": delivery_id, "announcedAt": now_ms()})
+    records.cas(spawn_key, "announce", "appended", "delivered")
+
+
+def _announce_batch(
+    svc: Services, records: SpawnRecords, batch: Record, members: Sequence[Record]
+) -> None:
+    batch_key = svc.store.ks.batch(batch.id)
+    requester = str(batch["requesterKey"])
+    if batch.get("announce") in _SETTLED:
+        return
+    shown = sorted(
+        (m for m in members if not is_silent(m)), key=lambda m: int(m.get("batchIndex", 0))
+    )
+    if not shown:
+        records.cas(batch_key, "announce", "", "skipped")
+        return
+    if _requester_gone(svc, requester):
+        records.cas(batch_key, "announce", "", "dropped")
+        return
+    text = batch_announce_text(svc, batch, shown)
+    _append_once(svc, records, batch_key, requester, text, source_key=str(shown[0]["childKey"]))
+    delivery_id = enqueue_delivery(
+        svc,
+        target=announce_target(svc, shown[0]),
+        message=text,
+        session_key=requester,
+        idempotency_key=f"announce:batch:{batch.id}",
+        origin={"kind": "subagent_announce", "batchId": batch.id},
+    )
+    records.update_batch(batch.id, {"deliveryId": delivery_id, "announcedAt": now_ms()})
+    records.cas(batch_key, "announce", "appended", "delivered")
+
+
+def _append_once(
+    svc: Services,
+    records: SpawnRecords,
+    hash_key: str,
+    requester: str,
+    text: str,
+    *,
+    source_key: str,
+) -> None:
+    """Append the announce to the requester's transcript unless this flow already did."""
+    svc.store.sessions.ensure(requester)
+    message = {
+        "role": "user",
+        "content": text,
+        "timestamp": now_ms(),
+        "provenance": {
+            "kind": "inter_session",
+            "sourceSessionKey": source_key,
+            "sourceChannel": "internal",
+            "sourceTool": "subagent_announce",
+        },
+    }
+    records.append_once(
+        hash_key, requester, message, field="announce", expected="", new="appended", now_ms=now_ms()
+    )
+
+
+def announce_target(svc: Services, spawn: Record) -> Target:
+    """The requester's chat: its route at spawn time, else its recorded route, else webchat."""
+    origin: Mapping[str, Any] = spawn.get("requesterOrigin") or {}
+    if origin.get("channel") and origin.get("to"):
+        return Target(
+            channel=str(origin["channel"]),
+            to=str(origin["to"]),
+            account_id=origin.get("accountId"),
+            thread_id=origin.get("threadId"),
+        )
+    requester = str(spawn["requesterKey"])
+    if sk.is_subagent_key(requester):
+        return Target(channel="internal")  # an orchestrator reads it in its transcript
+    found = resolve_announce_target(svc, requester)
+    if found is not None:
+        return found
+    channel = origin.get("channel")
+    return Target(channel="internal" if channel == "internal" else "webchat")
+
+
+def _requester_gone(svc: Services, requester: str) -> bool:
+    """An orchestrator sub-agent that was archived meanwhile: late results are dropped."""
+    return sk.is_subagent_key(requester) and not svc.store.sessions.exists(requester)
+
+
+def _should_wait_for_requester(svc: Services, spawn: Record | None) -> bool:
+    """The requester's own run is executing: announce after it, unless that takes too long."""
+    if spawn is None:
+        return False
+    holder = svc.store.runs.lane_holder(str(spawn["requesterKey"]))
+    run = svc.store.runs.get(holder) if holder else None
+    if run is None or run.status != "running":
+        return False
+    return now_ms() - int(spawn.get("endedAt") or 0) < _BUSY_WAIT_MS
+
+
+# -- batches ------------------------------------------------------------------------------
+
+
+def _joins_all(records: SpawnRecords, spawn: Record) -> bool:
+    batch_id = spawn.get("batchId")
+    if not batch_id:
+        return False
+    batch = records.get_batch(str(batch_id))
+    return batch is not None and batch.get("join") == "all"
+
+
+def _count_towards_batch(svc: Services, records: SpawnRecords, spawn: Record) -> None:
+    records.cas(svc.store.ks.spawn(spawn.id), "announce", "", "batched")
+    if records.count_done(str(spawn["batchId"]), spawn.id):
+        svc.queue.enqueue(BATCH_JOIN_STEP, str(spawn["batchId"]))
+
+
+# -- after the announce ---------------------------------------------------------------------
+
+
+def finish_child(svc: Services, records: SpawnRecords, spawn: Record) -> None:
+    """Free the requester's slot, then delete (archive now) or schedule archival."""
+    requester, child = str(spawn["requesterKey"]), str(spawn["childKey"])
+    records.release_child(requester, child)
+    if spawn.get("cleanup") == "delete":
+        if not archive_session(svc, child) and svc.store.sessions.exists(child):
+            schedule_archive(svc, child, now_ms())  # busy: the sweep archives it
+    else:
+        minutes = svc.config.subagents_for(sk.agent_id_of(requester)).archive_after_minutes
+        if minutes > 0 and svc.store.sessions.exists(child):
+            schedule_archive(svc, child, now_ms() + minutes * 60_000)
+    batch_id = spawn.get("batchId")
+    if batch_id and not _joins_all(records, spawn) and records.count_done(str(batch_id), spawn.id):
+        records.expire_batch(str(batch_id))
+    records.update(spawn.id, {"status": "done"})
+    records.expire(spawn.id)
+
+
+# -- text ---------------------------------------------------------------------------------
+
+
+def announce_text(svc: Services, spawn: Record) -> str:
+    """The announce of one child: a headline, Status / Result / Notes, and the stats line."""
+    status = str(spawn.get("outcome", "error"))
+    headline = f'A subagent task "{task_label(spawn)}" just {status_label(spawn)}.'
+    return "\n".join([headline, "", *_status_block(spawn, status), "", stats_line(svc, spawn)])
+
+
+def batch_announce_text(svc: Services, batch: Record, members: Sequence[Record]) -> str:
+    """One combined announce for a batch: a summary line, then each child's block."""
+    counts = Counter(str(m.get("outcome", "error")) for m in members)
+    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    lines = [f"A subagent batch of {len(members)} task(s) finished ({summary})."]
+    for n, m in enumerate(members, start=1):
+        lines += ["", f"[{n}] {task_label(m)}", *_status_block(m, str(m.get("outcome")))]
+        lines.append(stats_line(svc, m))
+    return "\n".join(lines)
+
+
+def _status_block(spawn: Record, status: str) -> list[str]:
+    notes = (spawn.get("error") or "") if status != "ok" else ""
+    return [
+        f"Status: {status}",
+        f"Result: {spawn.get('result') or '(no output)'}",
+        f"Notes: {notes}".rstrip(),
+    ]
+
+
+def task_label(spawn: Record) -> str:
+    """The label, else the task on one line (shortened), else ``task``."""
+    text = spawn.get("label") or " ".join(str(spawn.get("task") or "").split()) or "task"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def status_label(spawn: Record) -> str:
+    """OpenClaw's status wording: completed successfully | timed out | failed: <error>."""
+    status = str(spawn.get("outcome", "error"))
+    if status in _STATUS_LABELS:
+        return _STATUS_LABELS[status]
+    return f"failed: {spawn.get('error') or 'unknown error'}"
+
+
+def stats_line(svc: Services, spawn: Record) -> str:
+    """`Stats: runtime … • tokens … • sessionKey … • sessionId … • transcript …[ • cost …]`."""
+    usage: Mapping[str, Any] = spawn.get("usage") or {}
+    tokens_in, tokens_out = int(usage.get("input") or 0), int(usage.get("output") or 0)
+    started, ended = spawn.get("startedAt"), spawn.get("endedAt")
+    runtime_ms = ended - started if started and ended else None
+    session_id = str(spawn.get("sessionId") or "unknown")
+    parts = [
+        f"runtime {format_duration(runtime_ms)}",
+        f"tokens {format_tokens(tokens_in + tokens_out)} "
+        f"(in {format_tokens(tokens_in)} / out {format_tokens(tokens_out)})",
+        f"sessionKey {spawn['childKey']}",
+        f"sessionId {session_id}",
+        f"transcript {transcript_path(svc, session_id)}",
+    ]
+    cost = usage.get("cost") or usage.get("costUsd")
+    if isinstance(cost, int | float) and cost > 0:
+        parts.append(f"cost ${cost:.4f}")
+    return "Stats: " + " • ".join(parts)
+
+
+def format_duration(ms: int | None) -> str:
+    """`n/a`, `<s>s`, `<m>m<s>s` or `<h>h<m>m` (rounded seconds)."""
+    if not ms or ms <= 0:
+        return "n/a"
+    seconds = round(ms / 1000)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60}m"
+
+
+def format_tokens(count: int) -> str:
+    """`0`, the integer, `<x.x>k` (≥1000) or `<x.x>m` (≥1e6)."""
+    if count <= 0:
+        return "0"
+    if count >= 1_000_000:
+        return f"{count / 1_000_000:.1f}m"
+    if count >= 1000:
+        return f"{count / 1000:.1f}k"
+    return str(count)

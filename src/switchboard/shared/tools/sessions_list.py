@@ -1,0 +1,373 @@
+"""`sessions_list`: the sessions the caller may see, newest first, served from the indexes.
+
+Where the candidates come from follows the caller's effective visibility, so a listing
+never scans the store (SPEC §3): ``self`` reads one entry; ``tree`` the caller plus the
+sessions it spawned, transitively (the same set the visibility guard uses, so a listed
+child is always readable with ``sessions_history``, unlike OpenClaw #114180); ``agent``
+the caller's per-agent updatedAt index (per-kind indexes when ``kinds`` is given); ``all``
+the per-agent indexes of the agents agent-to-agent policy can reach, or the global index
+when the allow list is open-ended. ``limit`` counts rows after visibility and kind
+filtering (**Fix**): index pages are read until enough visible rows are found, up to a
+bounded scan. The result carries ``scope`` so a model can tell the list is scoped
+(OpenClaw #50646).
+
+Message previews (``messageLimit``) go through the same sanitiser as ``sessions_history``
+(OpenClaw previews skip redaction, which would make this tool a way round it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from switchboard.shared import keys as sk
+from switchboard.shared.config import SwitchboardConfig
+from switchboard.shared.gateway.resolve import display_key, key_options
+from switchboard.shared.gateway.sessions import chat_history_method
+from switchboard.shared.policy.visibility import (
+    Visibility,
+    VisibilityGuard,
+    matches_allow,
+    spawned_closure,
+)
+from switchboard.shared.services import Services
+from switchboard.shared.store.runs import now_ms
+from switchboard.shared.store.sessions import SessionEntry
+from switchboard.shared.tools.access import visibility_guard
+from switchboard.shared.tools.args import read_int, read_string_list
+from switchboard.shared.tools.registry import ToolContext, ToolSpec
+from switchboard.shared.tools.sessions_history import (
+    TOOL_ROLES,
+    sandbox_restricted,
+    sanitize_message,
+)
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 200
+MAX_MESSAGE_LIMIT = 20
+# Index entries read per page, and at most per call, while looking for visible rows.
+_PAGE_SIZE = 200
+_SCAN_LIMIT = 5000
+# A preview fetches this many times `messageLimit` messages, so tool results dropped from
+# it still leave `messageLimit` messages when the session has them.
+_PREVIEW_OVERFETCH = 3
+# The latest run's state as the session entry records it → OpenClaw's row status.
+_RUN_STATUS = {
+    "queued": "running",
+    "running": "running",
+    "parked": "running",
+    "ok": "done",
+    "done": "done",
+    "error": "failed",
+    "failed": "failed",
+    "timeout": "timeout",
+    "killed": "killed",
+}
+_STRING_FIELDS = ("sessionId", "model", "thinkingLevel", "verboseLevel", "sendPolicy", "label")
+_NUMBER_FIELDS = ("updatedAt", "contextTokens", "totalTokens")
+_BOOL_FIELDS = ("systemSent", "abortedLastRun")
+_DELIVERY_FIELDS = ("channel", "to", "accountId")
+_GROUP_SLUG = re.compile(r"[^a-z0-9#@._+\-]+")
+_SANDBOX_NOTE = " (sandboxed: agents.defaults.sandbox.sessionToolsVisibility=spawned)"
+
+
+@dataclass(frozen=True)
+class _Query:
+    """The filters of one call, already normalised."""
+
+    kinds: frozenset[str] | None
+    limit: int
+    min_updated_ms: int | None
+    message_limit: int
+
+    def accepts(self, entry: SessionEntry, kind: str) -> bool:
+        """Kind and activity filters (visibility is decided separately)."""
+        if self.kinds is not None and kind not in self.kinds:
+            return False
+        return self.min_updated_ms is None or entry.updated_at_ms >= self.min_updated_ms
+
+
+@dataclass
+class _Found:
+    """Entries found for a listing, and whether the bounded scan stopped early."""
+
+    entries: list[SessionEntry]
+    partial: bool = False
+
+
+def _read_query(args: Mapping[str, Any]) -> _Query:
+    kinds = {k.lower() for k in read_string_list(args, "kinds") or []} & set(sk.KINDS)
+    active = read_int(args, "activeMinutes", default=None, lo=1)
+    return _Query(
+        kinds=frozenset(kinds) or None,
+        limit=read_int(args, "limit", default=DEFAULT_LIMIT, lo=1, hi=MAX_LIMIT) or DEFAULT_LIMIT,
+        min_updated_ms=now_ms() - active * 60_000 if active else None,
+        message_limit=read_int(args, "messageLimit", default=0, lo=0, hi=MAX_MESSAGE_LIMIT) or 0,
+    )
+
+
+def _sessions_list(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    svc = ctx.services
+    query = _read_query(args)
+    guard = visibility_guard(ctx)
+    reach = _agents_in_reach(svc.config, ctx.agent_id)
+    found = _candidates(ctx, guard, reach, query)
+    rows = []
+    for entry in found.entries:
+        row = list_row(svc, entry, ctx.agent_id)
+        if query.message_limit > 0:
+            row["messages"] = _preview(svc, entry.key, query.message_limit)
+        rows.append(row)
+    scope = _scope(ctx, guard.visibility, reach)
+    if found.partial:
+        scope["partial"] = True
+    return {"count": len(rows), "sessions": rows, "scope": scope}
+
+
+def _candidates(
+    ctx: ToolContext, guard: VisibilityGuard, reach: list[str] | None, query: _Query
+) -> _Found:
+    """The visible entries matching the query, newest first, at most ``query.limit``."""
+    if guard.visibility == "self":
+        return _from_keys(ctx.services, [ctx.session_key], query)
+    if guard.visibility == "tree":
+        # Exactly the set the guard allows under `tree`: the caller and its spawned closure.
+        spawned = spawned_closure(ctx.session_key, ctx.services.store.sessions.children)
+        return _from_keys(ctx.services, [ctx.session_key, *sorted(spawned)], query)
+    agents = [ctx.agent_id] if guard.visibility == "agent" else reach
+    return _from_indexes(ctx.services, guard, agents, query)
+
+
+def _from_keys(svc: Services, keys: list[str], query: _Query) -> _Found:
+    """Entries of known keys (self, tree), filtered, sorted by updatedAt, limited."""
+    kind_of = _kind_function(svc)
+    entries = [
+        e
+        for e in svc.store.sessions.get_many(keys)
+        if e is not None and _listable(svc, e.key) and query.accepts(e, kind_of(e.key))
+    ]
+    entries.sort(key=lambda e: e.updated_at_ms, reverse=True)
+    return _Found(entries[: query.limit])
+
+
+def _from_indexes(
+    svc: Services, guard: VisibilityGuard, agents: list[str] | None, query: _Query
+) -> _Found:
+    """Page through the updatedAt indexes until ``query.limit`` visible rows are found.
+
+    ``agents`` None means the global index (kinds then filtered per row); otherwise the
+    per-agent indexes, or their per-kind indexes when kinds are given.
+    """
+    kind_of = _kind_function(svc)
+    kinds = sorted(query.kinds) if query.kinds is not None and agents is not None else None
+    out: list[SessionEntry] = []
+    seen: set[str] = set()
+    offset = 0
+    partial = False
+    while len(out) < query.limit:
+        if offset >= _SCAN_LIMIT:
+            partial = True
+            break
+        page = svc.store.sessions.recent_keys(
+            agent_ids=agents,
+            kinds=kinds,
+            min_updated_ms=query.min_updated_ms,
+            limit=_PAGE_SIZE,
+            offset=offset,
+        )
+        offset += len(page)
+        fresh = [key for key, _ in page if key not in seen]
+        seen.update(fresh)
+        for entry in svc.store.sessions.get_many(fresh):
+            if entry is None or not _listable(svc, entry.key):
+                continue
+            if query.accepts(entry, kind_of(entry.key)) and guard.check(entry.key, "list").allowed:
+                out.append(entry)
+        if len(page) < _PAGE_SIZE:
+            break
+    # Transcript appends move an entry's updatedAt ahead of its index score; show the truth.
+    out.sort(key=lambda e: e.updated_at_ms, reverse=True)
+    return _Found(out[: query.limit], partial=partial)
+
+
+def _agents_in_reach(config: SwitchboardConfig, own: str) -> list[str] | None:
+    """The agents whose sessions `all` can show: listed ids, or None for "any agent"."""
+    policy = config.tools.agent_to_agent
+    if not policy.enabled or not matches_allow(policy.allow, own):
+        return [own]
+    patterns = [p.strip() for p in policy.allow if p.strip()]
+    if not patterns or any("*" in p for p in patterns):
+        return None
+    return sorted({own, *patterns})
+
+
+def _kind_function(svc: Services) -> Callable[[str], str]:
+    opts = key_options(svc)
+    return lambda key: sk.session_kind(key, **opts)
+
+
+def _listable(svc: Services, key: str) -> bool:
+    """`unknown` never, `global` only as the main session under scope global."""
+    if key == "unknown":
+        return False
+    return key != "global" or svc.config.session.scope == "global"
+
+
+def list_row(svc: Services, entry: SessionEntry, requester_agent: str) -> dict[str, Any]:
+    """One `sessions_list` row (SPEC §3): known fields only, keys as the caller sees them."""
+    fields = entry.fields
+    kind = sk.session_kind(entry.key, **key_options(svc))
+    delivery = _delivery_context(fields.get("deliveryContext"))
+    last_channel = _text(delivery.get("channel")) or _text(fields.get("lastChannel"))
+    channel = sk.derive_channel(
+        entry.key, kind=kind, entry_channel=_text(fields.get("channel")), last_channel=last_channel
+    )
+    row: dict[str, Any] = {
+        "key": display_key(svc, entry.key, requester_agent),
+        "kind": kind,
+        "channel": channel,
+        "displayName": _display_name(entry, kind, channel),
+        "lastChannel": last_channel,
+        "lastTo": _text(delivery.get("to")) or _text(fields.get("lastTo")),
+        "deliveryContext": delivery or None,
+        "status": _RUN_STATUS.get(str(fields.get("status"))),
+    }
+    row.update({name: _text(fields.get(name)) for name in _STRING_FIELDS})
+    row.update({name: _number(fields.get(name)) for name in _NUMBER_FIELDS})
+    row.update({name: _flag(fields.get(name)) for name in _BOOL_FIELDS})
+    if row["sessionId"]:
+        path = svc.settings.data_dir / "sessions" / f"{row['sessionId']}.jsonl"
+        row["transcriptPath"] = str(path)
+    parent = _text(fields.get("spawnedBy"))
+    if parent:
+        row["spawnedBy"] = display_key(svc, parent, requester_agent)
+    return {name: value for name, value in row.items() if value is not None}
+
+
+def _delivery_context(value: Any) -> dict[str, str]:
+    """The entry's delivery route: channel, to, accountId (those that are set)."""
+    if not isinstance(value, Mapping):
+        return {}
+    found = {name: _text(value.get(name)) for name in _DELIVERY_FIELDS}
+    return {name: item for name, item in found.items() if item}
+
+
+def _display_name(entry: SessionEntry, kind: str, channel: str) -> str | None:
+    """The entry's own name, else a group label like `discord:g-dev`, else its label."""
+    own = _text(entry.get("displayName"))
+    if own:
+        return own
+    if kind == "group" and channel != "unknown":
+        token = _text(entry.get("subject")) or _text(entry.get("groupChannel"))
+        token = token or _group_id(entry.key)
+        if token:
+            return f"{channel}:{_group_token(token)}"
+    return _text(entry.get("label"))
+
+
+def _group_id(key: str) -> str | None:
+    """What follows the `group`/`channel` marker of a group key."""
+    parts = sk.strip_agent_prefix(key).split(":")
+    for index, part in enumerate(parts[:-1]):
+        if part in ("group", "channel"):
+            return ":".join(parts[index + 1 :])
+    return None
+
+
+def _group_token(token: str) -> str:
+    """OpenClaw's group label token: a slug, `g-` prefixed unless it is `@x`, `#x` or `g-x`."""
+    slug = _GROUP_SLUG.sub("-", token.strip().lower()).strip("-")
+    if slug.startswith(("@", "#", "g-")) or "#" in slug:
+        return slug
+    return f"g-{slug}"
+
+
+def _preview(svc: Services, key: str, count: int) -> list[dict[str, Any]]:
+    """The last ``count`` messages of a session, tool results dropped, sanitised."""
+    limit = min(count * _PREVIEW_OVERFETCH, 1000)
+    history = chat_history_method(svc, {"sessionKey": key, "limit": limit})
+    kept = [m for m in history["messages"] if m.get("role") not in TOOL_ROLES][-count:]
+    return [sanitize_message(m).message for m in kept]
+
+
+def _scope(
+    ctx: ToolContext, visibility: Visibility, reach: Collection[str] | None
+) -> dict[str, Any]:
+    """Which sessions this listing can show, in words a model can act on."""
+    scope: dict[str, Any] = {"visibility": visibility}
+    note = _scope_note(visibility, ctx.agent_id, reach)
+    if sandbox_restricted(ctx):
+        scope["sandboxed"] = True
+        note = note.removesuffix(".") + _SANDBOX_NOTE + "."
+    scope["note"] = note
+    return scope
+
+
+def _scope_note(visibility: Visibility, agent: str, reach: Collection[str] | None) -> str:
+    if visibility == "self":
+        return "Only this session is listed (tools.sessions.visibility=self)."
+    if visibility == "tree":
+        return (
+            "Only this session and the sessions it spawned are listed "
+            "(tools.sessions.visibility=tree)."
+        )
+    if visibility == "agent":
+        return f"Only sessions of agent {agent} are listed (tools.sessions.visibility=agent)."
+    if reach is not None and list(reach) == [agent]:
+        return (
+            f"Only sessions of agent {agent} are listed: other agents' sessions need "
+            "tools.agentToAgent.enabled=true and both agents in tools.agentToAgent.allow."
+        )
+    return "Sessions of every agent that tools.agentToAgent.allow permits are listed."
+
+
+def _text(value: Any) -> str | None:
+    return value.strip() or None if isinstance(value, str) else None
+
+
+def _number(value: Any) -> int | float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value
+
+
+def _flag(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+SPEC = ToolSpec(
+    name="sessions_list",
+    description=(
+        "List visible sessions with optional filters for kind, recent activity, and last "
+        "messages. Use this to discover a target session before calling sessions_history "
+        "or sessions_send."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "kinds": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Only these kinds: main, group, cron, hook, node, other.",
+            },
+            "limit": {
+                "type": "number",
+                "minimum": 1,
+                "description": "Max sessions to return (default 50, at most 200).",
+            },
+            "activeMinutes": {
+                "type": "number",
+                "minimum": 1,
+                "description": "Only sessions active within the last N minutes.",
+            },
+            "messageLimit": {
+                "type": "number",
+                "minimum": 0,
+                "description": "Include the last N messages of each session (0-20, default 0).",
+            },
+        },
+    },
+    handler=_sessions_list,
+)

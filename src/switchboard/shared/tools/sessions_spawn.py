@@ -1,0 +1,366 @@
+"""`sessions_spawn`: start sub-agents in fresh sessions; their results are announced back.
+
+Always non-blocking (SPEC §7): the checks run in OpenClaw's order (reference §7.2) and
+nothing is written until every one has passed, then the child session, its lineage and
+its spawn record are created and the child run is queued with ``on_end`` =
+``switchboard.subagent_announce(spawnId)``. ``tasks: [...]`` (with ``join: each|all``)
+spawns a batch the same way: every entry is checked first, then all are started.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from switchboard.shared import keys as sk
+from switchboard.shared.config import EffectiveSubagents
+from switchboard.shared.errors import InvalidInput, SwitchboardError
+from switchboard.shared.flows.spawn import (
+    Child,
+    ChildPlan,
+    Requester,
+    abandon,
+    live_children,
+    requester_for,
+    start_batch,
+    start_child,
+)
+from switchboard.shared.flows.spawns import SpawnRecords
+from switchboard.shared.runtime.models import validate_model_ref
+from switchboard.shared.services import Services
+from switchboard.shared.tools.args import read_bool, read_int, read_string
+from switchboard.shared.tools.registry import ToolContext, ToolSpec
+
+THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh")
+# Channel-delivery keys this tool refuses (first one found, in this order).
+_UNSUPPORTED_KEYS = (
+    "target",
+    "transport",
+    "channel",
+    "to",
+    "threadId",
+    "thread_id",
+    "replyTo",
+    "reply_to",
+)
+# Keys a batch entry inherits from the top level when it does not set them.
+_INHERITED = ("agentId", "model", "thinking", "runTimeoutSeconds", "timeoutSeconds", "cleanup")
+_AGENT_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$", re.IGNORECASE)
+_RUN_NOTE = (
+    "Auto-announce is push-based. After spawning children, do NOT call sessions_list, "
+    "sessions_history, exec sleep, or any polling tool. Wait for completion events to arrive "
+    "as user messages, track expected child session keys, and only send your final answer "
+    "after ALL expected completions arrive. If a child completion event arrives AFTER your "
+    "final answer, reply ONLY with NO_REPLY."
+)
+_JOIN_ALL_NOTE = " With join=all, one combined announce arrives when every child has ended."
+
+DESCRIPTION = (
+    "Spawn a sub-agent in a fresh isolated session (agent:<agentId>:subagent:<uuid>) to "
+    "work on a task. Returns at once with {status: accepted, runId, childSessionKey}; when "
+    "the child finishes, its result is announced back to this session and chat (Status / "
+    "Result / Notes). Pass `tasks` (a list of {task, label?, agentId?, model?, ...}) "
+    'instead of `task` to fan out several children at once; `join: "all"` gives one '
+    "combined announce when all have ended. Use agents_list to see which agentIds you may "
+    "use."
+)
+
+_ENTRY_PROPERTIES: dict[str, Any] = {
+    "task": {"type": "string", "description": "What the sub-agent should do."},
+    "label": {"type": "string", "description": "A short name for the child session."},
+    "agentId": {"type": "string", "description": "Spawn under another agent (if allowed)."},
+    "model": {"type": "string", "description": "Model override, provider/model."},
+    "thinking": {"type": "string", "description": "Thinking level override."},
+    "runTimeoutSeconds": {
+        "type": "number",
+        "minimum": 0,
+        "description": "Abort the child run after N seconds (0 = the default deadline).",
+    },
+    "cleanup": {"type": "string", "enum": ["delete", "keep"]},
+}
+
+PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        **_ENTRY_PROPERTIES,
+        "thread": {"type": "boolean"},
+        "mode": {"type": "string", "enum": ["run", "session"]},
+        "tasks": {
+            "type": "array",
+            "description": "Batch fan-out: one entry per child, instead of `task`.",
+            "items": {"type": "object", "properties": _ENTRY_PROPERTIES, "required": ["task"]},
+        },
+        "join": {
+            "type": "string",
+            "enum": ["each", "all"],
+            "description": "Batch announces: one per child (each) or one combined (all).",
+        },
+    },
+}
+
+
+class _Refused(Exception):
+    """A contract outcome (`status: error | forbidden`) that ends the call early."""
+
+    def __init__(self, status: str, error: str) -> None:
+        super().__init__(error)
+        self.result = {"status": status, "error": error}
+
+
+def sessions_spawn(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    """The tool handler: check everything, then start one child or a batch."""
+    _reject_unsupported_keys(args)
+    try:
+        if args.get("tasks") is not None:
+            return _spawn_batch(ctx, args)
+        return _spawn_one(ctx, args)
+    except _Refused as refused:
+        return refused.result
+
+
+def _reject_unsupported_keys(args: Mapping[str, Any]) -> None:
+    for key in _UNSUPPORTED_KEYS:
+        if key in args:
+            raise InvalidInput(
+                f'sessions_spawn does not support "{key}". Use "message" or '
+                '"sessions_send" for channel delivery.',
+                field=key,
+            )
+
+
+def _spawn_one(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
+    task = read_string(args, "task", required=True)
+    assert task is not None
+    _check_runtime(args)
+    _check_agent_id_format(args)
+    mode, thread = _mode(args)
+    req = requester_for(ctx)
+    _check_depth(req)
+    records = SpawnRecords(ctx.services)
+    _check_capacity(ctx.services, records, req, 1)
+    plan = _plan(ctx.services, req, args, task)
+    _check_thread(thread)
+    child = Child.for_plan(plan)
+    _reserve(records, req, [child])
+    try:
+        started = start_child(ctx.services, records, req, child, mode=mode)
+    except SwitchboardError as exc:
+        abandon(ctx.services, records, req, child)
+        return {"status": "error", "error": exc.message, "childSessionKey": child.key}
+    result: dict[str, Any] = {"status": "accepted", **started, "mode": mode}
+    result.update(_note(ctx, mode, join=None))
+    result["modelApplied"] = True
+    return result
+
+
+def _spawn_batch(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
+    if read_string(args, "task") is not None:
+        raise InvalidInput("use either task or tasks, not both", field="tasks")
+    entries = _batch_entries(args)
+    join = read_string(args, "join") or "each"
+    if join not in ("each", "all"):
+        raise InvalidInput('join must be "each" or "all"', field="join")
+    _check_runtime(args)
+    mode, thread = _mode(args)
+    req = requester_for(ctx)
+    _check_depth(req)
+    plans: list[ChildPlan] = []
+    for index, entry in enumerate(entries):
+        try:
+            _reject_unsupported_keys(entry)
+            task = read_string(entry, "task", required=True)
+            assert task is not None
+            _check_agent_id_format(entry)
+            plans.append(_plan(ctx.services, req, entry, task))
+        except _Refused as refused:
+            raise _Refused(refused.result["status"], f"tasks[{index}]: {refused}") from None
+        except InvalidInput as exc:
+            raise InvalidInput(f"tasks[{index}]: {exc.message}", field="tasks") from None
+    records = SpawnRecords(ctx.services)
+    _check_capacity(ctx.services, records, req, len(plans))
+    _check_thread(thread)
+    children = [Child.for_plan(plan) for plan in plans]
+    _reserve(records, req, children)
+    batch_id, runs = start_batch(ctx.services, records, req, children, mode=mode, join=join)
+    result: dict[str, Any] = {
+        "status": "accepted",
+        "batchId": batch_id,
+        "join": join,
+        "runs": runs,
+        "mode": mode,
+    }
+    result.update(_note(ctx, mode, join=join))
+    return result
+
+
+def _batch_entries(args: Mapping[str, Any]) -> list[dict[str, Any]]:
+    raw = args.get("tasks")
+    if not isinstance(raw, list) or not raw:
+        raise InvalidInput("tasks must be a non-empty list", field="tasks")
+    entries = []
+    for index, item in enumerate(raw):
+        if isinstance(item, str):
+            item = {"task": item}
+        if not isinstance(item, dict):
+            raise InvalidInput(f"tasks[{index}] must be an object with a task", field="tasks")
+        inherited = {k: args[k] for k in _INHERITED if k in args and k not in item}
+        entries.append({**inherited, **item})
+    return entries
+
+
+# -- checks, in OpenClaw's order ---------------------------------------------------------
+
+
+def _check_runtime(args: Mapping[str, Any]) -> None:
+    runtime = read_string(args, "runtime")
+    if runtime == "acp":
+        raise _Refused("error", 'runtime="acp" is unavailable: no ACP backend is configured.')
+    for name in ("streamTo", "resumeSessionId"):
+        if read_string(args, name):
+            raise _Refused(
+                "error", f"{name} is only supported for runtime=acp; got runtime=subagent"
+            )
+
+
+def _check_agent_id_format(args: Mapping[str, Any]) -> None:
+    agent_id = read_string(args, "agentId")
+    if agent_id is not None and not _AGENT_ID.match(agent_id):
+        raise _Refused(
+            "error",
+            f'Invalid agentId "{agent_id}". Agent IDs must match [a-z0-9][a-z0-9_-]{{0,63}}. '
+            "Use agents_list to discover valid targets.",
+        )
+
+
+def _mode(args: Mapping[str, Any]) -> tuple[str, bool]:
+    thread = read_bool(args, "thread")
+    mode = read_string(args, "mode")
+    if mode not in ("run", "session"):
+        mode = "session" if thread else "run"
+    if mode == "session" and not thread:
+        raise _Refused(
+            "error",
+            'mode="session" requires thread=true so the subagent can stay bound to a thread.',
+        )
+    return mode, thread
+
+
+def _check_depth(req: Requester) -> None:
+    limit = req.limits.max_spawn_depth
+    if req.depth >= limit:
+        raise _Refused(
+            "forbidden",
+            f"sessions_spawn is not allowed at this depth (current depth: {req.depth}, "
+            f"max: {limit})",
+        )
+
+
+def _check_capacity(svc: Services, records: SpawnRecords, req: Requester, wanted: int) -> None:
+    active = live_children(svc, records, req.key)
+    limit = req.limits.max_children_per_agent
+    if active + wanted > limit:
+        raise _Refused("forbidden", _capacity_message(active, limit, wanted))
+
+
+def _capacity_message(active: int, limit: int, wanted: int) -> str:
+    text = f"sessions_spawn has reached max active children for this session ({active}/{limit})"
+    if wanted > 1:
+        text += f"; a batch of {wanted} needs {active + wanted - limit} more slot(s)"
+    return text
+
+
+def _plan(svc: Services, req: Requester, args: Mapping[str, Any], task: str) -> ChildPlan:
+    requested = read_string(args, "agentId")
+    if requested is None and svc.config.subagents_for(req.agent_id).require_agent_id:
+        raise _Refused(
+            "forbidden",
+            "sessions_spawn requires explicit agentId when requireAgentId is configured. "
+            "Use agents_list to see allowed agent ids.",
+        )
+    target = requested.lower() if requested else req.agent_id
+    _check_allowed(req, target)
+    thinking = _thinking(svc, args, target)
+    model = read_string(args, "model") or svc.config.subagent_model_for(target)
+    try:
+        validate_model_ref(model, svc.config.models.providers)
+    except InvalidInput as exc:
+        raise _Refused("error", exc.message) from None
+    cleanup = "delete" if read_string(args, "cleanup") == "delete" else "keep"
+    return ChildPlan(
+        task=task,
+        label=read_string(args, "label"),
+        agent_id=target,
+        model=model,
+        thinking=thinking,
+        timeout_s=_run_timeout_s(args, req.limits),
+        cleanup=cleanup,
+    )
+
+
+def _check_allowed(req: Requester, target: str) -> None:
+    if target == req.agent_id:
+        return
+    allowed = req.limits.allow_agents
+    if "*" in allowed or target in allowed:
+        return
+    shown = ", ".join(allowed) if allowed else "none"
+    raise _Refused("forbidden", f"agentId is not allowed for sessions_spawn (allowed: {shown})")
+
+
+def _thinking(svc: Services, args: Mapping[str, Any], target: str) -> str | None:
+    value = read_string(args, "thinking") or svc.config.subagents_for(target).thinking
+    if value is None:
+        return None
+    level = value.strip().lower()
+    if level not in THINKING_LEVELS:
+        raise _Refused(
+            "error", f'Invalid thinking level "{value}". Use one of: {", ".join(THINKING_LEVELS)}.'
+        )
+    return None if level == "off" else level
+
+
+def _run_timeout_s(args: Mapping[str, Any], limits: EffectiveSubagents) -> int:
+    value = read_int(args, "runTimeoutSeconds", default=None, lo=0)
+    if value is None:  # OpenClaw's legacy alias
+        value = read_int(args, "timeoutSeconds", default=None, lo=0)
+    return limits.run_timeout_seconds if value is None else value
+
+
+def _check_thread(thread: bool) -> None:
+    if thread:
+        raise _Refused(
+            "error",
+            "thread=true is unavailable because no channel plugin registered "
+            "subagent_spawning hooks.",
+        )
+
+
+# -- starting ----------------------------------------------------------------------------
+
+
+def _reserve(records: SpawnRecords, req: Requester, children: Sequence[Child]) -> None:
+    limit = req.limits.max_children_per_agent
+    ok, active = records.reserve_children(req.key, [c.key for c in children], limit)
+    if not ok:  # another spawn took the slots since the check
+        raise _Refused("forbidden", _capacity_message(active, limit, len(children)))
+
+
+def _note(ctx: ToolContext, mode: str, *, join: str | None) -> dict[str, str]:
+    if mode == "session":
+        return {
+            "note": "thread-bound session stays active after this task; continue in-thread "
+            "for follow-ups."
+        }
+    opts = {"main_key": ctx.services.config.session.main_key}
+    if sk.session_kind(ctx.session_key, **opts) == "cron":
+        return {}
+    return {"note": _RUN_NOTE + (_JOIN_ALL_NOTE if join == "all" else "")}
+
+
+SPEC = ToolSpec(
+    name="sessions_spawn",
+    description=DESCRIPTION,
+    parameters=PARAMETERS,
+    handler=sessions_spawn,
+)

@@ -1,0 +1,92 @@
+"""The sub-agent tool policy (switchboard.shared.policy.tool_policy)."""
+
+from __future__ import annotations
+
+import pytest
+
+from switchboard.shared.policy.tool_policy import (
+    ToolInfo,
+    ToolRules,
+    allowed_tools,
+    base_denied,
+    subagent_role,
+)
+
+pytestmark = pytest.mark.unit
+
+SESSION_TOOLS = ("sessions_list", "sessions_history", "sessions_send", "sessions_spawn")
+TOOLS = [
+    *(ToolInfo(name, session_tool=True) for name in SESSION_TOOLS),
+    ToolInfo("agents_list", session_tool=True),
+    ToolInfo("web_search"),
+    ToolInfo("read_file"),
+    ToolInfo("cron"),
+]
+
+
+def test_role_from_depth_and_limit() -> None:
+    """Depth 0 is main; below the limit orchestrator; at or beyond it leaf."""
+    assert subagent_role(0, 1) == "main"
+    assert subagent_role(1, 1) == "leaf"
+    assert subagent_role(1, 2) == "orchestrator"
+    assert subagent_role(2, 2) == "leaf"
+    assert subagent_role(3, 2) == "leaf"
+
+
+def test_stored_role_wins_over_depth() -> None:
+    """A stored subagentRole is used as is; an unknown stored value is ignored."""
+    assert subagent_role(1, 1, stored="orchestrator") == "orchestrator"
+    assert subagent_role(1, 3, stored="leaf") == "leaf"
+    assert subagent_role(1, 3, stored="boss") == "orchestrator"
+
+
+def test_main_sessions_keep_every_tool() -> None:
+    """The policy removes nothing outside sub-agents."""
+    assert allowed_tools("main", TOOLS) == [t.name for t in TOOLS]
+    assert base_denied("main", TOOLS) == set()
+
+
+def test_leaf_loses_every_session_tool() -> None:
+    """A leaf gets the full set minus all session tools (and OpenClaw's always-denied)."""
+    assert allowed_tools("leaf", TOOLS) == ["web_search", "read_file"]
+
+
+def test_orchestrator_keeps_list_history_and_spawn() -> None:
+    """An orchestrator keeps the tools to manage children, never send or agents_list."""
+    assert allowed_tools("orchestrator", TOOLS) == [
+        "sessions_list",
+        "sessions_history",
+        "sessions_spawn",
+        "web_search",
+        "read_file",
+    ]
+
+
+def test_unknown_session_tools_are_denied_to_orchestrators_too() -> None:
+    """A session tool outside the orchestration set is treated like sessions_send."""
+    tools = [ToolInfo("sessions_yield", session_tool=True), ToolInfo("web_search")]
+    assert allowed_tools("orchestrator", tools) == ["web_search"]
+
+
+def test_allow_and_also_allow_take_names_off_the_deny_list() -> None:
+    """alsoAllow re-enables a denied tool without narrowing the rest."""
+    rules = ToolRules(also_allow=("sessions_send",))
+    assert allowed_tools("leaf", TOOLS, rules) == ["sessions_send", "web_search", "read_file"]
+
+
+def test_non_empty_allow_is_an_allow_list() -> None:
+    """With `allow`, only matching tools remain (alsoAllow merges into it)."""
+    rules = ToolRules(allow=("sessions_history", "web_*"), also_allow=("read_file",))
+    assert allowed_tools("leaf", TOOLS, rules) == ["sessions_history", "web_search", "read_file"]
+
+
+def test_deny_adds_and_wins_over_allow() -> None:
+    """`deny` removes tools (globs, any case), even ones `allow` names."""
+    rules = ToolRules(allow=("web_search", "read_file"), deny=("READ_*",))
+    assert allowed_tools("leaf", TOOLS, rules) == ["web_search"]
+
+
+def test_always_denied_names_stay_denied_without_a_rule() -> None:
+    """OpenClaw's gateway-level tools (cron here) are denied to every sub-agent."""
+    assert "cron" not in allowed_tools("orchestrator", TOOLS)
+    assert "cron" in allowed_tools("leaf", TOOLS, ToolRules(also_allow=("cron",)))
