@@ -18,7 +18,7 @@ from typing import Any
 from switchboard.shared.services import Services
 from switchboard.shared.store import codec
 from switchboard.shared.store.runs import now_ms
-from switchboard.shared.store.scripts import as_text
+from switchboard.shared.store.scripts import LUA_SET_FIELDS, as_text
 
 TERMINAL_STATUSES = frozenset({"delivered", "failed", "denied"})
 # Delivery ids are derived from the idempotency key, so the same key is the same delivery.
@@ -29,19 +29,11 @@ _INT_FIELDS = frozenset(
     {"attempts", "createdAt", "updatedAt", "nextAttemptAt", "deliveredAt", "leaseUntil"}
 )
 
-_SET_FIELDS = """
-local function set_fields(key, json)
-  if json == '' then return end
-  for k, v in pairs(cjson.decode(json)) do
-    if v == cjson.null then redis.call('HDEL', key, k) else redis.call('HSET', key, k, v) end
-  end
-end
-"""
 
 # Create a delivery unless its id exists, and index it for its session.
 # KEYS: delivery, session index. ARGV: JSON fields, id, now ms, index TTL s, prune before ms
 _CREATE = (
-    _SET_FIELDS
+    LUA_SET_FIELDS
     + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 set_fields(KEYS[1], ARGV[1])
@@ -76,7 +68,7 @@ return {'ok', tostring(n)}
 # Settle the attempt that holds the delivery (status sending, same attempt number).
 # KEYS: delivery. ARGV: attempt, JSON fields, TTL s (0 = keep)
 _SETTLE = (
-    _SET_FIELDS
+    LUA_SET_FIELDS
     + """
 if redis.call('HGET', KEYS[1], 'status') ~= 'sending' then return 0 end
 if redis.call('HGET', KEYS[1], 'attempts') ~= ARGV[1] then return 0 end

@@ -19,20 +19,12 @@ from switchboard.shared.delivery import Target, get_delivery
 from switchboard.shared.services import Services
 from switchboard.shared.store import codec
 from switchboard.shared.store.runs import now_ms
-
-_SET_FIELDS = """
-local function set_fields(key, json)
-  if json == '' then return end
-  for k, v in pairs(cjson.decode(json)) do
-    if v == cjson.null then redis.call('HDEL', key, k) else redis.call('HSET', key, k, v) end
-  end
-end
-"""
+from switchboard.shared.store.scripts import LUA_SET_FIELDS
 
 # Advance a flow that is still where the caller saw it.
 # KEYS: flow. ARGV: expected status, expected turn ('' = any), JSON fields, TTL s
 _ADVANCE = (
-    _SET_FIELDS
+    LUA_SET_FIELDS
     + """
 if redis.call('HGET', KEYS[1], 'status') ~= ARGV[1] then return 0 end
 if ARGV[2] ~= '' and redis.call('HGET', KEYS[1], 'turn') ~= ARGV[2] then return 0 end

@@ -12,7 +12,19 @@ from typing import Any
 from redis import Redis
 from redis.commands.core import Script
 
-_COMMON = """
+# Lua: set the fields of a JSON object of text values on a hash (null deletes a field).
+LUA_SET_FIELDS = """
+local function set_fields(key, json)
+  if json == '' then return end
+  for k, v in pairs(cjson.decode(json)) do
+    if v == cjson.null then redis.call('HDEL', key, k) else redis.call('HSET', key, k, v) end
+  end
+end
+"""
+
+_COMMON = (
+    LUA_SET_FIELDS
+    + """
 local function touch(session, idx_all, idx_agent, idx_kind, member, now)
   redis.call('HSET', session, 'updatedAt', now)
   redis.call('ZADD', idx_all, now, member)
@@ -24,17 +36,6 @@ local function append(session, stream, msg)
   redis.call('XADD', stream, seq .. '-0', 'm', msg)
   return seq
 end
-local function set_fields(key, json)
-  if json == '' then return end
-  local fields = cjson.decode(json)
-  for k, v in pairs(fields) do
-    if v == cjson.null then
-      redis.call('HDEL', key, k)
-    else
-      redis.call('HSET', key, k, tostring(v))
-    end
-  end
-end
 local function incr_fields(key, json)
   if json == '' then return end
   for k, v in pairs(cjson.decode(json)) do
@@ -42,6 +43,7 @@ local function incr_fields(key, json)
   end
 end
 """
+)
 
 # Create a session entry if missing (with its sessionId and index entries), then touch it.
 # KEYS: session, sid index, idx_all, idx_agent, idx_kind
