@@ -264,8 +264,6 @@ class RunStore:
         agent_id = sk.agent_id_of(session_key)
         kind = self._kind_of(session_key)
         now = now_ms()
-        rec_timeout = self.redis.hget(self.ks.run(run_id), "timeoutS")
-        timeout_ms = int(float(as_text(rec_timeout) or 600) * 1000)
         res = self.scripts.claim_run(
             keys=[
                 self.ks.run(run_id),
@@ -285,7 +283,7 @@ class RunStore:
                 now + self.lease_s * 1000,
                 "queued",
                 self.max_attempts,
-                timeout_ms,
+                600_000,
             ],
         )
         verdict = as_text(res[0])

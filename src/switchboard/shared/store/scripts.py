@@ -83,7 +83,8 @@ return 0
 # Claim a run for execution: it must be in the expected state and hold its lane.
 # On the first claim, append the run's user message to the transcript (exactly once).
 # KEYS: run, lane, leases, active, session, transcript, idx_all, idx_agent, idx_kind
-# ARGV: run id, session key, now, lease expiry, expected status, max attempts, timeout ms
+# ARGV: run id, session key, now, lease expiry, expected status, max attempts,
+#       default timeout ms (used when the run has no timeoutS of its own)
 CLAIM_RUN = (
     _COMMON
     + """
@@ -97,7 +98,9 @@ redis.call('HSET', KEYS[1], 'status', 'running')
 if attempt > tonumber(ARGV[6]) then return {'exhausted', tostring(attempt)} end
 local deadline = redis.call('HGET', KEYS[1], 'deadlineAt')
 if not deadline then
-  deadline = tostring(tonumber(ARGV[3]) + tonumber(ARGV[7]))
+  local timeout_s = redis.call('HGET', KEYS[1], 'timeoutS')
+  local timeout_ms = timeout_s and math.floor(tonumber(timeout_s) * 1000) or tonumber(ARGV[7])
+  deadline = tostring(tonumber(ARGV[3]) + timeout_ms)
   redis.call('HSET', KEYS[1], 'startedAt', ARGV[3], 'deadlineAt', deadline)
 end
 redis.call('ZADD', KEYS[4], deadline, ARGV[1])
