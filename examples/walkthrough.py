@@ -225,7 +225,8 @@ def send_and_reply_back(api: Api, receiver: Receiver) -> None:
     def settled() -> dict[str, Any] | None:
         flow = api.rpc("flows.get", flowId=flow_id)
         status = flow.get("announce", {}).get("status")
-        return flow if flow.get("status") == "done" and status != "pending" else None
+        in_flight = status in ("pending", "delivering", "sending")
+        return flow if flow.get("status") == "done" and not in_flight else None
 
     flow = wait_until("the reply-back loop and its announce", settled)
     table = Table("round", "speaker", "session", "status", "reply")

@@ -28,8 +28,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+# soft_wrap: replies and keys print unbroken (a pipe gets the text as is, not re-wrapped at 80).
+console = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 ConfigOpt = Annotated[
     Path | None,
@@ -103,6 +104,11 @@ def up(
     raise typer.Exit(run_until_interrupted(group))
 
 
+def _celery_quiet(settings: Settings) -> list[str]:
+    """Celery's startup banner is not a log line: left out when logs are JSON lines."""
+    return ["--quiet"] if settings.log_format == "json" else []
+
+
 def _saved_token(data_dir: Path, *, create: bool) -> str:
     path = data_dir / TOKEN_FILE
     if path.exists():
@@ -131,6 +137,7 @@ def api(config: ConfigOpt = None, host: HostOpt = None, port: PortOpt = None) ->
         host=host or settings.host,
         port=port if port is not None else settings.port,
         log_level=settings.log_level.lower(),
+        log_config=None,  # uvicorn's records go through the product's handler (logs.py)
         access_log=False,
     )
 
@@ -146,6 +153,7 @@ def worker(config: ConfigOpt = None, concurrency: ConcurrencyOpt = 128) -> None:
     celery_app = create_celery_app(settings)
     celery_app.worker_main(
         [
+            *_celery_quiet(settings),
             "worker",
             "--pool=threads",
             f"--concurrency={concurrency}",
@@ -153,7 +161,6 @@ def worker(config: ConfigOpt = None, concurrency: ConcurrencyOpt = 128) -> None:
             f"--loglevel={settings.log_level}",
             "--without-gossip",
             "--without-mingle",
-            "--events",
         ]
     )
 
@@ -171,11 +178,46 @@ def beat(config: ConfigOpt = None) -> None:
     celery_app = create_celery_app(settings)
     celery_app.start(
         [
+            *_celery_quiet(settings),
             "beat",
             f"--loglevel={settings.log_level}",
             f"--schedule={data_dir / 'beat-schedule'}",
         ]
     )
+
+
+@app.command("mcp")
+def mcp_stdio(
+    session_key: Annotated[
+        str | None,
+        typer.Option(
+            "--session-key",
+            help="The session the MCP client acts for: a key, `main`, or a sessionId "
+            "(default: the default agent's main session).",
+        ),
+    ] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Serve the session tools over MCP on stdin/stdout (talks to Redis directly)."""
+    import anyio
+    import redis as redis_lib
+
+    from switchboard.api.mcp import serve_stdio
+    from switchboard.api.tools import tool_context
+    from switchboard.logs import setup_logging
+    from switchboard.wiring import build_services
+    from switchboard.workers.app import create_celery_app
+    from switchboard.workers.queue import CeleryQueue
+
+    settings = _settings(config)
+    setup_logging(settings.log_level)
+    services = build_services(settings, queue=CeleryQueue(create_celery_app(settings)))
+    try:
+        tool_context(services, session_key)  # an unknown sessionId is an error before serving
+        anyio.run(serve_stdio, services, session_key)
+    except redis_lib.RedisError as exc:
+        err.print(f"[red]cannot reach Redis:[/] {exc}")
+        raise typer.Exit(2) from None
 
 
 @app.command()
@@ -293,14 +335,24 @@ class _Client:
         self.http = httpx.Client(headers={"Authorization": f"Bearer {tok}"}, timeout=660)
 
     def rpc(self, method: str, params: dict[str, Any]) -> Any:
+        return self._post("/rpc", {"method": method, "params": params})
+
+    def invoke(self, tool: str, args: dict[str, Any], session_key: str) -> dict[str, Any]:
+        body = self._post("/tools/invoke", {"tool": tool, "args": args, "sessionKey": session_key})
+        result: dict[str, Any] = body["result"]
+        return result
+
+    def _post(self, path: str, payload: dict[str, Any]) -> Any:
         try:
-            resp = self.http.post(f"{self.base}/rpc", json={"method": method, "params": params})
+            resp = self.http.post(f"{self.base}{path}", json=payload)
         except httpx.HTTPError as exc:
             err.print(f"[red]cannot reach the api at {self.base}:[/] {exc}")
             raise typer.Exit(2) from None
         body = resp.json()
         if resp.status_code != 200:
             error = body.get("error", {}) if isinstance(body, dict) else {}
+            if not isinstance(error, dict):
+                error = {"message": str(error)}
             err.print(f"[red]{error.get('type', 'error')}:[/] {error.get('message', resp.text)}")
             raise typer.Exit(1)
         return body
@@ -327,6 +379,43 @@ def send(
         console.print(outcome.get("reply", ""), markup=False)
         return
     err.print(f"[yellow]{outcome['status']}[/] run {run_id}: {outcome.get('error', '')}")
+    raise typer.Exit(1)
+
+
+@app.command()
+def spawn(
+    task: Annotated[str, typer.Argument(help="What the sub-agent should do.")],
+    session: Annotated[
+        str, typer.Option("--session", help="The requester session (key, `main`, or sessionId).")
+    ] = "main",
+    agent: Annotated[str | None, typer.Option(help="Spawn under this agentId.")] = None,
+    label: Annotated[str | None, typer.Option(help="A short name for the child session.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model override, provider/model.")] = None,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for the child's reply; 0 = don't.")
+    ] = 0,
+    config: ConfigOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Spawn a sub-agent for a session; its result is announced back to that session."""
+    client = _Client(_settings(config), url, token)
+    args: dict[str, Any] = {"task": task}
+    for name, value in (("agentId", agent), ("label", label), ("model", model)):
+        if value is not None:
+            args[name] = value
+    result = client.invoke("sessions_spawn", args, session)
+    if result.get("status") != "accepted":
+        err.print(f"[red]{result.get('status', 'error')}:[/] {result.get('error', result)}")
+        raise typer.Exit(1)
+    console.print(f"spawned {result['childSessionKey']} (run {result['runId']})", markup=False)
+    if timeout <= 0:
+        return
+    outcome = client.rpc("agent.wait", {"runId": result["runId"], "timeoutMs": int(timeout * 1000)})
+    if outcome["status"] == "ok":
+        console.print(outcome.get("reply", ""), markup=False)
+        return
+    err.print(f"[yellow]{outcome['status']}[/] run {result['runId']}: {outcome.get('error', '')}")
     raise typer.Exit(1)
 
 
@@ -398,9 +487,18 @@ def _message_text(msg: dict[str, Any]) -> str:
 @app.command()
 def bench(
     scenario: Annotated[
-        list[str] | None, typer.Option("--scenario", "-s", help="Scenario(s) to run (default all).")
+        list[str] | None,
+        typer.Option(
+            "--scenario",
+            "-s",
+            help="Scenario to run, repeatable (default all): latency, throughput, listing, "
+            "history, fanout, parked.",
+        ),
     ] = None,
-    quick: Annotated[bool, typer.Option(help="Small sample sizes (a smoke test).")] = False,
+    quick: Annotated[
+        bool,
+        typer.Option(help="Scaled-down counts, a smoke test that judges no speed (< 2 min)."),
+    ] = False,
     out: Annotated[Path, typer.Option(help="Where the JSON figures go.")] = Path("bench/results"),
 ) -> None:
     """Benchmark the product against its anchors, side by side in one run."""

@@ -1,20 +1,235 @@
-"""Logging set-up for the processes: one line per record, level from settings."""
+"""Logging for every process: one JSON object per line, or a console line for humans.
+
+``setup_logging`` puts one handler on the root logger whose structlog ``ProcessorFormatter``
+renders structlog's own loggers and stdlib records alike (the product's loggers, celery,
+uvicorn): ``timestamp``, ``level``, ``logger``, ``event``, the record's ``extra`` fields and
+the context bound with ``log_context`` (``runId``, ``sessionKey``, ``flowId``, …).
+``SWITCHBOARD_LOG_FORMAT`` picks ``json`` (the default) or ``console``.
+
+Credentials never reach the output: just before rendering, the values of the configured
+secrets (api token, provider keys, webhook headers, Redis passwords), every field named
+like a secret (``token``, ``apiKey``, ``authorization``, …) and credential-looking text
+(``shared/tools/redact.py``: bearer tokens, ``sk-…`` keys, ``api_key=…``) become
+``[REDACTED]``, in the message, the fields and exception tracebacks.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import re
 import sys
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TextIO
+from urllib.parse import urlsplit
+
+import structlog
+from structlog.typing import EventDict, Processor, WrappedLogger
+
+from switchboard.shared.tools.redact import REDACTED, redact_text
+
+if TYPE_CHECKING:
+    from switchboard.shared.config import Settings, SwitchboardConfig
+    from switchboard.shared.store.runs import RunRecord
+
+LogFormat = Literal["json", "console"]
+
+# Field names whose values are always secret (the whole value is replaced).
+_SECRET_FIELD_RE = re.compile(
+    r"(api[_-]?key|token|secret|password|passwd|authorization|cookie)$", re.IGNORECASE
+)
+# A configured secret shorter than this is not searched for (it would mangle every line).
+_MIN_SECRET_LEN = 4
+# Environment variables read by model clients (their values are secrets too).
+_SECRET_ENV = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+_NOISY_LOGGERS = ("httpx", "httpcore", "openai", "anthropic")
+_BASICS = ("timestamp", "level", "logger", "event")
+# Extra fields some libraries add that only repeat the event (uvicorn's ANSI-coloured copy).
+_DROPPED_FIELDS = frozenset({"color_message"})
 
 
-def setup_logging(level: str = "INFO") -> None:
-    """Configure the root logger once for a process."""
+def setup_logging(
+    level: str = "INFO",
+    fmt: LogFormat | None = None,
+    *,
+    secrets: Iterable[str] | None = None,
+    stream: TextIO | None = None,
+) -> None:
+    """Configure the process's logging once: the root handler, structlog, celery's hands off.
+
+    ``fmt`` and ``secrets`` default to the process's settings and config."""
     root = logging.getLogger()
     if getattr(root, "_switchboard", False):
         return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    if fmt is None or secrets is None:
+        from switchboard.shared.config import get_config, get_settings
+
+        settings = get_settings()
+        fmt = fmt or settings.log_format
+        if secrets is None:
+            secrets = configured_secrets(settings, get_config(settings.config))
+    configure_structlog()
+    handler = logging.StreamHandler(stream) if stream else _StderrHandler()
+    handler.setFormatter(formatter(fmt, secrets))
     root.handlers[:] = [handler]
     root.setLevel(level)
-    for noisy in ("httpx", "httpcore", "openai", "anthropic"):
+    for noisy in _NOISY_LOGGERS:
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.captureWarnings(True)  # warnings become records of the `py.warnings` logger
+    _keep_celery_off_logging()
     root._switchboard = True  # type: ignore[attr-defined]
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time of the record, not at set-up."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        pass
+
+
+def _shared_processors() -> list[Processor]:
+    """What every record gets before rendering, structlog's or stdlib's."""
+    return [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True, key="timestamp"),
+    ]
+
+
+def configure_structlog() -> None:
+    """Route structlog's loggers into stdlib logging (and so into the root handler)."""
+    structlog.configure(
+        processors=[
+            *_shared_processors(),
+            structlog.stdlib.PositionalArgumentsFormatter(),
+            structlog.processors.StackInfoRenderer(),
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+
+
+def formatter(fmt: LogFormat = "json", secrets: Iterable[str] = ()) -> logging.Formatter:
+    """The root handler's formatter: shared processors, redaction, then the renderer."""
+    renderer: Processor
+    if fmt == "console":
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
+        )
+    else:
+        renderer = structlog.processors.JSONRenderer(default=str)
+    return structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*_shared_processors(), structlog.stdlib.ExtraAdder()],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info,  # tracebacks as text, so they are redacted
+            Redactor(secrets),
+            _tidy,
+            renderer,
+        ],
+    )
+
+
+def _tidy(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
+    """Order a line as timestamp, level, logger, event, then the rest; drop empty fields."""
+    first = {k: event_dict.pop(k) for k in _BASICS if k in event_dict}
+    rest = {k: v for k, v in event_dict.items() if v is not None and k not in _DROPPED_FIELDS}
+    return {**first, **rest}
+
+
+class Redactor:
+    """A processor replacing secrets in every value of the event (recursively)."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        # Longest first, so a secret containing another is replaced whole.
+        self.secrets = sorted(
+            {s for s in secrets if s and len(s) >= _MIN_SECRET_LEN}, key=len, reverse=True
+        )
+
+    def __call__(self, _: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
+        for key, value in event_dict.items():
+            event_dict[key] = self._clean(key, value)
+        return event_dict
+
+    def _clean(self, key: str, value: Any) -> Any:
+        if isinstance(value, str):
+            return REDACTED if _SECRET_FIELD_RE.search(key) else self.text(value)
+        if isinstance(value, Mapping):
+            return {str(k): self._clean(str(k), v) for k, v in value.items()}
+        if isinstance(value, list | tuple | set):
+            return [self._clean(key, v) for v in value]
+        if isinstance(value, int | float | bool) or value is None:
+            return value
+        return self._clean(key, str(value))
+
+    def text(self, text: str) -> str:
+        """The text with configured secrets and credential-looking strings masked."""
+        for secret in self.secrets:
+            text = text.replace(secret, REDACTED)
+        return redact_text(text)
+
+
+def configured_secrets(settings: Settings, config: SwitchboardConfig) -> list[str]:
+    """Every credential the process knows: token, provider keys, webhook headers, passwords."""
+    found = [settings.token, config.gateway.auth.token]
+    found += [provider.api_key for provider in config.models.providers.values()]
+    for channel in config.channels.values():
+        if channel.webhook is not None:
+            found += channel.webhook.headers.values()
+    for url in (settings.redis_url, settings.broker_url):
+        found.append(urlsplit(url).password if url else None)
+    found += [os.environ.get(name) for name in _SECRET_ENV]
+    return [secret for secret in found if secret]
+
+
+@contextlib.contextmanager
+def log_context(**fields: Any) -> Iterator[None]:
+    """Bind fields (None ones skipped) to every log line emitted inside the block."""
+    with structlog.contextvars.bound_contextvars(
+        **{k: v for k, v in fields.items() if v is not None}
+    ):
+        yield
+
+
+def run_log_fields(rec: RunRecord) -> dict[str, Any]:
+    """What a run's log lines carry: its ids, its flow, and for a child its parent."""
+    fields: dict[str, Any] = {"runId": rec.run_id, "sessionKey": rec.session_key}
+    for name in ("flowId", "spawnId", "batchId"):
+        if rec.meta.get(name):
+            fields[name] = str(rec.meta[name])
+    provenance: Mapping[str, Any] = (rec.message or {}).get("provenance") or {}
+    if provenance.get("sourceTool") == "sessions_spawn" and provenance.get("sourceSessionKey"):
+        parent = str(provenance["sourceSessionKey"])
+        fields["parentSessionKey"] = fields["spawnedBy"] = parent
+    return fields
+
+
+def bind_run(rec: RunRecord) -> None:
+    """Bind a run's fields for the rest of the current asyncio task.
+
+    ``execute_run`` / ``resume_run`` each run as their own task (the worker's
+    ``run_until_complete``), whose context is a copy: the binding ends with the run."""
+    structlog.contextvars.bind_contextvars(**run_log_fields(rec))
+
+
+def _keep_celery_off_logging() -> None:
+    """Tell celery (worker, beat) that logging is configured: it then adds no handler of
+    its own and does not redirect stdout."""
+    from celery.signals import setup_logging as celery_setup_logging
+
+    def configured(**_: Any) -> None:
+        return None
+
+    celery_setup_logging.connect(configured, weak=False)

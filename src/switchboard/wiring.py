@@ -6,6 +6,7 @@ import redis
 
 from switchboard.shared.config import Settings, SwitchboardConfig, get_config
 from switchboard.shared.errors import Unavailable
+from switchboard.shared.flows import pending
 from switchboard.shared.queue import TaskQueue
 from switchboard.shared.services import Services
 from switchboard.shared.store import Store
@@ -13,15 +14,20 @@ from switchboard.shared.tools.catalog import register_session_tools
 
 
 def redis_client(url: str) -> redis.Redis:
-    """A pooled Redis client with keepalive and health checks."""
-    return redis.Redis.from_url(
+    """A pooled Redis client with keepalive and health checks.
+
+    With every connection in use (a worker with more threads than the pool holds, all
+    calling at once), a caller waits up to 20 s for one instead of failing."""
+    pool = redis.BlockingConnectionPool.from_url(
         url,
         socket_keepalive=True,
         health_check_interval=25,
         socket_timeout=30,
         socket_connect_timeout=5,
         max_connections=512,
+        timeout=20,
     )
+    return redis.Redis.from_pool(pool)
 
 
 def build_services(
@@ -40,6 +46,8 @@ def build_services(
         max_attempts=config.runs.max_attempts,
         lease_s=settings.lane_lease_s,
     )
+    lost_after = pending.lost_after_ms(settings.lane_lease_s)
+    queue = pending.PendingStepsQueue(queue, store.redis, store.ks, lost_after)
     services = Services(store=store, config=config, settings=settings, queue=queue)
     register_session_tools(services.tools)
     return services

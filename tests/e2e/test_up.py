@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,14 +17,9 @@ import psutil
 import pytest
 
 from switchboard.testing.fake_model import FakeModelServer
+from switchboard.testing.up import clean_env, start_up
 
 pytestmark = pytest.mark.e2e
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +47,7 @@ class Running:
         return subprocess.run(
             [sys.executable, "-m", "switchboard", *args, "--url", self.url],
             cwd=self.workdir,
-            env={k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")},
+            env=clean_env(),
             capture_output=True,
             text=True,
             timeout=60,
@@ -64,7 +57,6 @@ class Running:
 @pytest.fixture(scope="module")
 def up(fake_model: FakeModelServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     """`switchboard up` in a fresh directory, configured with the fake model as provider."""
-    workdir = tmp_path_factory.mktemp("up")
     config = {
         "models": {
             "providers": {
@@ -73,56 +65,8 @@ def up(fake_model: FakeModelServer, tmp_path_factory: pytest.TempPathFactory) ->
         },
         "agents": {"defaults": {"model": "fake/fake-1"}},
     }
-    (workdir / "switchboard.json5").write_text(json.dumps(config))
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "switchboard",
-            "up",
-            "--config",
-            "switchboard.json5",
-            "--port",
-            str(port),
-            "--concurrency",
-            "16",
-        ],
-        cwd=workdir,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    assert proc.stdout is not None
-    token = ""
-    lines: list[str] = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        lines.append(line)
-        if match := re.match(r"token (\S+)", line.strip()):
-            token = match.group(1)
-            break
-        assert proc.poll() is None, "".join(lines)
-    assert token, "up never printed a token:\n" + "".join(lines)
-    url = f"http://127.0.0.1:{port}"
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    running = Running(proc, url, token, workdir)
-    # Drain the output so the children never block on a full pipe.
-    import threading
-
-    threading.Thread(target=lambda: [lines.append(x) for x in proc.stdout], daemon=True).start()
-    yield running
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
+    with start_up(tmp_path_factory.mktemp("up"), config) as started:
+        yield Running(started.proc, started.url, started.token, started.workdir)
 
 
 def test_agent_and_wait_through_the_real_model_client(
@@ -152,6 +96,27 @@ def test_cli_send_history_and_sessions(up: Running) -> None:
     listing = up.cli("sessions")
     assert listing.returncode == 0, listing.stderr
     assert "agent:main:main" in listing.stdout
+
+
+def test_cli_spawn_waits_for_the_child_and_the_announce_reaches_the_requester(
+    up: Running,
+) -> None:
+    """`switchboard spawn` starts a sub-agent; its result is announced into `main`."""
+    spawned = up.cli("spawn", "count the lighthouses", "--label", "lights", "--timeout", "30")
+    assert spawned.returncode == 0, spawned.stderr
+    first, _, reply = spawned.stdout.partition("\n")
+    assert re.fullmatch(r"spawned agent:main:subagent:[0-9a-f-]+ \(run \S+\)", first), first
+    assert "count the lighthouses" in reply
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        hist = up.cli("history", "main", "--limit", "5")
+        if "lights" in hist.stdout and "Status" in hist.stdout:
+            break
+        time.sleep(0.3)
+    assert "Status" in hist.stdout and "count the lighthouses" in hist.stdout, hist.stdout
+    refused = up.cli("spawn", "x", "--agent", "nobody")
+    assert refused.returncode == 1
+    assert "forbidden" in refused.stderr or "error" in refused.stderr
 
 
 def test_data_survives_in_the_embedded_redis_append_only_file(up: Running) -> None:

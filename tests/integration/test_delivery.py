@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -23,10 +24,13 @@ from switchboard.shared.services import Services
 from switchboard.shared.store import codec
 from switchboard.testing.webhook_receiver import WebhookReceiver
 
-pytestmark = pytest.mark.integration
+# Retries are due in the due index and enqueued by the recovery sweep (every 0.3 s here).
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("sweeper")]
 
 ROOM = "agent:main:relay:group:room1"
 RELAY = Target(channel="relay", to="group:room1", account_id="bot-1", thread_id="t-9")
+# A channel whose webhook port has nothing listening: every attempt is refused.
+DEAD = Target(channel="dead", to="group:room1")
 
 
 @pytest.fixture
@@ -41,10 +45,19 @@ def config_data(webhook: WebhookReceiver) -> dict[str, Any]:
     """The `relay` channel bridged to the receiver; fast retries for the tests."""
     return {
         "channels": {
-            "relay": {"webhook": {"url": webhook.url, "headers": {"X-Relay-Token": "s3cret"}}}
+            "relay": {"webhook": {"url": webhook.url, "headers": {"X-Relay-Token": "s3cret"}}},
+            "dead": {"webhook": {"url": _refusing_url()}},
         },
         "delivery": {"maxAttempts": 3, "backoffBaseS": 0.3, "backoffMaxS": 2, "timeoutS": 0.5},
     }
+
+
+def _refusing_url() -> str:
+    """A loopback URL whose port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/hook"
 
 
 def _enqueue(services: Services, key: str, *, target: Target = RELAY, message: str = "hi") -> str:
@@ -197,8 +210,9 @@ def test_webchat_delivery_is_an_event_and_internal_is_recorded(
     assert _settled(services, internal)["status"] == "delivered"
     entries = services.store.redis.xrange(services.store.ks.events)
     events = [codec.decode_hash(fields) for _, fields in entries]
-    assert [e["type"] for e in events] == ["delivery"]
-    data = codec.loads(events[0]["data"])
+    webchat = [e for e in events if e["type"] == "delivery"]  # plus one delivery.settled each
+    assert len(webchat) == 1
+    data = codec.loads(webchat[0]["data"])
     assert data["deliveryId"] == web
     assert data["message"] == "to console"
 
@@ -223,3 +237,38 @@ def test_duplicated_deliver_steps_deliver_once(
     time.sleep(0.5)
     assert len(webhook.received) == 1
     assert get_delivery(services, delivery_id)["attempts"] == 1  # type: ignore[index]
+
+
+def test_refused_connections_are_retried_then_failed_and_listed(
+    worker: Any, services: Services, rpc: Callable[..., Any]
+) -> None:
+    """Connection refused on every try: maxAttempts tries, `failed`, shown by deliveries.list."""
+    delivery_id = _enqueue(services, "idem-refused", target=DEAD)
+    done = _settled(services, delivery_id)
+    assert done["status"] == "failed"
+    assert done["attempts"] == 3
+    assert done["lastError"].startswith("webhook unreachable: ConnectError")
+    listed = rpc("deliveries.list", sessionKey=ROOM)
+    assert listed["count"] == 1
+    (row,) = listed["deliveries"]
+    assert (row["deliveryId"], row["status"], row["attempts"]) == (delivery_id, "failed", 3)
+    assert row["lastError"] == done["lastError"]
+    key = services.store.ks.deliveries_due
+    assert services.store.redis.zscore(key, delivery_id) is None
+
+
+def test_a_pending_retry_sits_in_the_due_index_until_it_is_due(
+    worker: Any, services: Services, webhook: WebhookReceiver
+) -> None:
+    """After a failed attempt the retry is due at nextAttemptAt; settling removes it."""
+    webhook.respond(500)
+    delivery_id = _enqueue(services, "idem-due")
+    key = services.store.ks.deliveries_due
+    deadline = time.monotonic() + 10
+    while (found := get_delivery(services, delivery_id)) is None or not found.get("lastError"):
+        assert time.monotonic() < deadline, f"first attempt not settled: {found}"
+        time.sleep(0.02)
+    if found["status"] == "pending":  # the sweep may already have taken the retry
+        assert services.store.redis.zscore(key, delivery_id) == found["nextAttemptAt"]
+    assert _settled(services, delivery_id)["status"] == "delivered"
+    assert services.store.redis.zscore(key, delivery_id) is None

@@ -184,3 +184,24 @@ def test_auth_is_required_except_healthz(api_url: str) -> None:
     assert wrong.status_code == 401
     assert wrong.json()["error"]["type"] == "unauthorized"
     assert httpx.post(f"{api_url}/tools/invoke", json={"tool": "x"}).status_code == 401
+
+
+def test_a_result_that_cannot_be_recorded_ends_the_run_and_frees_the_lane(
+    worker: Any, rpc: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model answer the store cannot take ends the run as an error at once, not stranded."""
+    from switchboard.shared.runtime import executor
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise ValueError("unstorable tool arguments")
+
+    monkeypatch.setattr(executor, "_record_result", refuse)
+    first = rpc("agent", sessionKey="main", message="one")
+    outcome = wait_ok(rpc, first["runId"])
+    assert outcome["status"] == "error", outcome
+    assert "could not be recorded" in outcome["error"]
+    assert "unstorable tool arguments" in outcome["error"]
+    monkeypatch.undo()
+    second = rpc("agent", sessionKey="main", message="two")
+    again = wait_ok(rpc, second["runId"])
+    assert (again["status"], again.get("reply")) == ("ok", "two"), again

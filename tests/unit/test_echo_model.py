@@ -90,8 +90,12 @@ def test_tool_lines_call_tools_and_reply_with_results() -> None:
     calls: list[dict[str, Any]] = []
     prompt = '/tool add {"a": 1, "b": 2}\n/tool add {"a": 3, "b": 4}'
     result = run(echo_agent(calls).run(prompt))
-    assert calls == [{"a": 1, "b": 2}, {"a": 3, "b": 4}]
-    assert [c.tool_call_id for c in tool_calls(result.all_messages())] == ["echo_1", "echo_2"]
+    # pydantic-ai runs the calls of one response concurrently, so they may execute in any
+    # order; the response itself lists them in the order of the lines.
+    assert sorted(calls, key=lambda c: c["a"]) == [{"a": 1, "b": 2}, {"a": 3, "b": 4}]
+    parts = tool_calls(result.all_messages())
+    assert [c.tool_call_id for c in parts] == ["echo_1", "echo_2"]
+    assert [c.args_as_dict() for c in parts] == [{"a": 1, "b": 2}, {"a": 3, "b": 4}]
     assert result.output == '{"sum":3}\n{"sum":7}'
 
 

@@ -12,13 +12,15 @@ from fastapi import FastAPI, Request
 from starlette.concurrency import run_in_threadpool
 
 from switchboard import __version__
-from switchboard.api import rpc, tools
+from switchboard.api import metrics, openai_compat, rpc, tools
+from switchboard.api.auth import install_auth
+from switchboard.api.console import install_console
 from switchboard.api.errors import install_error_handlers
 from switchboard.api.limits import BodySizeLimit
+from switchboard.api.mcp import mount_mcp, serving_mcp
 from switchboard.shared.config import Settings, SwitchboardConfig, get_config, get_settings
 from switchboard.shared.errors import Unavailable
 from switchboard.shared.services import Services
-from switchboard.shared.store.runs import RunRecord
 from switchboard.shared.store.waiter import RunWaiter
 
 log = logging.getLogger("switchboard.api")
@@ -55,12 +57,11 @@ def create_app(
         app.state.waiter = RunWaiter(async_redis, svc.store.ks)
         await app.state.waiter.start()
 
-        async def fetch_run(run_id: str) -> RunRecord | None:
-            return await run_in_threadpool(svc.store.runs.get, run_id)
-
-        app.state.fetch_run = fetch_run
+        # Run reads on the event loop (the waiter's async client), not in a thread.
+        app.state.fetch_run = app.state.waiter.fetch
         try:
-            yield
+            async with serving_mcp(app):
+                yield
         finally:
             await app.state.waiter.stop()
             await async_redis.aclose()
@@ -74,9 +75,14 @@ def create_app(
     )
     app.state.token = token
     app.add_middleware(BodySizeLimit)
+    install_auth(app, settings, token)  # outermost: every route but /healthz needs the token
     install_error_handlers(app)
     app.include_router(rpc.router)
     app.include_router(tools.router)
+    app.include_router(metrics.router)
+    app.include_router(openai_compat.router)
+    mount_mcp(app)
+    install_console(app)  # after install_auth: /console, /events
 
     @app.get("/healthz")
     async def healthz(request: Request) -> dict[str, Any]:

@@ -1,10 +1,47 @@
-"""Bearer-token authentication (constant-time compare); the token holder is the owner."""
+"""Bearer-token authentication of every route but the public ones, with a lockout.
+
+The token holder is the owner. ``AuthGate`` (ASGI middleware) checks each HTTP and
+WebSocket request before routing, so every router or mounted app (MCP, `/metrics`,
+`/events`, the console's data endpoints) is covered without opting in. Public are only
+``PUBLIC_PATHS`` and the exact paths given to ``allow_public`` — meant for a static page
+shell that carries no data and asks the user for the token; data never is public.
+
+Failed checks are counted per client IP in Redis (a fixed window, so the count holds across
+api processes): after ``auth_max_failures`` failures within ``auth_failure_window_s`` that
+IP is answered 429 with ``Retry-After`` until the window ends, even with the right token,
+so a locked-out client cannot go on testing guesses. A success resets no counter; public
+paths are neither checked nor locked.
+"""
 
 from __future__ import annotations
 
 import hmac
+import logging
+from collections.abc import Iterable
 
-from fastapi import HTTPException, Request
+import redis
+import redis.asyncio as aioredis
+from fastapi import FastAPI, HTTPException, Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from switchboard.api.errors import error_response, openai_error_response
+from switchboard.shared.config import Settings
+from switchboard.shared.store.keyspace import Keyspace
+
+log = logging.getLogger("switchboard.api")
+
+PUBLIC_PATHS = frozenset({"/healthz"})
+INVALID_TOKEN = "missing or invalid bearer token"
+OPENAI_PATH_PREFIX = "/v1/"  # the OpenAI-compatible routes
+_AUTHENTICATED = "switchboard.authenticated"  # scope flag set by the gate
+
+
+def token_matches(authorization: str, expected: str) -> bool:
+    """Whether an Authorization header value is `Bearer <expected>` (constant-time)."""
+    scheme, _, value = authorization.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        value.strip().encode(), expected.encode()
+    )
 
 
 def configured_token(request: Request) -> str:
@@ -14,15 +51,157 @@ def configured_token(request: Request) -> str:
 
 
 async def require_token(request: Request) -> None:
-    """Dependency: 401 unless `Authorization: Bearer <token>` matches."""
-    header = request.headers.get("authorization", "")
-    scheme, _, value = header.partition(" ")
-    expected = configured_token(request)
-    if scheme.lower() != "bearer" or not hmac.compare_digest(
-        value.strip().encode(), expected.encode()
-    ):
+    """Dependency: 401 unless `Authorization: Bearer <token>` matches (the gate's twin)."""
+    if request.scope.get(_AUTHENTICATED):
+        return
+    if not token_matches(request.headers.get("authorization", ""), configured_token(request)):
         raise HTTPException(
-            status_code=401,
-            detail="missing or invalid bearer token",
-            headers={"WWW-Authenticate": "Bearer"},
+            status_code=401, detail=INVALID_TOKEN, headers={"WWW-Authenticate": "Bearer"}
         )
+
+
+def install_auth(app: FastAPI, settings: Settings, token: str) -> None:
+    """Put the gate in front of every route of ``app``."""
+    app.state.public_paths = set(PUBLIC_PATHS)
+    app.add_middleware(
+        AuthGate,
+        token=token,
+        public_paths=app.state.public_paths,
+        redis_url=settings.redis_url,
+        keyspace=Keyspace(settings.key_prefix),
+        max_failures=settings.auth_max_failures,
+        window_s=settings.auth_failure_window_s,
+    )
+
+
+def allow_public(app: FastAPI, *paths: str) -> None:
+    """Serve these exact paths without a token (a page shell with no data in it)."""
+    app.state.public_paths.update(paths)
+
+
+class AuthGate:
+    """ASGI middleware: 401 without the token, 429 once a client IP is locked out."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token: str,
+        public_paths: Iterable[str],
+        redis_url: str | None,
+        keyspace: Keyspace,
+        max_failures: int,
+        window_s: int,
+    ) -> None:
+        self.app = app
+        self.token = token
+        self.public_paths = public_paths
+        self.redis_url = redis_url
+        self.ks = keyspace
+        self.max_failures = max_failures
+        self.window_s = window_s
+        self._redis: aioredis.Redis | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, self._closing_on_shutdown(send))
+            return
+        if scope["type"] not in ("http", "websocket") or scope["path"] in self.public_paths:
+            await self.app(scope, receive, send)
+            return
+        client = _client_ip(scope)
+        retry_s = await self._locked_for(client)
+        if retry_s is None:
+            if token_matches(_header(scope, b"authorization"), self.token):
+                scope[_AUTHENTICATED] = True
+                await self.app(scope, receive, send)
+                return
+            retry_s = await self._record_failure(client)
+        await _refuse(scope, receive, send, retry_s)
+
+    def _client(self) -> aioredis.Redis | None:
+        if self._redis is None and self.redis_url:
+            self._redis = aioredis.Redis.from_url(self.redis_url, socket_timeout=5)
+        return self._redis
+
+    async def _locked_for(self, client: str) -> int | None:
+        """Seconds left of the client's lockout, or None when it may try."""
+        conn = self._client()
+        if conn is None:
+            return None
+        key = self.ks.auth_failures(client)
+        try:
+            count = await conn.get(key)
+            if count is None or int(count) < self.max_failures:
+                return None
+            return _retry_after(await conn.ttl(key), self.window_s)
+        except redis.RedisError as exc:  # the token check still applies
+            log.warning("auth lockout check skipped, redis unavailable: %s", exc)
+            return None
+
+    async def _record_failure(self, client: str) -> int | None:
+        """Count one failure; the lockout's Retry-After once past the limit (a race)."""
+        conn = self._client()
+        if conn is None:
+            return None
+        key = self.ks.auth_failures(client)
+        try:
+            async with conn.pipeline(transaction=True) as pipe:
+                pipe.set(key, 0, ex=self.window_s, nx=True)
+                pipe.incr(key)
+                pipe.ttl(key)
+                _, count, ttl = await pipe.execute()
+        except redis.RedisError as exc:
+            log.warning("auth failure not counted, redis unavailable: %s", exc)
+            return None
+        if int(count) == self.max_failures:
+            log.warning("auth lockout of %s for %ss after %s failures", client, ttl, count)
+        # Failures up to the limit are told 401; requests after it are locked out.
+        return _retry_after(ttl, self.window_s) if int(count) > self.max_failures else None
+
+    def _closing_on_shutdown(self, send: Send) -> Send:
+        async def wrapped(message: Message) -> None:
+            if message["type"] == "lifespan.shutdown.complete" and self._redis is not None:
+                await self._redis.aclose()
+                self._redis = None
+            await send(message)
+
+        return wrapped
+
+
+def _retry_after(ttl: int, window_s: int) -> int:
+    """Seconds until a window ends (a key without TTL counts as a full window)."""
+    return int(ttl) if int(ttl) > 0 else window_s
+
+
+def _client_ip(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
+def _header(scope: Scope, name: bytes) -> str:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return ""
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, retry_s: int | None) -> None:
+    """Answer 429 (locked out) or 401; a WebSocket is closed with a policy violation."""
+    if scope["type"] == "websocket":
+        await receive()  # websocket.connect
+        await send({"type": "websocket.close", "code": 1008, "reason": INVALID_TOKEN})
+        return
+    if retry_s is not None:
+        status, kind = 429, "rate_limited"
+        message = f"too many failed authentications from this client; retry in {retry_s}s"
+        headers = {"Retry-After": str(retry_s)}
+    else:
+        status, kind, message = 401, "unauthorized", INVALID_TOKEN
+        headers = {"WWW-Authenticate": "Bearer"}
+    if scope["path"].startswith(OPENAI_PATH_PREFIX):  # OpenAI clients read OpenAI's shape
+        code = "invalid_api_key" if status == 401 else kind
+        response = openai_error_response(status, message, code=code, headers=headers)
+    else:
+        response = error_response(status, kind, message, headers)
+    await response(scope, receive, send)

@@ -35,6 +35,23 @@ def error_response(
     )
 
 
+def openai_error_response(
+    status: int,
+    message: str,
+    *,
+    kind: str = "invalid_request_error",
+    code: str | None = None,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    """OpenAI's error body, `{error: {message, type, param, code}}` (the `/v1/` routes)."""
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": param, "code": code}},
+        status_code=status,
+        headers=headers,
+    )
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Map every exception to a JSON answer; never a stack trace."""
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 from starlette.concurrency import run_in_threadpool
 
 from switchboard.api.auth import require_token
-from switchboard.api.body import json_body_schema, parse_json_body
+from switchboard.api.body import parse_json_body, rpc_body_schema
 from switchboard.shared.errors import NotFound
 from switchboard.shared.gateway import agent as agent_methods
 from switchboard.shared.gateway import params as p
@@ -28,6 +28,7 @@ SYNC_METHODS: dict[str, tuple[type[p._Params], SyncMethod]] = {
     "sessions.patch": (p.SessionsPatchParams, session_methods.sessions_patch_method),
     "sessions.delete": (p.SessionsDeleteParams, session_methods.sessions_delete_method),
     "flows.get": (p.FlowsGetParams, session_methods.flows_get_method),
+    "flows.list": (p.FlowsListParams, session_methods.flows_list_method),
     "deliveries.list": (p.DeliveriesListParams, session_methods.deliveries_list_method),
 }
 METHODS = sorted([*SYNC_METHODS, "agent.wait"])
@@ -49,7 +50,10 @@ router = APIRouter()
 @router.post(
     "/rpc",
     dependencies=[Depends(require_token)],
-    openapi_extra=json_body_schema(RpcRequest),
+    openapi_extra=rpc_body_schema(
+        {name: model for name, (model, _) in SYNC_METHODS.items()}
+        | {"agent.wait": p.AgentWaitParams}
+    ),
 )
 async def rpc(request: Request) -> dict[str, Any]:
     """Call a gateway method; the answer is the method's result object."""

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 from starlette.concurrency import run_in_threadpool
 
 from switchboard.api.auth import require_token
-from switchboard.api.body import json_body_schema, parse_json_body
+from switchboard.api.body import parse_json_body, tool_body_schema
 from switchboard.shared import keys as sk
 from switchboard.shared.errors import NotFound
 from switchboard.shared.gateway.resolve import resolve_session_ref
 from switchboard.shared.services import Services
+from switchboard.shared.store.runs import RunRecord
+from switchboard.shared.tools.catalog import ALL_TOOLS
 from switchboard.shared.tools.offer import tools_for_session
-from switchboard.shared.tools.registry import ToolContext, WaitFor
+from switchboard.shared.tools.registry import ToolContext, ToolSpec, WaitFor
 
 router = APIRouter()
+
+RunWait = Callable[[str, float], Awaitable[RunRecord | None]]
 
 
 class ToolInvokeRequest(BaseModel):
@@ -30,7 +36,8 @@ class ToolInvokeRequest(BaseModel):
     sessionKey: StrictStr | None = Field(default=None, max_length=512)
 
 
-def _context(svc: Services, session_ref: str | None) -> ToolContext:
+def tool_context(svc: Services, session_ref: str | None) -> ToolContext:
+    """The context of a caller acting for ``session_ref`` (default: the main session)."""
     key = resolve_session_ref(svc, session_ref)
     agent_id = sk.agent_id_of(key)
     is_main = sk.session_kind(key, main_key=svc.config.session.main_key) == "main"
@@ -49,24 +56,77 @@ def _context(svc: Services, session_ref: str | None) -> ToolContext:
 @router.post(
     "/tools/invoke",
     dependencies=[Depends(require_token)],
-    openapi_extra=json_body_schema(ToolInvokeRequest),
+    openapi_extra=tool_body_schema((spec.name, spec.parameters) for spec in ALL_TOOLS),
 )
 async def invoke(request: Request) -> dict[str, Any]:
     """Run one tool; contract outcomes (error, forbidden, timeout) come back as results."""
     body = await parse_json_body(request, ToolInvokeRequest)
     svc: Services = request.app.state.services
-    ctx = await run_in_threadpool(_context, svc, body.sessionKey)
-    offered = await run_in_threadpool(tools_for_session, svc, ctx)
-    spec = next((s for s in offered if s.name == body.tool), None)
-    if spec is None:
-        raise NotFound(f"Tool not available: {body.tool}", field="tool")
-    try:
-        result = await run_in_threadpool(spec.handler, ctx, dict(body.args))
-    except WaitFor as wait:
-        target = await request.app.state.waiter.wait(
-            wait.target_run_id, wait.timeout_s, request.app.state.fetch_run
+    since = asyncio.get_running_loop().time()
+    # The caller's context, the tool lookup and the handler: one hop to a thread.
+    ctx, spec, outcome = await run_in_threadpool(
+        _start_as, svc, body.sessionKey, body.tool, body.args
+    )
+    if isinstance(outcome, WaitFor):
+        # The run was started by this request, after `since`: the waiter needs no first read.
+        state = request.app.state
+        target = await state.waiter.wait(
+            outcome.target_run_id, outcome.timeout_s, state.fetch_run, since=since
         )
+        outcome = await _complete(ctx, spec, outcome, target)
+    return {"ok": True, "result": outcome}
+
+
+def app_run_wait(app: FastAPI) -> RunWait:
+    """Waits on the api's RunWaiter for a run to end (or the timeout to pass)."""
+
+    async def wait(run_id: str, timeout_s: float) -> RunRecord | None:
+        record: RunRecord | None = await app.state.waiter.wait(
+            run_id, timeout_s, app.state.fetch_run
+        )
+        return record
+
+    return wait
+
+
+async def call_tool(
+    ctx: ToolContext, name: str, args: Mapping[str, Any], wait: RunWait
+) -> dict[str, Any]:
+    """Run a tool offered to ``ctx``'s session; a ``WaitFor`` is awaited without blocking.
+
+    Unknown or not-offered tools are ``NotFound``; bad arguments raise ``InvalidInput``.
+    """
+    spec, outcome = await run_in_threadpool(_start, ctx, name, args)
+    if isinstance(outcome, WaitFor):
+        target = await wait(outcome.target_run_id, outcome.timeout_s)
+        outcome = await _complete(ctx, spec, outcome, target)
+    return outcome
+
+
+def _start_as(
+    svc: Services, session_ref: str | None, name: str, args: Mapping[str, Any]
+) -> tuple[ToolContext, ToolSpec, dict[str, Any] | WaitFor]:
+    ctx = tool_context(svc, session_ref)
+    return (ctx, *_start(ctx, name, args))
+
+
+def _start(
+    ctx: ToolContext, name: str, args: Mapping[str, Any]
+) -> tuple[ToolSpec, dict[str, Any] | WaitFor]:
+    """The offered tool's result, or the run it must wait for."""
+    spec = next((s for s in tools_for_session(ctx.services, ctx) if s.name == name), None)
+    if spec is None:
+        raise NotFound(f"Tool not available: {name}", field="tool")
+    try:
+        return spec, spec.handler(ctx, dict(args))
+    except WaitFor as wait_for:
         if spec.complete is None:
             raise
-        result = await run_in_threadpool(spec.complete, ctx, wait.context, target)
-    return {"ok": True, "result": result}
+        return spec, wait_for
+
+
+async def _complete(
+    ctx: ToolContext, spec: ToolSpec, wait_for: WaitFor, target: RunRecord | None
+) -> dict[str, Any]:
+    assert spec.complete is not None
+    return await run_in_threadpool(spec.complete, ctx, wait_for.context, target)

@@ -1,37 +1,120 @@
-"""`switchboard bench`: start a private stack, run scenarios, print a table, write JSON."""
+"""`switchboard bench`: run scenarios on private stacks, print a table, write JSON figures.
+
+Each scenario starts its own private Redis and product processes, measures its figure and
+its anchor side by side in the same run (the machine may be noisy; ratios hold), and
+returns an `Outcome`, written to ``<out>/<scenario>.json``.
+"""
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+import httpx
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
-from switchboard.bench import scenarios
-from switchboard.bench.harness import stack
+from switchboard.bench import fanout, messaging, scale
+from switchboard.bench.harness import BenchRun, Stacks
+from switchboard.bench.report import Outcome, machine_info
+from switchboard.shared.errors import SwitchboardError
 
-SCENARIOS = {"roundtrip": scenarios.roundtrip}
+SCENARIOS: dict[str, Callable[[BenchRun], Outcome]] = {
+    # In an order that lets consecutive scenarios share their processes.
+    "latency": messaging.latency,
+    "throughput": messaging.throughput,
+    "listing": scale.listing,
+    "history": scale.history,
+    "fanout": fanout.fanout,
+    "parked": messaging.parked,
+}
 
 
 def run_bench(names: list[str], *, quick: bool, out_dir: Path, console: Console) -> int:
-    """Run the named scenarios; write bench/results/<name>.json; print a table."""
-    results: list[dict[str, Any]] = []
-    with stack() as st, Progress(console=console, transient=True) as progress:
-        for name in names:
-            result = SCENARIOS[name](st, progress, n=50 if quick else 300)
-            results.append(result)
+    """Run the named scenarios; write ``<out_dir>/<name>.json``; print a table.
+
+    Exit code: 1 when a scenario could not run or a correctness check failed (anything
+    incomplete, any timeout); in a full run also when a speed target was missed. A quick
+    run (scaled-down counts, a smoke test) judges nothing about speed.
+    """
+    names = [name for name in SCENARIOS if name in names]  # the order that shares stacks
     out_dir.mkdir(parents=True, exist_ok=True)
-    table = Table("scenario", "figure", "anchor", "ratio")
-    for r in results:
-        (out_dir / f"{r['scenario']}.json").write_text(json.dumps(r, indent=2) + "\n")
-        table.add_row(
-            r["scenario"],
-            f"p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms",
-            f"p50 {r['anchor_p50_ms']} ms",
-            f"{r['ratio_p50']}x",
-        )
-    console.print(table)
+    outcomes: list[Outcome] = []
+    errors: dict[str, str] = {}
+    mode = "quick" if quick else "full"
+    console.print(f"[bold]switchboard bench[/] ({mode}): {', '.join(names)}")
+    with _progress(console) as progress, Stacks(progress) as stacks:
+        run = BenchRun(progress=progress, quick=quick, stacks=stacks)
+        for name in names:
+            t0 = time.monotonic()
+            try:
+                outcome = SCENARIOS[name](run)
+            except (SwitchboardError, OSError, TimeoutError, httpx.HTTPError) as exc:
+                message = exc.message if isinstance(exc, SwitchboardError) else str(exc)
+                errors[name] = message
+                progress.console.print(f"[red]{name} failed:[/] {message}")
+                logs = stacks.close(keep_logs=True)  # the next one starts afresh
+                if logs is not None:
+                    progress.console.print(f"process logs kept in {logs}")
+                continue
+            took = time.monotonic() - t0
+            doc = outcome.to_json(quick=quick, machine=machine_info(), duration_s=took)
+            (out_dir / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
+            outcomes.append(outcome)
+            verdict = "[green]pass[/]" if outcome.passed else "[yellow]miss[/]"
+            progress.console.print(
+                f"{name}: {outcome.figure_text} (anchor {outcome.anchor_text}) {verdict}"
+                f" in {took:.0f}s"
+            )
+    # Logs and CI read the table from a pipe: there, do not wrap it at 80 columns.
+    wide = console if console.is_terminal else Console(file=console.file, width=160)
+    wide.print(_table(outcomes, errors, quick=quick))
+    console.print(f"JSON figures in {out_dir}/")
+    if errors or not all(o.correct for o in outcomes):
+        return 1
+    if not quick and not all(o.passed for o in outcomes):
+        return 1
     return 0
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+
+
+def _table(outcomes: list[Outcome], errors: dict[str, str], *, quick: bool) -> Table:
+    title = "switchboard bench" + (
+        " (quick: scaled-down counts, speed not judged)" if quick else ""
+    )
+    table = Table("scenario", "figure", "anchor", "ratio", "target", "result", title=title)
+    for o in outcomes:
+        if not o.correct:
+            result = "[red]INCORRECT[/]: " + ", ".join(k for k, v in o.checks.items() if not v)
+        elif o.passed:
+            result = "[green]pass[/]"
+        else:
+            result = "[yellow]miss[/]" if quick else "[red]FAIL[/]"
+        shown_ratio = (
+            "" if o.ratio is None else f"{o.ratio:,.3g}x" if o.ratio < 100 else f"{o.ratio:,.0f}x"
+        )
+        table.add_row(o.scenario, o.figure_text, o.anchor_text, shown_ratio, o.target, result)
+    for name, message in errors.items():
+        table.add_row(name, "", "", "", "", f"[red]ERROR[/]: {message[:80]}")
+    return table

@@ -626,6 +626,8 @@ def _parse_json5(text: str, file: Path) -> Any:
     """Parse JSON5 text, reporting syntax errors with line and column."""
     try:
         return json5.loads(text)
+    except RecursionError:
+        raise ConfigError(f"invalid JSON5 in {file}: nested too deeply", path=str(file)) from None
     except ValueError as exc:
         found = _JSON5_ERROR_RE.match(str(exc))
         where = f"line {found[1]}, column {found[3]}: {found[2]}" if found else str(exc)
@@ -653,15 +655,26 @@ class Settings(BaseSettings):
     config: Path | None = None
     key_prefix: str = "sb:"
     log_level: str = "INFO"
+    # `json`: one JSON object per log line (for collectors); `console`: for humans.
+    log_format: Literal["json", "console"] = "json"
     # How often beat runs the recovery sweep, and how long a lane lease lasts without
     # renewal before the sweep treats its worker as dead (seconds).
     sweep_interval_s: float = Field(default=5.0, gt=0, le=3600)
     lane_lease_s: int = Field(default=30, ge=2, le=3600)
+    # Failed bearer-token checks allowed per client IP within the window before the api
+    # answers 429 to that IP until the window ends (counted in Redis, shared by every api).
+    auth_max_failures: int = Field(default=20, ge=1, le=1_000_000)
+    auth_failure_window_s: int = Field(default=60, ge=1, le=86_400)
 
     @field_validator("log_level")
     @classmethod
     def _upper_level(cls, value: str) -> str:
         return value.strip().upper()
+
+    @field_validator("log_format", mode="before")
+    @classmethod
+    def _lower_format(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
 
     @property
     def effective_broker_url(self) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from switchboard.shared.errors import InvalidInput
@@ -79,6 +80,7 @@ def normalize_main_key(value: str | None) -> str:
     return (value or "").strip().lower() or DEFAULT_MAIN_KEY
 
 
+@lru_cache(maxsize=16_384)  # keys are parsed on every hot path; ParsedKey is frozen
 def parse_agent_key(key: str) -> ParsedKey | None:
     """Split ``agent:<id>:<rest>`` (any case) into its parts, or None if it is not one."""
     parts = key.strip().lower().split(":", 2)
@@ -142,6 +144,7 @@ def strip_agent_prefix(key: str) -> str:
     return parsed.rest if parsed else key
 
 
+@lru_cache(maxsize=16_384)
 def session_kind(key: str, *, main_key: str = "main", scope: str = "per-sender") -> SessionKind:
     """Classify a key as main/group/cron/hook/node/other, judged after ``agent:<id>:``.
 

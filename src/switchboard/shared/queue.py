@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 
@@ -10,6 +11,9 @@ class TaskQueue(Protocol):
 
     def enqueue_run(self, run_id: str, session_key: str) -> None:
         """Execute a run that holds its session lane."""
+
+    def enqueue_runs(self, runs: Sequence[tuple[str, str]]) -> None:
+        """Execute several runs, each holding its lane: (run id, session key) pairs."""
 
     def enqueue_resume(self, run_id: str, session_key: str) -> None:
         """Continue a parked run with the results of the calls it waits on."""

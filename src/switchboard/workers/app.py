@@ -2,6 +2,10 @@
 
 Run outcomes live in the run records in Redis, so tasks ignore results. Tasks are thin:
 they carry ids, load state from Redis and call into ``switchboard.shared``.
+
+Task events (a broker round trip per task state) are off until a monitor asks for them:
+Flower (`switchboard flower`) turns them on in every worker with the `enable_events`
+control command, and keeps doing so for workers that start later.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ def create_celery_app(settings: Settings | None = None) -> Celery:
             "which starts an embedded Redis)"
         )
     app = Celery("switchboard", broker=broker, set_as_current=False)
+    if broker.startswith(("redis://", "rediss://", "unix://")):
+        # Survives a broker restart with tasks in flight (see workers/transport.py).
+        app.conf.broker_transport = "switchboard.workers.transport:Transport"
     transport = {
         "visibility_timeout": VISIBILITY_TIMEOUT_S,
         "socket_keepalive": True,
@@ -61,8 +68,8 @@ def create_celery_app(settings: Settings | None = None) -> Celery:
             "switchboard.resume": {"queue": RUNS_QUEUE},
             "switchboard.sweep": {"queue": SWEEP_QUEUE},
         },
-        worker_send_task_events=True,
-        task_send_sent_event=True,
+        worker_send_task_events=False,
+        task_send_sent_event=False,
         worker_hijack_root_logger=False,
         beat_schedule={
             "sweep": {

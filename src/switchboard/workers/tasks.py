@@ -65,7 +65,7 @@ def register_tasks(app: Celery, settings: Settings) -> None:
     @app.task(name="switchboard.run", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
     def run(run_id: str, session_key: str) -> None:
         """Execute one agent run in its session."""
-        run_async(execute_run(services(), run_id))
+        run_async(execute_run(services(), run_id, session_key))
 
     @app.task(name="switchboard.resume", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
     def resume(run_id: str, session_key: str) -> None:

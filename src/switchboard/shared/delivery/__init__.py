@@ -1,13 +1,14 @@
 """Channel adapters and durable delivery records (``switchboard.deliver``).
 
-The public surface: ``Target``, ``enqueue_delivery``, ``get_delivery``, ``deliveries_for``
-and ``resolve_announce_target``.
+The public surface: ``Target``, ``enqueue_delivery``, ``get_delivery``, ``deliveries_for``,
+``resolve_announce_target`` and, for the sweep, ``enqueue_due``.
 """
 
 from switchboard.shared.delivery.dispatch import (
     DELIVER_STEP,
     deliveries_for,
     enqueue_delivery,
+    enqueue_due,
     get_delivery,
 )
 from switchboard.shared.delivery.records import Target
@@ -18,6 +19,7 @@ __all__ = [
     "Target",
     "deliveries_for",
     "enqueue_delivery",
+    "enqueue_due",
     "get_delivery",
     "resolve_announce_target",
 ]

@@ -4,9 +4,15 @@
 second call is a no-op) and enqueues the step ``switchboard.deliver``. The step checks the
 session's send policy (deny → ``denied``), takes one attempt, and settles it: ``delivered``
 exactly once, a retry with exponential backoff (``delivery.maxAttempts``,
-``backoffBaseS``, ``backoffMaxS``; the step re-enqueues itself with a countdown), or
-``failed`` with ``lastError`` after a permanent error or the last attempt. Outcomes stay
-readable with ``get_delivery`` / ``deliveries_for`` for ``runs.retentionHours``.
+``backoffBaseS``, ``backoffMaxS``), or ``failed`` with ``lastError`` after a permanent
+error or the last attempt. Outcomes stay readable with ``get_delivery`` /
+``deliveries_for`` for ``runs.retentionHours``.
+
+Retries are not Celery countdowns (a countdown held by a worker that dies comes back
+only after the broker's visibility timeout): a retry is due in the due index, and the
+recovery sweep enqueues every step that is due (``enqueue_due``) — a retry whose time
+has come, an attempt whose worker died mid-send (its lease ran out), or a first step lost
+with its worker. A step that finds its delivery settled, busy or not yet due does nothing.
 """
 
 from __future__ import annotations
@@ -15,20 +21,20 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from switchboard.logs import log_context
+from switchboard.shared import metrics
 from switchboard.shared.delivery import adapters, records
 from switchboard.shared.delivery.records import Target
 from switchboard.shared.flows.steps import flow_step
 from switchboard.shared.gateway.agent import SendBlocked, check_send_policy
 from switchboard.shared.policy.send_policy import SEND_BLOCKED
 from switchboard.shared.services import Services
+from switchboard.shared.store.events import publish_event
 from switchboard.shared.store.runs import now_ms
 
 log = logging.getLogger("switchboard.delivery")
 
 DELIVER_STEP = "switchboard.deliver"
-# Beyond the adapter's own timeout, how long an attempt may hold the delivery before a
-# redelivered step may take it over (the first worker is presumed dead).
-_LEASE_GRACE_S = 30.0
 
 
 def enqueue_delivery(
@@ -79,34 +85,35 @@ def backoff_s(svc: Services, attempt: int) -> float:
     return float(min(cfg.backoff_max_s, cfg.backoff_base_s * 2 ** max(0, attempt - 1)))
 
 
-@flow_step(DELIVER_STEP)
+@flow_step(DELIVER_STEP, log_ids=("deliveryId",))
 def deliver(svc: Services, delivery_id: str) -> None:
     """Take one attempt at a delivery, unless it is settled, busy or not yet due."""
-    cfg = svc.config.delivery
-    lease_ms = int((cfg.timeout_s + _LEASE_GRACE_S) * 1000)
-    claim = records.claim(svc, delivery_id, lease_ms)
-    if claim.verdict == "early":
-        # A duplicate step before the retry is due: come back when it is (the step that
-        # then finds the delivery settled or busy does nothing).
-        svc.queue.enqueue(DELIVER_STEP, delivery_id, countdown_s=_seconds_until(claim.due_ms))
-        return
+    # An attempt holds the delivery this long; after it, its worker is presumed dead.
+    claim = records.claim(svc, delivery_id, records.lost_after_ms(svc))
     if claim.verdict != "ok":
+        # early: the sweep enqueues it when due; busy, done, missing: nothing to do.
         log.debug("delivery %s: nothing to do (%s)", delivery_id, claim.verdict)
         return
     delivery = records.get(svc, delivery_id)
     if delivery is None:
         return
-    _attempt(svc, delivery, claim.attempt)
+    origin: Mapping[str, Any] = delivery.get("origin") or {}
+    with log_context(
+        sessionKey=delivery.get("sessionKey"),
+        flowId=origin.get("flowId"),
+        spawnId=origin.get("spawnId"),
+    ):
+        _attempt(svc, delivery, claim.attempt)
 
 
 def _attempt(svc: Services, delivery: Mapping[str, Any], attempt: int) -> None:
     delivery_id = str(delivery["deliveryId"])
     max_attempts = svc.config.delivery.max_attempts
     if attempt > max_attempts:  # earlier attempts died mid-send
-        _settle(svc, delivery_id, attempt, "failed", f"gave up after {max_attempts} attempts")
+        _settle(svc, delivery, attempt, "failed", f"gave up after {max_attempts} attempts")
         return
     if _denied(svc, delivery):
-        _settle(svc, delivery_id, attempt, "denied", SEND_BLOCKED)
+        _settle(svc, delivery, attempt, "denied", SEND_BLOCKED)
         return
     try:
         result = adapters.send(svc, delivery)
@@ -114,12 +121,13 @@ def _attempt(svc: Services, delivery: Mapping[str, Any], attempt: int) -> None:
         log.exception("delivery %s: adapter raised", delivery_id)
         result = adapters.SendResult(ok=False, error=f"{type(exc).__name__}: {exc}")
     if result.ok:
-        records.settle(
-            svc, delivery_id, attempt, {"status": "delivered", "deliveredAt": now_ms()}, final=True
-        )
+        done = {"status": "delivered", "deliveredAt": now_ms()}
+        if records.settle(svc, delivery_id, attempt, done, final=True):
+            metrics.count(svc, metrics.DELIVERIES, "delivered")
+            _publish_settled(svc, delivery, attempt, "delivered", None)
         return
     if result.permanent or attempt >= max_attempts:
-        _settle(svc, delivery_id, attempt, "failed", result.error)
+        _settle(svc, delivery, attempt, "failed", result.error)
         return
     delay_s = backoff_s(svc, attempt)
     retry = {
@@ -128,6 +136,8 @@ def _attempt(svc: Services, delivery: Mapping[str, Any], attempt: int) -> None:
         "nextAttemptAt": now_ms() + int(delay_s * 1000),
     }
     if records.settle(svc, delivery_id, attempt, retry, final=False):
+        metrics.count(svc, metrics.DELIVERIES, "retry")
+        # Now due in the due index: the sweep enqueues the next attempt at its time.
         log.info(
             "delivery %s: attempt %d failed (%s); retry in %gs",
             delivery_id,
@@ -135,12 +145,44 @@ def _attempt(svc: Services, delivery: Mapping[str, Any], attempt: int) -> None:
             result.error,
             delay_s,
         )
-        svc.queue.enqueue(DELIVER_STEP, delivery_id, countdown_s=delay_s)
 
 
-def _settle(svc: Services, delivery_id: str, attempt: int, status: str, error: str | None) -> None:
+def enqueue_due(svc: Services, now: int) -> int:
+    """Enqueue the step of every delivery that is due (the sweep); returns how many.
+
+    Each is looked at again after ``records.lost_after_ms`` unless its step claims or
+    settles it first, so a step lost again is enqueued again."""
+    due = records.take_due(svc, now, records.lost_after_ms(svc))
+    for delivery_id in due:
+        svc.queue.enqueue(DELIVER_STEP, delivery_id)
+    return len(due)
+
+
+def _settle(
+    svc: Services, delivery: Mapping[str, Any], attempt: int, status: str, error: str | None
+) -> None:
+    delivery_id = str(delivery["deliveryId"])
     log.warning("delivery %s %s: %s", delivery_id, status, error)
-    records.settle(svc, delivery_id, attempt, {"status": status, "lastError": error}, final=True)
+    fields = {"status": status, "lastError": error}
+    if records.settle(svc, delivery_id, attempt, fields, final=True):
+        metrics.count(svc, metrics.DELIVERIES, status)
+        _publish_settled(svc, delivery, attempt, status, error)
+
+
+def _publish_settled(
+    svc: Services, delivery: Mapping[str, Any], attempt: int, status: str, error: str | None
+) -> None:
+    """A ``delivery.settled`` event on the events stream (the console follows it)."""
+    data = {
+        "deliveryId": delivery.get("deliveryId"),
+        "sessionKey": delivery.get("sessionKey"),
+        "channel": delivery.get("channel"),
+        "status": status,
+        "attempts": attempt,
+        "error": error,
+    }
+    event = {k: v for k, v in data.items() if v is not None}
+    publish_event(svc.store.redis, svc.store.ks, "delivery.settled", event)
 
 
 def _denied(svc: Services, delivery: Mapping[str, Any]) -> bool:
@@ -151,7 +193,3 @@ def _denied(svc: Services, delivery: Mapping[str, Any]) -> bool:
     except SendBlocked:
         return True
     return False
-
-
-def _seconds_until(at_ms: int) -> float:
-    return max(0.0, (at_ms - now_ms()) / 1000)

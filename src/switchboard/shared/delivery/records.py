@@ -6,6 +6,11 @@ lease) → ``delivered`` | ``failed`` | ``denied``, or back to ``pending`` with 
 ``nextAttemptAt`` for a retry. Every transition is one Lua script guarded by the status and
 the attempt number, so a duplicated or redelivered step can never send twice in parallel
 nor overwrite a newer outcome.
+
+Until it settles, a delivery is also in the due index (``Keyspace.deliveries_due``),
+scored by when its step must run again if nothing else runs it: the retry time, the end of
+the sending attempt's lease, or (for a step just enqueued) the time after which that step
+is presumed lost with its worker. The sweep enqueues what is due (``due``, ``postpone``).
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ _INT_FIELDS = frozenset(
 )
 
 
-# Create a delivery unless its id exists, and index it for its session.
-# KEYS: delivery, session index. ARGV: JSON fields, id, now ms, index TTL s, prune before ms
+# Create a delivery unless its id exists, index it for its session and in the due index.
+# KEYS: delivery, session index, due index.
+# ARGV: JSON fields, id, now ms, index TTL s, prune before ms, presumed-lost time ms
 _CREATE = (
     LUA_SET_FIELDS
     + """
@@ -40,33 +46,44 @@ set_fields(KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[5])
 redis.call('EXPIRE', KEYS[2], ARGV[4])
+redis.call('ZADD', KEYS[3], ARGV[6], ARGV[2])
 return 1
 """
 )
 
 # Start an attempt: only a pending delivery that is due, or one whose sender lost its lease.
-# KEYS: delivery. ARGV: now ms, lease expiry ms, due slack ms
+# The due index then points at the lease's end (the sender is presumed dead after it).
+# KEYS: delivery, due index. ARGV: now ms, lease expiry ms, due slack ms, id
 # Returns {verdict, value}: ok/attempt, early/due ms, busy, done/status, missing.
 _CLAIM = """
 local st = redis.call('HGET', KEYS[1], 'status')
-if not st then return {'missing', ''} end
+if not st then
+  redis.call('ZREM', KEYS[2], ARGV[4])
+  return {'missing', ''}
+end
 local now = tonumber(ARGV[1])
 if st == 'pending' then
   local due = tonumber(redis.call('HGET', KEYS[1], 'nextAttemptAt') or '0')
-  if due > now + tonumber(ARGV[3]) then return {'early', tostring(due)} end
+  if due > now + tonumber(ARGV[3]) then
+    redis.call('ZADD', KEYS[2], 'LT', due, ARGV[4])
+    return {'early', tostring(due)}
+  end
 elseif st == 'sending' then
   local lease = tonumber(redis.call('HGET', KEYS[1], 'leaseUntil') or '0')
   if lease > now then return {'busy', ''} end
 else
+  redis.call('ZREM', KEYS[2], ARGV[4])
   return {'done', st}
 end
 local n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 redis.call('HSET', KEYS[1], 'status', 'sending', 'leaseUntil', ARGV[2], 'updatedAt', ARGV[1])
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[4])
 return {'ok', tostring(n)}
 """
 
-# Settle the attempt that holds the delivery (status sending, same attempt number).
-# KEYS: delivery. ARGV: attempt, JSON fields, TTL s (0 = keep)
+# Settle the attempt that holds the delivery (status sending, same attempt number): a
+# final outcome leaves the due index, a retry is due at its ``nextAttemptAt``.
+# KEYS: delivery, due index. ARGV: attempt, JSON fields, TTL s (0 = keep), id, due ms ('' = final)
 _SETTLE = (
     LUA_SET_FIELDS
     + """
@@ -74,9 +91,23 @@ if redis.call('HGET', KEYS[1], 'status') ~= 'sending' then return 0 end
 if redis.call('HGET', KEYS[1], 'attempts') ~= ARGV[1] then return 0 end
 set_fields(KEYS[1], ARGV[2])
 if tonumber(ARGV[3]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[3]) end
+if ARGV[5] == '' then
+  redis.call('ZREM', KEYS[2], ARGV[4])
+else
+  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[4])
+end
 return 1
 """
 )
+
+# Take the due deliveries and push each one's next look ``ARGV[3]`` ms on (one sweep wins).
+# KEYS: due index. ARGV: now ms, limit, recheck ms
+_TAKE_DUE = """
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+local later = tonumber(ARGV[1]) + tonumber(ARGV[3])
+for _, id in ipairs(ids) do redis.call('ZADD', KEYS[1], later, id) end
+return ids
+"""
 
 
 @dataclass(frozen=True)
@@ -138,17 +169,32 @@ def create(
     ks = svc.store.ks
     keep_s = retention_s(svc)
     created = svc.store.redis.register_script(_CREATE)(
-        keys=[ks.delivery(delivery_id), ks.session_deliveries(session_key)],
-        args=[codec.fields_json(fields), delivery_id, now, keep_s, now - keep_s * 1000],
+        keys=[ks.delivery(delivery_id), ks.session_deliveries(session_key), ks.deliveries_due],
+        args=[
+            codec.fields_json(fields),
+            delivery_id,
+            now,
+            keep_s,
+            now - keep_s * 1000,
+            now + lost_after_ms(svc),
+        ],
     )
     return delivery_id, bool(int(created))
+
+
+def lost_after_ms(svc: Services) -> int:
+    """How long an enqueued or sending step may take before it is presumed lost with its
+    worker: the adapter's timeout plus the lane lease (``SWITCHBOARD_LANE_LEASE_S``)."""
+    return int((svc.config.delivery.timeout_s + svc.settings.lane_lease_s) * 1000)
 
 
 def claim(svc: Services, delivery_id: str, lease_ms: int) -> Claim:
     """Take the delivery for one attempt (see ``_CLAIM`` for the rules)."""
     now = now_ms()
+    ks = svc.store.ks
     res = svc.store.redis.register_script(_CLAIM)(
-        keys=[svc.store.ks.delivery(delivery_id)], args=[now, now + lease_ms, _DUE_SLACK_MS]
+        keys=[ks.delivery(delivery_id), ks.deliveries_due],
+        args=[now, now + lease_ms, _DUE_SLACK_MS, delivery_id],
     )
     verdict, value = as_text(res[0]), as_text(res[1])
     if verdict == "ok":
@@ -161,12 +207,30 @@ def claim(svc: Services, delivery_id: str, lease_ms: int) -> Claim:
 def settle(
     svc: Services, delivery_id: str, attempt: int, fields: Mapping[str, Any], *, final: bool
 ) -> bool:
-    """Write the outcome of ``attempt``; a final outcome starts the retention clock."""
+    """Write the outcome of ``attempt``; a final outcome starts the retention clock and
+    leaves the due index, a retry is due at ``fields["nextAttemptAt"]``."""
+    ks = svc.store.ks
+    due = "" if final else str(int(fields["nextAttemptAt"]))
     res = svc.store.redis.register_script(_SETTLE)(
-        keys=[svc.store.ks.delivery(delivery_id)],
-        args=[attempt, codec.fields_json({**fields, "updatedAt": now_ms()}), _ttl(svc, final)],
+        keys=[ks.delivery(delivery_id), ks.deliveries_due],
+        args=[
+            attempt,
+            codec.fields_json({**fields, "updatedAt": now_ms()}),
+            _ttl(svc, final),
+            delivery_id,
+            due,
+        ],
     )
     return bool(int(res))
+
+
+def take_due(svc: Services, now: int, recheck_ms: int, limit: int = 500) -> list[str]:
+    """The deliveries whose step is due, each pushed ``recheck_ms`` on (a later sweep
+    enqueues it again if that step is lost too; settling removes it)."""
+    res = svc.store.redis.register_script(_TAKE_DUE)(
+        keys=[svc.store.ks.deliveries_due], args=[now, limit, recheck_ms]
+    )
+    return [as_text(v) for v in res]
 
 
 def _ttl(svc: Services, final: bool) -> int:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from switchboard.shared import metrics
 from switchboard.shared.delivery import Target, get_delivery
 from switchboard.shared.services import Services
 from switchboard.shared.store import codec
@@ -33,6 +34,10 @@ redis.call('EXPIRE', KEYS[1], ARGV[4])
 return 1
 """
 )
+
+
+# The announce outcome counted for an announce status ("delivering": handed to delivery).
+_ANNOUNCE_OUTCOMES = {"delivering": "delivered"}
 
 
 @dataclass(frozen=True)
@@ -126,6 +131,11 @@ def create_flow(
     mapping = {k: v for k, v in _encode(fields).items() if v is not None}
     pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
     pipe.expire(key, 2 * retention_s(svc))
+    for session_key in {target_key, requester_key} - {None}:
+        index = svc.store.ks.session_flows(str(session_key))
+        pipe.zadd(index, {flow_id: now})
+        pipe.zremrangebyscore(index, "-inf", now - 2 * retention_s(svc) * 1000)
+        pipe.expire(index, 2 * retention_s(svc))
     pipe.execute()
     return flow_id
 
@@ -155,7 +165,11 @@ def advance(
             ttl,
         ],
     )
-    return bool(int(res))
+    applied = bool(int(res))
+    if applied and fields.get("announceStatus"):
+        outcome = str(fields["announceStatus"])
+        metrics.count(svc, metrics.ANNOUNCES, "a2a", _ANNOUNCE_OUTCOMES.get(outcome, outcome))
+    return applied
 
 
 def record_once(svc: Services, flow_id: str, name: str, value: str) -> str:
@@ -198,6 +212,13 @@ def get_flow(svc: Services, flow_id: str) -> dict[str, Any] | None:
         "endedAt": codec.as_int(f.get("endedAt")),
     }
     return {k: v for k, v in out.items() if v is not None}
+
+
+def flows_for(svc: Services, session_key: str, limit: int) -> list[dict[str, Any]]:
+    """The newest ``limit`` flows a session requested or was sent, newest first."""
+    rows = svc.store.redis.zrevrange(svc.store.ks.session_flows(session_key), 0, limit - 1)
+    ids = [v.decode() if isinstance(v, bytes) else str(v) for v in rows]
+    return [flow for flow in (get_flow(svc, flow_id) for flow_id in ids) if flow is not None]
 
 
 def _rounds(fields: Mapping[str, str]) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from switchboard.shared import metrics
 from switchboard.shared.delivery import enqueue_delivery, resolve_announce_target
 from switchboard.shared.errors import SwitchboardError, Unavailable
 from switchboard.shared.flows import a2a_rules as rules
@@ -51,7 +52,7 @@ def send_allowed(svc: Services, session_key: str) -> bool:
     return True
 
 
-@flow_step(STEP)
+@flow_step(STEP, log_ids=("flowId", "turn"))
 def a2a_step(svc: Services, flow_id: str, turn_text: str) -> None:
     """The run of round ``turn`` ended: start the next round or hand over to the announce."""
     turn = int(turn_text)
@@ -192,6 +193,7 @@ def _start_round(svc: Services, flow: Flow, turn: int) -> None:
         _end_loop(svc, flow, turn, "round_error", status="error", error=exc.message)
         return
     record_once(svc, flow.flow_id, f"run:{turn}", str(res["runId"]))
+    metrics.count(svc, metrics.A2A_ROUNDS)
 
 
 def _end_loop(
@@ -219,7 +221,7 @@ def _done_fields(announce_status: str, **extra: Any) -> dict[str, Any]:
     return {"status": "done", "announceStatus": announce_status, "endedAt": now_ms(), **extra}
 
 
-@flow_step(ANNOUNCE)
+@flow_step(ANNOUNCE, log_ids=("flowId",))
 def a2a_announce(svc: Services, flow_id: str) -> None:
     """Start the announce run on the target session (once)."""
     flow = load_flow(svc, flow_id)
@@ -257,7 +259,7 @@ def a2a_announce(svc: Services, flow_id: str) -> None:
     record_once(svc, flow_id, "announceRunId", str(res["runId"]))
 
 
-@flow_step(DELIVER)
+@flow_step(DELIVER, log_ids=("flowId",))
 def a2a_deliver(svc: Services, flow_id: str) -> None:
     """Judge the announce run's own reply: stay silent, or deliver it to the target's chat."""
     flow = load_flow(svc, flow_id)

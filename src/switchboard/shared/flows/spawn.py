@@ -8,7 +8,6 @@ the run's ``on_end`` step (``switchboard.subagent_announce``) always finds it.
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,7 +15,6 @@ from typing import Any
 
 from switchboard.shared import keys as sk
 from switchboard.shared.config import EffectiveSubagents
-from switchboard.shared.errors import Conflict, SwitchboardError
 from switchboard.shared.flows.spawns import SpawnRecords
 from switchboard.shared.flows.subagent import ANNOUNCE_STEP, fail_unstarted
 from switchboard.shared.flows.subagent_prompts import (
@@ -24,11 +22,21 @@ from switchboard.shared.flows.subagent_prompts import (
     child_system_prompt,
     child_task_message,
 )
-from switchboard.shared.gateway.agent import RunRequest, start_run
+from switchboard.shared.gateway.agent import SendBlocked
+from switchboard.shared.policy.send_policy import SEND_BLOCKED, resolve_send_policy
 from switchboard.shared.policy.tool_policy import subagent_role
 from switchboard.shared.services import Services
-from switchboard.shared.store.runs import now_ms
+from switchboard.shared.store import codec
+from switchboard.shared.store.runs import NewRun, now_ms
+from switchboard.shared.store.runs import _run_fields as run_fields
+from switchboard.shared.store.scripts import as_text
 from switchboard.shared.tools.registry import ToolContext
+
+# Children written per pipelined round trip (a batch of 1,000 takes ten).
+_CHUNK = 100
+# A batch's children are listed in their order: each one's lineage score (spawn time, ms)
+# is this much above the previous one's (exact in a double at today's epoch ms).
+_ORDER_STEP_MS = 1 / 1024
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,18 @@ class Child:
     def for_plan(cls, plan: ChildPlan) -> Child:
         """A child with a new spawn id and session key."""
         return cls(plan, str(uuid.uuid4()), sk.subagent_key(plan.agent_id))
+
+
+@dataclass(frozen=True)
+class _Start:
+    """One child ready to write: its spawn record, session entry and run."""
+
+    child: Child
+    spawn: dict[str, Any]
+    session: dict[str, Any]
+    run: NewRun
+    # False when the new session's send policy denies starting a run in it.
+    allowed: bool
 
 
 def requester_for(ctx: ToolContext) -> Requester:
@@ -114,46 +134,14 @@ def start_child(
     child: Child,
     *,
     mode: str,
-    batch: tuple[str, int] | None = None,
 ) -> dict[str, Any]:
     """Record the spawn, create the child session and queue its run (slots reserved)."""
-    plan = child.plan
-    depth = req.depth + 1
-    role = subagent_role(depth, req.limits.max_spawn_depth)
-    records.create(child.spawn_id, _spawn_fields(req, child, mode, depth, batch))
-    _create_child_session(svc, req, child, depth, role)
-    brief = ChildBrief(
-        task=plan.task,
-        child_key=child.key,
-        requester_key=req.key,
-        requester_channel=req.channel,
-        depth=depth,
-        max_depth=req.limits.max_spawn_depth,
-        label=plan.label,
-        persistent=mode == "session",
-    )
-    started = start_run(
-        svc,
-        RunRequest(
-            session_key=child.key,
-            message=child_task_message(brief),
-            channel=req.channel,
-            extra_system_prompt=child_system_prompt(brief),
-            provenance={
-                "kind": "inter_session",
-                "sourceSessionKey": req.key,
-                "sourceChannel": req.channel or "internal",
-                "sourceTool": "sessions_spawn",
-            },
-            timeout_s=plan.timeout_s or None,
-            model=plan.model,
-            kind="subagent",
-            meta={"spawnId": child.spawn_id, **({"batchId": batch[0]} if batch else {})},
-            on_end={"task": ANNOUNCE_STEP, "args": [child.spawn_id]},
-        ),
-    )
-    records.update(child.spawn_id, {"runId": started["runId"], "status": "running"})
-    return {"runId": started["runId"], "childSessionKey": child.key}
+    start = _prepare(svc, req, child, mode, None)
+    if not start.allowed:
+        raise SendBlocked(SEND_BLOCKED, field="sessionKey")
+    for run_id, key in _record(svc, records, req, [start], [now_ms()]):
+        svc.queue.enqueue_run(run_id, key)
+    return {"runId": start.run.run_id, "childSessionKey": child.key}
 
 
 def start_batch(
@@ -165,7 +153,10 @@ def start_batch(
     mode: str,
     join: str,
 ) -> tuple[str, list[dict[str, Any]]]:
-    """Record a batch and start every member; returns the batch id and each member's ids."""
+    """Record a batch and start every member; returns the batch id and each member's ids.
+
+    Members are written ``_CHUNK`` at a time, one pipelined round trip each, and each
+    chunk's runs are queued over one broker connection before the next chunk is written."""
     batch_id = str(uuid.uuid4())
     records.create_batch(
         batch_id,
@@ -178,16 +169,26 @@ def start_batch(
             "createdAt": now_ms(),
         },
     )
+    starts = [
+        _prepare(svc, req, child, mode, (batch_id, index)) for index, child in enumerate(children)
+    ]
+    allowed = [s for s in starts if s.allowed]
+    base = now_ms()
+    scores = [base + index * _ORDER_STEP_MS for index in range(len(allowed))]
+    for first in range(0, len(allowed), _CHUNK):
+        chunk = slice(first, first + _CHUNK)
+        svc.queue.enqueue_runs(_record(svc, records, req, allowed[chunk], scores[chunk]))
     runs = []
-    for index, child in enumerate(children):
-        try:
-            run = start_child(svc, records, req, child, mode=mode, batch=(batch_id, index))
-        except SwitchboardError as exc:
+    for start in starts:
+        key = start.child.key
+        run: dict[str, Any] = {"runId": start.run.run_id, "childSessionKey": key}
+        if not start.allowed:
             # The member ends as an error at once, so the batch still completes.
-            fail_unstarted(svc, child.spawn_id, exc.message)
-            run = {"status": "error", "error": exc.message, "childSessionKey": child.key}
-        if child.plan.label:
-            run["label"] = child.plan.label
+            records.create(start.child.spawn_id, start.spawn)
+            fail_unstarted(svc, start.child.spawn_id, SEND_BLOCKED)
+            run = {"status": "error", "error": SEND_BLOCKED, "childSessionKey": key}
+        if start.child.plan.label:
+            run["label"] = start.child.plan.label
         runs.append(run)
     return batch_id, runs
 
@@ -225,9 +226,8 @@ def _spawn_fields(
     return fields
 
 
-def _create_child_session(
-    svc: Services, req: Requester, child: Child, depth: int, role: str
-) -> None:
+def _session_fields(req: Requester, child: Child, depth: int, role: str) -> dict[str, Any]:
+    """The child session entry's fields at creation."""
     plan = child.plan
     provider, _, model_name = plan.model.partition("/")
     fields: dict[str, Any] = {
@@ -243,10 +243,115 @@ def _create_child_session(
         "thinkingLevel": plan.thinking,
         "channel": req.channel,
     }
-    on_create = {k: v for k, v in fields.items() if v is not None}
-    svc.store.sessions.ensure(child.key, on_create=on_create)
-    svc.store.sessions.add_child(req.key, child.key)
-    if plan.label and svc.store.sessions.key_for_label(plan.label) is None:
-        # Labels are unique: one taken meanwhile stays on the spawn record only.
-        with contextlib.suppress(Conflict):
-            svc.store.sessions.patch(child.key, {"label": plan.label})
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _prepare(
+    svc: Services, req: Requester, child: Child, mode: str, batch: tuple[str, int] | None
+) -> _Start:
+    """Everything one child's start writes, decided before anything is written."""
+    plan = child.plan
+    depth = req.depth + 1
+    role = subagent_role(depth, req.limits.max_spawn_depth)
+    brief = ChildBrief(
+        task=plan.task,
+        child_key=child.key,
+        requester_key=req.key,
+        requester_channel=req.channel,
+        depth=depth,
+        max_depth=req.limits.max_spawn_depth,
+        label=plan.label,
+        persistent=mode == "session",
+    )
+    message = {
+        "role": "user",
+        "content": child_task_message(brief).strip(),
+        "timestamp": now_ms(),
+        "provenance": {
+            "kind": "inter_session",
+            "sourceSessionKey": req.key,
+            "sourceChannel": req.channel or "internal",
+            "sourceTool": "sessions_spawn",
+        },
+    }
+    # Runs are capped at an hour, as every run is (gateway.agent.start_run).
+    timeout_s = min(float(plan.timeout_s), 3600.0) if plan.timeout_s > 0 else None
+    run = NewRun(
+        run_id=str(uuid.uuid4()),
+        session_key=child.key,
+        message=message,
+        timeout_s=timeout_s or float(svc.config.runs.timeout_seconds),
+        extra_system_prompt=child_system_prompt(brief),
+        model=plan.model,
+        channel=req.channel,
+        kind="subagent",
+        meta={"spawnId": child.spawn_id, **({"batchId": batch[0]} if batch else {})},
+        on_end={"task": ANNOUNCE_STEP, "args": [child.spawn_id]},
+    )
+    session = _session_fields(req, child, depth, role)
+    # The child session is new: its send policy follows from the fields it starts with.
+    policy = resolve_send_policy(svc.config, session_key=child.key, entry=session)
+    spawn = _spawn_fields(req, child, mode, depth, batch)
+    if policy != "deny":
+        spawn.update(runId=run.run_id, status="running")
+    return _Start(child=child, spawn=spawn, session=session, run=run, allowed=policy != "deny")
+
+
+def _record(
+    svc: Services,
+    records: SpawnRecords,
+    req: Requester,
+    starts: Sequence[_Start],
+    scores: Sequence[float],
+) -> list[tuple[str, str]]:
+    """Write the children in one round trip; returns the (run, session) pairs to queue.
+
+    Per child, in order: the spawn record (already naming its run, so the announce step
+    always finds it), then the session and the run in one step (``RunStore.start``'s
+    script: the session is created, the run recorded and the lane taken atomically), then
+    the label (kept only while no other session holds it); then the requester's lineage
+    (``scores``: each child's place among the requester's children)."""
+    ks, runs = svc.store.ks, svc.store.runs
+    now = now_ms()
+    pipe = records.redis.pipeline(transaction=False)
+    for start in starts:
+        records.create(start.child.spawn_id, start.spawn, client=pipe)
+    for start in starts:
+        key, run_id = start.child.key, start.run.run_id
+        agent_id = sk.agent_id_of(key)
+        runs.scripts.start_run(
+            keys=[
+                ks.session(key),
+                ks.session_ids,
+                ks.updated_all,
+                ks.updated_agent(agent_id),
+                ks.updated_kind(agent_id, svc.store.sessions.kind_of(key)),
+                ks.run(run_id),
+                ks.lane(key),
+                ks.lane_queue(key),
+                ks.lane_leases,
+                ks.run(run_id),  # no idempotency key
+            ],
+            args=[
+                key,
+                now,
+                sk.new_session_id(),
+                codec.fields_json(start.session),
+                run_id,
+                now + runs.lease_s * 1000,
+                codec.fields_json(run_fields(start.run, now)),
+                "",
+            ],
+            client=pipe,
+        )
+    labelled = [s for s in starts if s.child.plan.label]
+    for start in labelled:
+        records.claim_label(str(start.child.plan.label), start.child.key, client=pipe)
+    lineage = {s.child.key: score for s, score in zip(starts, scores, strict=True)}
+    pipe.zadd(ks.children(req.key), lineage)
+    replies = pipe.execute()[len(starts) : 2 * len(starts)]
+    return [
+        (s.run.run_id, s.child.key)
+        for s, reply in zip(starts, replies, strict=True)
+        if as_text(reply[2]) == "lane"
+    ]

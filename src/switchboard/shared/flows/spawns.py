@@ -21,6 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 from redis import Redis
+from redis.client import Pipeline
 from redis.commands.core import Script
 
 from switchboard.shared.services import Services
@@ -62,6 +63,25 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 return seq
 """
 
+# A new child session takes its label unless another session holds it (labels are unique).
+# KEYS: label index, session. ARGV: label, session key
+_CLAIM_LABEL = """
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+redis.call('HSET', KEYS[2], 'label', ARGV[1])
+return 1
+"""
+
+# Move a field of an existing hash from one value to another (one caller wins), counting
+# the move in the metrics hash.
+# KEYS: hash, metrics. ARGV: field, expected, new, metric field
+_SETTLE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if (redis.call('HGET', KEYS[1], ARGV[1]) or '') ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('HINCRBY', KEYS[2], ARGV[4], 1)
+return 1
+"""
+
 _COUNT_DONE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('SADD', KEYS[2], ARGV[1])
@@ -80,6 +100,8 @@ class _Scripts:
     cas: Script
     append_once: Script
     count_done: Script
+    claim_label: Script
+    settle: Script
 
 
 @lru_cache(maxsize=16)
@@ -90,6 +112,8 @@ def _scripts(redis: Redis) -> _Scripts:
         cas=redis.register_script(_CAS),
         append_once=redis.register_script(_APPEND_ONCE),
         count_done=redis.register_script(_COUNT_DONE),
+        claim_label=redis.register_script(_CLAIM_LABEL),
+        settle=redis.register_script(_SETTLE),
     )
 
 
@@ -127,6 +151,10 @@ class Record:
                 out[name] = value
         return cls(id=record_id, fields=out)
 
+    def with_fields(self, fields: Mapping[str, Any]) -> Record:
+        """The record after ``fields`` were written to its hash (as read back)."""
+        return Record.from_hash(self.id, {**_encode(self.fields), **_encode(fields)})
+
 
 def _encode(fields: Mapping[str, Any]) -> dict[str, str]:
     return {k: e for k, v in fields.items() if (e := codec.encode_value(v)) is not None}
@@ -142,9 +170,12 @@ class SpawnRecords:
         self.scripts = _scripts(self.redis)
 
     # -- spawns -----------------------------------------------------------------------
-    def create(self, spawn_id: str, fields: Mapping[str, Any]) -> None:
-        """Write a new spawn hash."""
-        self.redis.hset(self.ks.spawn(spawn_id), mapping=_encode(fields))  # type: ignore[arg-type]
+    def create(
+        self, spawn_id: str, fields: Mapping[str, Any], *, client: Pipeline | None = None
+    ) -> None:
+        """Write a new spawn hash (queued on ``client`` when given)."""
+        target = self.redis if client is None else client
+        target.hset(self.ks.spawn(spawn_id), mapping=_encode(fields))  # type: ignore[arg-type]
 
     def get(self, spawn_id: str) -> Record | None:
         """A spawn, or None when unknown or expired."""
@@ -161,17 +192,20 @@ class SpawnRecords:
             for sid, raw in zip(spawn_ids, pipe.execute(), strict=True)
         ]
 
-    def update(self, spawn_id: str, fields: Mapping[str, Any]) -> None:
-        """Set fields of a spawn."""
-        self.redis.hset(self.ks.spawn(spawn_id), mapping=_encode(fields))  # type: ignore[arg-type]
+    def update(
+        self, spawn_id: str, fields: Mapping[str, Any], *, client: Pipeline | None = None
+    ) -> None:
+        """Set fields of a spawn (queued on ``client`` when given)."""
+        target = self.redis if client is None else client
+        target.hset(self.ks.spawn(spawn_id), mapping=_encode(fields))  # type: ignore[arg-type]
 
     def delete(self, spawn_id: str) -> None:
         """Forget a spawn that never started."""
         self.redis.delete(self.ks.spawn(spawn_id))
 
-    def expire(self, spawn_id: str) -> None:
+    def expire(self, spawn_id: str, *, client: Pipeline | None = None) -> None:
         """Keep a finished spawn for ``runs.retentionHours``."""
-        self.redis.expire(self.ks.spawn(spawn_id), self.retention_s)
+        (self.redis if client is None else client).expire(self.ks.spawn(spawn_id), self.retention_s)
 
     def freeze(self, spawn_id: str, fields: Mapping[str, Any], guard: str = "outcome") -> bool:
         """Record the outcome once; False when it was already recorded."""
@@ -181,6 +215,22 @@ class SpawnRecords:
     def cas(self, hash_key: str, field: str, expected: str, new: str) -> bool:
         """Move ``field`` of an existing hash from ``expected`` to ``new`` (one caller wins)."""
         return bool(int(self.scripts.cas(keys=[hash_key], args=[field, expected, new])))
+
+    def settle(
+        self,
+        hash_key: str,
+        field: str,
+        expected: str,
+        new: str,
+        *,
+        metric: str,
+        client: Pipeline | None = None,
+    ) -> None:
+        """``cas``, adding one to the ``metric`` counter when it moves (queued on
+        ``client`` when given)."""
+        self.scripts.settle(
+            keys=[hash_key, self.ks.metrics], args=[field, expected, new, metric], client=client
+        )
 
     def append_once(
         self,
@@ -203,6 +253,14 @@ class SpawnRecords:
         )
         return int(res)
 
+    def claim_label(self, label: str, session_key: str, *, client: Pipeline) -> None:
+        """Queue on ``client``: a new session takes ``label`` unless another holds it."""
+        self.scripts.claim_label(
+            keys=[self.ks.labels, self.ks.session(session_key)],
+            args=[label, session_key],
+            client=client,
+        )
+
     # -- active children --------------------------------------------------------------
     def reserve_children(
         self, requester: str, children: Sequence[str], limit: int
@@ -213,9 +271,9 @@ class SpawnRecords:
         )
         return bool(int(res[0])), int(res[1])
 
-    def release_child(self, requester: str, child: str) -> None:
+    def release_child(self, requester: str, child: str, *, client: Pipeline | None = None) -> None:
         """The child finished announcing (or never started)."""
-        self.redis.srem(self.ks.active_children(requester), child)
+        (self.redis if client is None else client).srem(self.ks.active_children(requester), child)
 
     def active_children(self, requester: str) -> list[str]:
         """The requester's children whose spawn has not finished announcing."""
@@ -231,34 +289,47 @@ class SpawnRecords:
         raw = self.redis.hgetall(self.ks.batch(batch_id))
         return Record.from_hash(batch_id, codec.decode_hash(raw)) if raw else None
 
-    def update_batch(self, batch_id: str, fields: Mapping[str, Any]) -> None:
+    def batch_join(self, batch_id: str) -> str:
+        """A batch's join mode ("" when the batch is unknown)."""
+        return as_text(self.redis.hget(self.ks.batch(batch_id), "join"))
+
+    def update_batch(
+        self, batch_id: str, fields: Mapping[str, Any], *, client: Pipeline | None = None
+    ) -> None:
         """Set fields of a batch."""
-        self.redis.hset(self.ks.batch(batch_id), mapping=_encode(fields))  # type: ignore[arg-type]
+        target = self.redis if client is None else client
+        target.hset(self.ks.batch(batch_id), mapping=_encode(fields))  # type: ignore[arg-type]
 
     def delete_batch(self, batch_id: str) -> None:
         """Forget a batch that never started."""
         self.redis.delete(self.ks.batch(batch_id), self.ks.batch_done(batch_id))
 
-    def count_done(self, batch_id: str, spawn_id: str) -> bool:
-        """Count a finished member; True for the one member that must enqueue the join."""
+    def count_done(self, batch_id: str, spawn_id: str, *, client: Pipeline | None = None) -> bool:
+        """Count a finished member; True for the one member that must enqueue the join
+        (on ``client``, the count is queued and the answer is its reply)."""
         keys = [self.ks.batch(batch_id), self.ks.batch_done(batch_id)]
-        return bool(int(self.scripts.count_done(keys=keys, args=[spawn_id])))
+        res = self.scripts.count_done(keys=keys, args=[spawn_id], client=client)
+        return client is None and bool(int(res))
 
     def done_count(self, batch_id: str) -> int:
         """How many members have finished."""
         return int(self.redis.scard(self.ks.batch_done(batch_id)))
 
-    def expire_batch(self, batch_id: str) -> None:
+    def expire_batch(self, batch_id: str, *, client: Pipeline | None = None) -> None:
         """Keep a finished batch for ``runs.retentionHours``."""
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = self.redis.pipeline(transaction=False) if client is None else client
         pipe.expire(self.ks.batch(batch_id), self.retention_s)
         pipe.expire(self.ks.batch_done(batch_id), self.retention_s)
-        pipe.execute()
+        if client is None:
+            pipe.execute()
 
     # -- archival ---------------------------------------------------------------------
-    def schedule_archive(self, session_key: str, at_ms: int) -> None:
+    def schedule_archive(
+        self, session_key: str, at_ms: int, *, client: Pipeline | None = None
+    ) -> None:
         """Archive a sub-agent session at ``at_ms`` (an earlier schedule is kept)."""
-        self.redis.zadd(self.ks.archive_due, {session_key: at_ms}, nx=True)
+        target = self.redis if client is None else client
+        target.zadd(self.ks.archive_due, {session_key: at_ms}, nx=True)
 
     def archive_at(self, session_key: str) -> int | None:
         """When a session is due for archival, if scheduled."""

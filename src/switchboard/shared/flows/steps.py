@@ -2,34 +2,64 @@
 
 A flow module declares ``@flow_step("switchboard.<name>")`` on a function
 ``(services, *ids) -> None``; the worker registers every step as a task (late ack,
-retried on Redis errors). Steps must be idempotent: a step may run twice.
+retried on Redis errors). Steps must be idempotent: a step may run twice. A step
+enqueued stays pending in Redis until it has run, so one lost with a killed worker is
+enqueued again by the sweep (``switchboard.shared.flows.pending``). ``log_ids``
+names the step's arguments for its log lines (``("flowId", "turn")``): every line logged
+while the step runs carries them, with the step's name.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+import redis
+
+from switchboard.logs import log_context
+from switchboard.shared.errors import Unavailable
 
 if TYPE_CHECKING:
     from switchboard.shared.services import Services
 
+log = logging.getLogger("switchboard.flow")
+
 FlowStep = Callable[..., None]
 
 FLOW_STEPS: dict[str, FlowStep] = {}
+# Errors after which a step is retried (the worker's task retries them with backoff).
+_RETRIED = (Unavailable, redis.ConnectionError, redis.TimeoutError)
+# The log field name of each step argument, by step name.
+_LOG_IDS: dict[str, tuple[str, ...]] = {}
 
 
-def flow_step(name: str) -> Callable[[FlowStep], FlowStep]:
+def flow_step(name: str, *, log_ids: tuple[str, ...] = ()) -> Callable[[FlowStep], FlowStep]:
     """Register a function as the step named ``name``."""
 
     def register(fn: FlowStep) -> FlowStep:
         if name in FLOW_STEPS and FLOW_STEPS[name] is not fn:
             raise ValueError(f"flow step {name!r} is registered twice")
         FLOW_STEPS[name] = fn
+        _LOG_IDS[name] = log_ids
         return fn
 
     return register
 
 
 def run_step(services: Services, name: str, *args: str) -> None:
-    """Run a registered step (the worker's task body)."""
-    FLOW_STEPS[name](services, *args)
+    """Run a registered step (the worker's task body) with its ids bound for logging."""
+    from switchboard.shared.flows import pending
+
+    ids = dict(zip(_LOG_IDS.get(name, ()), args, strict=False))
+    started = pending.pending_score(services, name, args)
+    with log_context(step=name, **ids):
+        log.debug("flow step %s", name)
+        try:
+            FLOW_STEPS[name](services, *args)
+        except _RETRIED:
+            raise  # still pending: the task's retry or the sweep runs it again
+        except Exception:
+            pending.mark_done(services, name, args, started)  # a failure is not retried
+            raise
+    pending.mark_done(services, name, args, started)

@@ -21,21 +21,25 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from redis.client import Pipeline
+
 from switchboard.shared import keys as sk
-from switchboard.shared.delivery import Target, enqueue_delivery, resolve_announce_target
+from switchboard.shared import metrics
+from switchboard.shared.delivery import Target, enqueue_delivery
+from switchboard.shared.delivery.targets import target_from_entry, target_from_key
 from switchboard.shared.errors import Unavailable
 from switchboard.shared.flows.spawns import Record, SpawnRecords
 from switchboard.shared.flows.steps import flow_step
-from switchboard.shared.flows.subagent_archive import (
-    archive_session,
-    schedule_archive,
-    transcript_path,
-)
+from switchboard.shared.flows.subagent_archive import archive_session, transcript_path
 from switchboard.shared.runtime.transcript import latest_tool_result_text
 from switchboard.shared.services import Services
+from switchboard.shared.store import codec
 from switchboard.shared.store.runs import RunRecord, now_ms
+from switchboard.shared.store.scripts import as_text
+from switchboard.shared.store.sessions import SessionEntry
 
 log = logging.getLogger("switchboard.subagent")
 
@@ -58,7 +62,21 @@ _SETTLED = ("delivered", "skipped", "dropped")
 # -- steps -------------------------------------------------------------------------------
 
 
-@flow_step(ANNOUNCE_STEP)
+@dataclass(frozen=True)
+class _Context:
+    """What an announce step reads besides the spawn, in one round trip."""
+
+    run: RunRecord | None
+    # The batch's join mode ("" when the spawn is not in a batch).
+    join: str
+    lane_holder: str | None
+    child_session_id: str | None
+    requester_exists: bool
+    # The requester's entry, read only when the announce target depends on it.
+    requester_entry: SessionEntry | None
+
+
+@flow_step(ANNOUNCE_STEP, log_ids=("spawnId",))
 def subagent_announce(svc: Services, spawn_id: str) -> None:
     """Announce a finished child to its requester (or count it towards its batch)."""
     records = SpawnRecords(svc)
@@ -67,21 +85,29 @@ def subagent_announce(svc: Services, spawn_id: str) -> None:
         return
     if spawn.get("status") == "starting":
         raise Unavailable(f"spawn {spawn_id} is still being recorded")  # retried shortly
-    run = svc.store.runs.get(str(spawn.get("runId", "")))
-    if run is not None and not run.terminal:
+    ctx = _read_context(svc, spawn)
+    if ctx.run is not None and not ctx.run.terminal:
         return  # an early duplicate: the run's end enqueues this step again
-    spawn = _freeze_outcome(svc, records, spawn, run)
-    if _joins_all(records, spawn):
+    spawn = _freeze_outcome(svc, records, spawn, ctx.run, ctx.child_session_id)
+    if ctx.join == "all":
         _count_towards_batch(svc, records, spawn)
         return
-    if _should_wait_for_requester(svc, spawn):
+    if _should_wait_for_requester(svc, spawn, ctx.lane_holder):
         svc.queue.enqueue(ANNOUNCE_STEP, spawn_id, countdown_s=_BUSY_RETRY_S)
         return
-    _announce_one(svc, records, spawn)
-    finish_child(svc, records, spawn)
+    pipe = records.redis.pipeline(transaction=False)
+    _announce_one(svc, records, spawn, ctx, pipe)
+    finish_child(
+        svc,
+        records,
+        spawn,
+        joins_all=False,
+        child_exists=ctx.child_session_id is not None,
+        pipe=pipe,
+    )
 
 
-@flow_step(BATCH_JOIN_STEP)
+@flow_step(BATCH_JOIN_STEP, log_ids=("batchId",))
 def batch_join(svc: Services, batch_id: str) -> None:
     """Send one combined announce for a ``join: "all"`` batch whose children all ended."""
     records = SpawnRecords(svc)
@@ -91,14 +117,17 @@ def batch_join(svc: Services, batch_id: str) -> None:
     members = [m for m in records.get_many(list(batch.get("spawnIds") or [])) if m is not None]
     if records.done_count(batch_id) < int(batch.get("expected") or 0):
         return  # not complete: the member that completes the count enqueues the join
-    if _should_wait_for_requester(svc, members[0] if members else None):
+    holder = svc.store.runs.lane_holder(str(batch["requesterKey"]))
+    if _should_wait_for_requester(svc, members[0] if members else None, holder):
         svc.queue.enqueue(BATCH_JOIN_STEP, batch_id, countdown_s=_BUSY_RETRY_S)
         return
     _announce_batch(svc, records, batch, members)
+    pipe = records.redis.pipeline(transaction=False)
     for member in members:
-        finish_child(svc, records, member)
-    records.update_batch(batch_id, {"status": "done"})
-    records.expire_batch(batch_id)
+        finish_child(svc, records, member, joins_all=True, pipe=pipe, execute=False)
+    records.update_batch(batch_id, {"status": "done"}, client=pipe)
+    records.expire_batch(batch_id, client=pipe)
+    pipe.execute()
 
 
 def fail_unstarted(svc: Services, spawn_id: str, error: str) -> None:
@@ -114,14 +143,48 @@ def fail_unstarted(svc: Services, spawn_id: str, error: str) -> None:
     if _joins_all(records, spawn):
         _count_towards_batch(svc, records, spawn)
     else:
-        finish_child(svc, records, spawn)
+        finish_child(svc, records, spawn, joins_all=False)
+
+
+def _read_context(svc: Services, spawn: Record) -> _Context:
+    """The child's run, the batch's join mode, the requester's lane and what the announce
+    needs of the child and requester sessions: one pipelined round trip."""
+    ks = svc.store.ks
+    requester, child = str(spawn["requesterKey"]), str(spawn["childKey"])
+    batch_id = str(spawn.get("batchId") or "")
+    pipe = svc.store.redis.pipeline(transaction=False)
+    pipe.hgetall(ks.run(str(spawn.get("runId", ""))))
+    if batch_id:
+        pipe.hget(ks.batch(batch_id), "join")
+    pipe.get(ks.lane(requester))
+    pipe.hget(ks.session(child), "sessionId")
+    if sk.is_subagent_key(requester):
+        pipe.exists(ks.session(requester))
+    needs_entry = _target_needs_entry(spawn)
+    if needs_entry:
+        pipe.hgetall(ks.session(requester))
+    replies = iter(pipe.execute())
+    raw_run = next(replies)
+    run_id = str(spawn.get("runId", ""))
+    run = RunRecord.from_hash(run_id, codec.decode_hash(raw_run)) if raw_run else None
+    join = as_text(next(replies)) if batch_id else ""
+    holder = as_text(next(replies)) or None
+    session_id = as_text(next(replies)) or None
+    exists = bool(next(replies)) if sk.is_subagent_key(requester) else True
+    raw_entry = next(replies) if needs_entry else None
+    entry = SessionEntry.from_hash(requester, codec.decode_hash(raw_entry)) if raw_entry else None
+    return _Context(run, join, holder, session_id, exists, entry)
 
 
 # -- the outcome -------------------------------------------------------------------------
 
 
 def _freeze_outcome(
-    svc: Services, records: SpawnRecords, spawn: Record, run: RunRecord | None
+    svc: Services,
+    records: SpawnRecords,
+    spawn: Record,
+    run: RunRecord | None,
+    child_session_id: str | None,
 ) -> Record:
     """Record the child's outcome and result once; later calls read what was recorded."""
     if spawn.get("outcome"):
@@ -138,7 +201,6 @@ def _freeze_outcome(
         text = text[:MAX_RESULT_CHARS] + (
             f"\n\n[truncated: frozen completion output exceeded 100KB ({size_kb}KB)]"
         )
-    entry = svc.store.sessions.get(child)
     fields: dict[str, Any] = {
         "outcome": status,
         "error": error,
@@ -147,10 +209,11 @@ def _freeze_outcome(
         "usage": run.usage if run is not None and run.usage else None,
         "startedAt": run.started_at_ms if run is not None else None,
         "endedAt": (run.ended_at_ms if run is not None else None) or now_ms(),
-        "sessionId": entry.session_id if entry is not None else None,
+        "sessionId": child_session_id,
     }
-    records.freeze(spawn.id, fields)
-    return records.get(spawn.id) or spawn
+    if records.freeze(spawn.id, fields):
+        return spawn.with_fields(fields)  # exactly what the hash now holds
+    return records.get(spawn.id) or spawn  # frozen by another step first
 
 
 def is_silent(spawn: Record) -> bool:
@@ -161,29 +224,32 @@ def is_silent(spawn: Record) -> bool:
 # -- announcing ----------------------------------------------------------------------------
 
 
-def _announce_one(svc: Services, records: SpawnRecords, spawn: Record) -> None:
+def _announce_one(
+    svc: Services, records: SpawnRecords, spawn: Record, ctx: _Context, pipe: Pipeline
+) -> None:
+    """Append and deliver one child's announce; the last state change goes on ``pipe``."""
     spawn_key = svc.store.ks.spawn(spawn.id)
     requester = str(spawn["requesterKey"])
     if spawn.get("announce") in _SETTLED:
         return
     if is_silent(spawn):
-        records.cas(spawn_key, "announce", "", "skipped")
+        _settle_announce(svc, records, spawn_key, "", "skipped", pipe)
         return
-    if _requester_gone(svc, requester):
-        records.cas(spawn_key, "announce", "", "dropped")
+    if not ctx.requester_exists:  # an orchestrator archived meanwhile: dropped
+        _settle_announce(svc, records, spawn_key, "", "dropped", pipe)
         return
     text = announce_text(svc, spawn)
     _append_once(svc, records, spawn_key, requester, text, source_key=str(spawn["childKey"]))
     delivery_id = enqueue_delivery(
         svc,
-        target=announce_target(svc, spawn),
+        target=_target(svc, spawn, ctx.requester_entry),
         message=text,
         session_key=requester,
         idempotency_key=f"announce:{spawn.id}",
         origin={"kind": "subagent_announce", "spawnId": spawn.id, "sessionKey": spawn["childKey"]},
     )
-    records.update(spawn.id, {"deliveryId": delivery_id, "announcedAt": now_ms()})
-    records.cas(spawn_key, "announce", "appended", "delivered")
+    records.update(spawn.id, {"deliveryId": delivery_id, "announcedAt": now_ms()}, client=pipe)
+    _settle_announce(svc, records, spawn_key, "appended", "delivered", pipe)
 
 
 def _announce_batch(
@@ -197,10 +263,10 @@ def _announce_batch(
         (m for m in members if not is_silent(m)), key=lambda m: int(m.get("batchIndex", 0))
     )
     if not shown:
-        records.cas(batch_key, "announce", "", "skipped")
+        _settle_announce(svc, records, batch_key, "", "skipped")
         return
     if _requester_gone(svc, requester):
-        records.cas(batch_key, "announce", "", "dropped")
+        _settle_announce(svc, records, batch_key, "", "dropped")
         return
     text = batch_announce_text(svc, batch, shown)
     _append_once(svc, records, batch_key, requester, text, source_key=str(shown[0]["childKey"]))
@@ -213,7 +279,21 @@ def _announce_batch(
         origin={"kind": "subagent_announce", "batchId": batch.id},
     )
     records.update_batch(batch.id, {"deliveryId": delivery_id, "announcedAt": now_ms()})
-    records.cas(batch_key, "announce", "appended", "delivered")
+    _settle_announce(svc, records, batch_key, "appended", "delivered")
+
+
+def _settle_announce(
+    svc: Services,
+    records: SpawnRecords,
+    hash_key: str,
+    expected: str,
+    outcome: str,
+    pipe: Pipeline | None = None,
+) -> None:
+    """Move the announce state to its outcome, counting the outcome once (metrics); queued
+    on ``pipe`` when given."""
+    metric = metrics.field_name(metrics.ANNOUNCES, "subagent", outcome)
+    records.settle(hash_key, "announce", expected, outcome, metric=metric, client=pipe)
 
 
 def _append_once(
@@ -245,6 +325,22 @@ def _append_once(
 
 def announce_target(svc: Services, spawn: Record) -> Target:
     """The requester's chat: its route at spawn time, else its recorded route, else webchat."""
+    entry = None
+    if _target_needs_entry(spawn):
+        entry = svc.store.sessions.get(str(spawn["requesterKey"]))
+    return _target(svc, spawn, entry)
+
+
+def _target_needs_entry(spawn: Record) -> bool:
+    """The announce target depends on the requester's entry (see ``_target``)."""
+    origin: Mapping[str, Any] = spawn.get("requesterOrigin") or {}
+    if origin.get("channel") and origin.get("to"):
+        return False
+    requester = str(spawn["requesterKey"])
+    return not sk.is_subagent_key(requester) and target_from_key(requester) is None
+
+
+def _target(svc: Services, spawn: Record, entry: SessionEntry | None) -> Target:
     origin: Mapping[str, Any] = spawn.get("requesterOrigin") or {}
     if origin.get("channel") and origin.get("to"):
         return Target(
@@ -256,7 +352,9 @@ def announce_target(svc: Services, spawn: Record) -> Target:
     requester = str(spawn["requesterKey"])
     if sk.is_subagent_key(requester):
         return Target(channel="internal")  # an orchestrator reads it in its transcript
-    found = resolve_announce_target(svc, requester)
+    found = target_from_key(requester)
+    if found is None and entry is not None:
+        found = target_from_entry(entry.fields)
     if found is not None:
         return found
     channel = origin.get("channel")
@@ -268,13 +366,13 @@ def _requester_gone(svc: Services, requester: str) -> bool:
     return sk.is_subagent_key(requester) and not svc.store.sessions.exists(requester)
 
 
-def _should_wait_for_requester(svc: Services, spawn: Record | None) -> bool:
-    """The requester's own run is executing: announce after it, unless that takes too long."""
-    if spawn is None:
+def _should_wait_for_requester(svc: Services, spawn: Record | None, holder: str | None) -> bool:
+    """The requester's own run (``holder`` holds its lane) is executing: announce after
+    it, unless that takes too long."""
+    if spawn is None or not holder:
         return False
-    holder = svc.store.runs.lane_holder(str(spawn["requesterKey"]))
-    run = svc.store.runs.get(holder) if holder else None
-    if run is None or run.status != "running":
+    status = svc.store.redis.hget(svc.store.ks.run(holder), "status")
+    if as_text(status) != "running":
         return False
     return now_ms() - int(spawn.get("endedAt") or 0) < _BUSY_WAIT_MS
 
@@ -284,10 +382,7 @@ def _should_wait_for_requester(svc: Services, spawn: Record | None) -> bool:
 
 def _joins_all(records: SpawnRecords, spawn: Record) -> bool:
     batch_id = spawn.get("batchId")
-    if not batch_id:
-        return False
-    batch = records.get_batch(str(batch_id))
-    return batch is not None and batch.get("join") == "all"
+    return bool(batch_id) and records.batch_join(str(batch_id)) == "all"
 
 
 def _count_towards_batch(svc: Services, records: SpawnRecords, spawn: Record) -> None:
@@ -299,22 +394,44 @@ def _count_towards_batch(svc: Services, records: SpawnRecords, spawn: Record) ->
 # -- after the announce ---------------------------------------------------------------------
 
 
-def finish_child(svc: Services, records: SpawnRecords, spawn: Record) -> None:
-    """Free the requester's slot, then delete (archive now) or schedule archival."""
+def finish_child(
+    svc: Services,
+    records: SpawnRecords,
+    spawn: Record,
+    *,
+    joins_all: bool,
+    child_exists: bool | None = None,
+    pipe: Pipeline | None = None,
+    execute: bool = True,
+) -> None:
+    """Free the requester's slot, then delete (archive now) or schedule archival.
+
+    The writes go in one round trip: on ``pipe`` after what is queued there already
+    (executed here unless ``execute`` is False). ``child_exists`` spares a read."""
     requester, child = str(spawn["requesterKey"]), str(spawn["childKey"])
-    records.release_child(requester, child)
+    pipe = pipe if pipe is not None else records.redis.pipeline(transaction=False)
+    records.release_child(requester, child, client=pipe)
     if spawn.get("cleanup") == "delete":
         if not archive_session(svc, child) and svc.store.sessions.exists(child):
-            schedule_archive(svc, child, now_ms())  # busy: the sweep archives it
+            records.schedule_archive(child, now_ms(), client=pipe)  # busy: the sweep archives it
     else:
         minutes = svc.config.subagents_for(sk.agent_id_of(requester)).archive_after_minutes
-        if minutes > 0 and svc.store.sessions.exists(child):
-            schedule_archive(svc, child, now_ms() + minutes * 60_000)
-    batch_id = spawn.get("batchId")
-    if batch_id and not _joins_all(records, spawn) and records.count_done(str(batch_id), spawn.id):
-        records.expire_batch(str(batch_id))
-    records.update(spawn.id, {"status": "done"})
-    records.expire(spawn.id)
+        if minutes > 0 and child_exists is None:
+            child_exists = svc.store.sessions.exists(child)
+        if minutes > 0 and child_exists:
+            records.schedule_archive(child, now_ms() + minutes * 60_000, client=pipe)
+    batch_id = str(spawn.get("batchId") or "")
+    counted = -1
+    if batch_id and not joins_all:
+        counted = len(pipe)
+        records.count_done(batch_id, spawn.id, client=pipe)
+    records.update(spawn.id, {"status": "done"}, client=pipe)
+    records.expire(spawn.id, client=pipe)
+    if not execute:
+        return
+    replies = pipe.execute()
+    if counted >= 0 and int(replies[counted]):
+        records.expire_batch(batch_id)  # the last member of the batch to finish
 
 
 # -- text ---------------------------------------------------------------------------------

@@ -61,31 +61,40 @@ def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
     if req.model:
         validate_model_ref(req.model, svc.config.models.providers)
     check_send_policy(svc, key, channel=req.channel)
-    _ensure_session(svc, req)
     run_id = str(uuid.uuid4())
-    if req.idempotency_key:
-        existing = svc.store.runs.remember_idempotency(key, req.idempotency_key, run_id)
-        if existing != run_id:
-            return {"runId": existing, "status": "accepted", "deduplicated": True}
     message: dict[str, Any] = {"role": "user", "content": text, "timestamp": now_ms()}
     if req.provenance:
         message["provenance"] = dict(req.provenance)
     # Runs are capped at an hour (the broker visibility timeout is sized above it).
     timeout_s = min(req.timeout_s, 3600.0) if req.timeout_s and req.timeout_s > 0 else None
-    took_lane = svc.store.runs.submit(
-        NewRun(
-            run_id=run_id,
-            session_key=key,
-            message=message,
-            timeout_s=timeout_s or float(svc.config.runs.timeout_seconds),
-            extra_system_prompt=req.extra_system_prompt,
-            model=req.model,
-            channel=req.channel,
-            kind=req.kind,
-            meta=req.meta,
-            on_end=req.on_end,
-        )
+    run = NewRun(
+        run_id=run_id,
+        session_key=key,
+        message=message,
+        timeout_s=timeout_s or float(svc.config.runs.timeout_seconds),
+        extra_system_prompt=req.extra_system_prompt,
+        model=req.model,
+        channel=req.channel,
+        kind=req.kind,
+        meta=req.meta,
+        on_end=req.on_end,
     )
+    existing: str | None = None
+    if req.label or _delivery_route(req):
+        # A label may be refused (labels are unique) and a route patches the entry:
+        # both before the run is recorded, in separate steps.
+        _ensure_session(svc, req)
+        if req.idempotency_key:
+            named = svc.store.runs.remember_idempotency(key, req.idempotency_key, run_id)
+            existing = named if named != run_id else None
+        took_lane = existing is None and svc.store.runs.submit(run)
+    else:
+        started = svc.store.runs.start(
+            run, on_create=_on_create(req), idempotency_key=req.idempotency_key
+        )
+        existing, took_lane = started.existing_run_id, started.took_lane
+    if existing is not None:
+        return {"runId": existing, "status": "accepted", "deduplicated": True}
     if took_lane:
         svc.queue.enqueue_run(run_id, key)
     return {"runId": run_id, "status": "accepted", "acceptedAt": now_ms()}
@@ -122,15 +131,26 @@ def _apply_send_command(svc: Services, req: RunRequest, command: SendCommand) ->
     return {"status": "ok", "command": "send", "sendPolicy": command.value, "reply": command.reply}
 
 
-def _ensure_session(svc: Services, req: RunRequest) -> None:
-    key = req.session_key
-    on_create: dict[str, Any] = {"chatType": sk.chat_type(key)}
+def _on_create(req: RunRequest) -> dict[str, Any]:
+    """The fields a session entry created by this request starts with."""
+    on_create: dict[str, Any] = {"chatType": sk.chat_type(req.session_key)}
     if req.label:
         on_create["label"] = req.label
     channel = (req.channel or "").strip().lower() or None
     if channel:
         on_create["channel"] = channel
-    svc.store.sessions.ensure(key, on_create=on_create)
+    return on_create
+
+
+def _delivery_route(req: RunRequest) -> bool:
+    """True when the request names a route (channel and `to`) the entry may record."""
+    return bool((req.channel or "").strip() and req.to)
+
+
+def _ensure_session(svc: Services, req: RunRequest) -> None:
+    key = req.session_key
+    channel = (req.channel or "").strip().lower() or None
+    svc.store.sessions.ensure(key, on_create=_on_create(req))
     entry = svc.store.sessions.get(key)
     if entry is not None and channel and req.to and not entry.get("deliveryContext"):
         ctx = {"channel": channel, "to": req.to}

@@ -35,7 +35,7 @@ class AgentParams(_Params):
     idempotencyKey: ShortText | None = None
     extraSystemPrompt: Text | None = None
     label: ShortText | None = None
-    timeout: Annotated[float, Field(ge=0, le=3600)] | None = None
+    timeout: Annotated[float, Field(strict=True, ge=0, le=3600)] | None = None
 
 
 class AgentWaitParams(_Params):
@@ -107,6 +107,13 @@ class FlowsGetParams(_Params):
     """`flows.get`: one reply-back flow (rounds, announce, delivery outcome)."""
 
     flowId: ShortText
+
+
+class FlowsListParams(_Params):
+    """`flows.list`: the newest reply-back flows a session requested or was sent."""
+
+    sessionKey: ShortText | None = None
+    limit: Annotated[int, Field(strict=True, ge=1, le=200)] | None = None
 
 
 class DeliveriesListParams(_Params):

@@ -9,12 +9,12 @@ from typing import Any
 from switchboard.shared import keys as sk
 from switchboard.shared.delivery import deliveries_for
 from switchboard.shared.errors import Conflict, InvalidInput, NotFound
-from switchboard.shared.flows.a2a_flow import get_flow
+from switchboard.shared.flows.a2a_flow import flows_for, get_flow
 from switchboard.shared.gateway.resolve import key_options, resolve_label, resolve_session_ref
 from switchboard.shared.runtime.models import validate_model_ref
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import now_ms
-from switchboard.shared.store.sessions import SessionEntry
+from switchboard.shared.store.sessions import IndexCursor, SessionEntry
 
 # Assistant messages that are only a control token are hidden from chat history.
 _CONTROL_ONLY = re.compile(r"^\s*(NO_REPLY|ANNOUNCE_SKIP|REPLY_SKIP)\s*$", re.IGNORECASE)
@@ -50,6 +50,7 @@ def sessions_list_method(svc: Services, params: Mapping[str, Any]) -> dict[str, 
     kinds = params.get("kinds")
     rows: list[dict[str, Any]] = []
     offset = 0
+    cursor: IndexCursor | None = None
     search = (params.get("search") or "").strip().lower()
     label = params.get("label")
     spawned_by = params.get("spawnedBy")
@@ -62,16 +63,14 @@ def sessions_list_method(svc: Services, params: Mapping[str, Any]) -> dict[str, 
         keys = None
     while len(rows) < limit and offset < _SEARCH_SCAN_LIMIT:
         if keys is None:
-            page = [
-                k
-                for k, _ in svc.store.sessions.recent_keys(
-                    agent_ids=[agent_id] if agent_id else None,
-                    kinds=kinds,
-                    min_updated_ms=min_updated,
-                    limit=limit if not search else 200,
-                    offset=offset,
-                )
-            ]
+            pairs, cursor = svc.store.sessions.recent_page(
+                agent_ids=[agent_id] if agent_id else None,
+                kinds=kinds,
+                min_updated_ms=min_updated,
+                limit=limit if not search else 200,
+                after=cursor,
+            )
+            page = [k for k, _ in pairs]
         else:
             page = keys[offset : offset + limit]
         if not page:
@@ -86,7 +85,7 @@ def sessions_list_method(svc: Services, params: Mapping[str, Any]) -> dict[str, 
             rows.append(row)
             if len(rows) >= limit:
                 break
-        if keys is not None and offset >= len(keys):
+        if (keys is not None and offset >= len(keys)) or (keys is None and cursor is None):
             break
     return {
         "ts": now_ms(),
@@ -214,6 +213,13 @@ def flows_get_method(svc: Services, params: Mapping[str, Any]) -> dict[str, Any]
     if flow is None:
         raise NotFound(f"unknown flowId: {params['flowId']}", field="flowId")
     return flow
+
+
+def flows_list_method(svc: Services, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Gateway `flows.list`: the newest reply-back flows a session requested or was sent."""
+    key = resolve_session_ref(svc, params.get("sessionKey"))
+    flows = flows_for(svc, key, limit=int(params.get("limit") or 20))
+    return {"sessionKey": key, "count": len(flows), "flows": flows}
 
 
 def deliveries_list_method(svc: Services, params: Mapping[str, Any]) -> dict[str, Any]:

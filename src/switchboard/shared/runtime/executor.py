@@ -12,18 +12,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from pydantic_ai import Agent
+from pydantic_ai import Agent, RunContext
 from pydantic_ai.exceptions import CallDeferred
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, Tool
+from redis.exceptions import RedisError
 
+from switchboard.logs import bind_run
 from switchboard.shared import keys as sk
 from switchboard.shared.errors import SwitchboardError
 from switchboard.shared.runtime.models import resolve_model
 from switchboard.shared.runtime.transcript import to_model_messages, to_transcript
 from switchboard.shared.services import Services
+from switchboard.shared.store import codec
+from switchboard.shared.store.events import EVENTS_MAXLEN, publish_event, run_event
 from switchboard.shared.store.runs import Claim, ParkedCall, RunRecord, now_ms
 from switchboard.shared.tools.offer import tools_for_session
 from switchboard.shared.tools.registry import ToolContext, ToolSpec, WaitFor
@@ -34,17 +41,27 @@ log = logging.getLogger("switchboard.run")
 HISTORY_LIMIT = 200
 
 
-async def execute_run(svc: Services, run_id: str) -> None:
-    """Claim and execute a queued run that holds its session lane."""
-    rec = svc.store.runs.get(run_id)
-    if rec is None:
-        log.warning("run %s not found; nothing to do", run_id)
-        return
-    claim = svc.store.runs.claim(run_id, rec.session_key)
+async def execute_run(svc: Services, run_id: str, session_key: str | None = None) -> None:
+    """Claim and execute a queued run that holds its session lane.
+
+    ``session_key`` is the one the run was enqueued with: the claim then reads the run,
+    its session and its history in the same step."""
+    if session_key is None:
+        found = svc.store.runs.get(run_id)
+        if found is None:
+            log.warning("run %s not found; nothing to do", run_id)
+            return
+        session_key = found.session_key
+    claim = svc.store.runs.claim(run_id, session_key, history=HISTORY_LIMIT)
     if isinstance(claim, str):
-        log.info("run %s not executed (%s)", run_id, claim)
+        if claim.startswith("missing:"):
+            log.warning("run %s not found; nothing to do", run_id)
+        else:
+            log.info("run %s not executed (%s)", run_id, claim)
         return
-    await _execute(svc, rec, claim, deferred=None)
+    assert claim.run is not None
+    bind_run(claim.run)  # this run's ids on every log line until it ends
+    await _execute(svc, claim.run, claim, deferred=None)
 
 
 async def resume_run(svc: Services, run_id: str) -> None:
@@ -52,16 +69,17 @@ async def resume_run(svc: Services, run_id: str) -> None:
     rec = svc.store.runs.get(run_id)
     if rec is None or rec.status != "parked":
         return
+    bind_run(rec)
     calls = [ParkedCall.from_json(c) for c in rec.parked]
     targets = svc.store.runs.get_many([c.target_run_id for c in calls])
     now = now_ms()
     pairs = list(zip(calls, targets, strict=True))
     if any(t is not None and not t.terminal and now < c.deadline_ms for c, t in pairs):
         return  # another target's end (or the deadline sweep) resumes it later
-    claim = svc.store.runs.resume(run_id, rec.session_key)
+    claim = svc.store.runs.resume(run_id, rec.session_key, history=HISTORY_LIMIT)
     if isinstance(claim, str):
         return
-    ctx = _tool_context(svc, rec)
+    ctx = _tool_context(svc, rec, claim.session)
     results: dict[str, Any] = {
         c.tool_call_id: _complete_call(svc, ctx, c, t) for c, t in zip(calls, targets, strict=True)
     }
@@ -86,6 +104,8 @@ async def _execute(
     if claim.exhausted:
         _finish(svc, rec, claim, status="error", error="run gave up after repeated worker loss")
         return
+    started = run_event(rec, attempt=claim.attempt, resumed=deferred is not None or None)
+    publish_event(svc.store.redis, svc.store.ks, "run.started", started)
     remaining_s = (claim.deadline_at_ms - now_ms()) / 1000
     if remaining_s <= 0:
         _finish(svc, rec, claim, status="timeout", error=_timeout_text(rec), aborted=True)
@@ -93,7 +113,7 @@ async def _execute(
     heartbeat = asyncio.create_task(_renew_lease(svc, rec.session_key))
     try:
         async with asyncio.timeout(remaining_s):
-            result = await _run_agent(svc, rec, deferred)
+            result = await _run_agent(svc, rec, claim, deferred)
     except TimeoutError:
         _finish(svc, rec, claim, status="timeout", error=_timeout_text(rec), aborted=True)
         return
@@ -106,7 +126,14 @@ async def _execute(
         return
     finally:
         heartbeat.cancel()
-    _record_result(svc, rec, claim, result)
+    try:
+        _record_result(svc, rec, claim, result)
+    except RedisError:
+        raise  # the store is away: the lane lease lapses and the sweep runs it again
+    except Exception as exc:  # the result itself cannot be stored: end the run, never strand it
+        log.exception("run %s: its result could not be recorded", rec.run_id)
+        error = f"the run's result could not be recorded ({type(exc).__name__}: {exc})"
+        _finish(svc, rec, claim, status="error", error=error)
 
 
 def _timeout_text(rec: RunRecord) -> str:
@@ -122,26 +149,60 @@ async def _renew_lease(svc: Services, session_key: str) -> None:
             svc.store.runs.renew_lease(session_key)
 
 
-async def _run_agent(svc: Services, rec: RunRecord, deferred: DeferredToolResults | None) -> Any:
+async def _run_agent(
+    svc: Services, rec: RunRecord, claim: Claim, deferred: DeferredToolResults | None
+) -> Any:
     agent_id = sk.agent_id_of(rec.session_key)
     model_ref = rec.model or svc.config.model_for(agent_id)
     model = resolve_model(model_ref, svc.config.models.providers)
-    ctx = _tool_context(svc, rec)
-    tools = [_as_pydantic_tool(spec, ctx) for spec in tools_for_session(svc, ctx)]
-    agent: Agent[None, Any] = Agent(
-        model, output_type=[str, DeferredToolRequests], tools=tools, name=agent_id
-    )
-    history = to_model_messages(_history(svc, rec.session_key))
+    ctx = _tool_context(svc, rec, claim.session)
+    agent = _agent_for(agent_id, tools_for_session(svc, ctx))
+    if claim.history is None:
+        claim = replace(claim, history=svc.store.transcripts.tail(rec.session_key, HISTORY_LIMIT))
+    history = to_model_messages(_history(claim.history or []))
     return await agent.run(
         None,
+        model=model,
+        deps=ctx,
         message_history=history,
         deferred_tool_results=deferred,
         instructions=_instructions(svc, agent_id, rec),
     )
 
 
-def _history(svc: Services, session_key: str) -> list[dict[str, Any]]:
-    msgs = svc.store.transcripts.tail(session_key, HISTORY_LIMIT)
+# Built agents by (agent id, the exact tool specs): an agent holds no per-run state (the
+# model, the caller's context and the instructions are given to each run).
+_AGENTS: OrderedDict[tuple[str, tuple[int, ...]], tuple[tuple[ToolSpec, ...], RunAgent]] = (
+    OrderedDict()
+)
+_AGENTS_SIZE = 64
+_agents_lock = threading.Lock()
+
+RunAgent = Agent[ToolContext, Any]
+
+
+def _agent_for(agent_id: str, specs: Sequence[ToolSpec]) -> RunAgent:
+    """The pydantic-ai agent for these tools, built once and then reused."""
+    key = (agent_id, tuple(id(s) for s in specs))
+    with _agents_lock:
+        hit = _AGENTS.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], specs, strict=True)):
+            _AGENTS.move_to_end(key)
+            return hit[1]
+    agent: RunAgent = Agent(
+        output_type=[str, DeferredToolRequests],
+        deps_type=ToolContext,
+        tools=[_as_pydantic_tool(spec) for spec in specs],
+        name=agent_id,
+    )
+    with _agents_lock:
+        _AGENTS[key] = (tuple(specs), agent)
+        while len(_AGENTS) > _AGENTS_SIZE:
+            _AGENTS.popitem(last=False)
+    return agent
+
+
+def _history(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     # Start at a user message so the model never sees an orphaned tool result.
     for i, m in enumerate(msgs):
         if m.get("role") == "user":
@@ -160,11 +221,15 @@ def _instructions(svc: Services, agent_id: str, rec: RunRecord) -> str | None:
     return text or None
 
 
-def _tool_context(svc: Services, rec: RunRecord) -> ToolContext:
+def _tool_context(
+    svc: Services, rec: RunRecord, session: Mapping[str, str] | None = None
+) -> ToolContext:
     agent_id = sk.agent_id_of(rec.session_key)
     is_main = sk.session_kind(rec.session_key, main_key=svc.config.session.main_key) == "main"
-    entry = svc.store.sessions.get(rec.session_key)
-    depth = int((entry.get("spawnDepth") if entry else None) or 0)
+    if session is None:
+        entry = svc.store.sessions.get(rec.session_key)
+        session = entry.fields if entry else {}
+    depth = codec.as_int(str(session.get("spawnDepth") or 0)) or 0
     if depth < 1 and sk.is_subagent_key(rec.session_key):
         depth = max(1, rec.session_key.count(":subagent:"))
     return ToolContext(
@@ -178,10 +243,10 @@ def _tool_context(svc: Services, rec: RunRecord) -> ToolContext:
     )
 
 
-def _as_pydantic_tool(spec: ToolSpec, ctx: ToolContext) -> Tool[None]:
-    def call(**arguments: Any) -> Any:
+def _as_pydantic_tool(spec: ToolSpec) -> Tool[ToolContext]:
+    def call(run_ctx: RunContext[ToolContext], **arguments: Any) -> Any:
         try:
-            return spec.handler(ctx, arguments)
+            return spec.handler(run_ctx.deps, arguments)
         except WaitFor as wait:
             raise CallDeferred(
                 metadata={
@@ -194,7 +259,11 @@ def _as_pydantic_tool(spec: ToolSpec, ctx: ToolContext) -> Tool[None]:
             return {"status": "error", "tool": spec.name, "error": exc.message}
 
     return Tool.from_schema(
-        call, name=spec.name, description=spec.description, json_schema=dict(spec.parameters)
+        call,
+        name=spec.name,
+        description=spec.description,
+        json_schema=dict(spec.parameters),
+        takes_ctx=True,
     )
 
 
@@ -254,6 +323,9 @@ def _park(
         rec.run_id, rec.session_key, claim.attempt, calls=calls, messages=messages
     )
     log.info("run %s parked on %d call(s): %s", rec.run_id, len(calls), verdict)
+    if verdict != "stale":
+        parked = run_event(rec, waitsOn=[c.target_run_id for c in calls])
+        publish_event(svc.store.redis, svc.store.ks, "run.parked", parked)
     if verdict == "ready":
         svc.queue.enqueue_resume(rec.run_id, rec.session_key)
 
@@ -273,6 +345,8 @@ def _finish(
     aborted: bool = False,
 ) -> None:
     fields = {"abortedLastRun": aborted, **(session_fields or {})}
+    # The run.ended event is written by the end step itself (only when it applies).
+    ended = run_event(rec, status=status, reply=reply, error=error, messages=len(messages))
     res = svc.store.runs.finish(
         rec.run_id,
         rec.session_key,
@@ -284,18 +358,28 @@ def _finish(
         usage=usage,
         session_fields=fields,
         session_incr=session_incr,
+        event=("run.ended", {**ended, "ts": now_ms()}, EVENTS_MAXLEN),
     )
     if not res.applied:
         log.warning("run %s outcome not applied (superseded attempt)", rec.run_id)
         return
-    after_run_end(svc, rec.run_id, res.next_run_id, res.waiters)
+    log.info("run %s ended: %s", rec.run_id, status, extra={"status": status, "error": error})
+    after_run_end(svc, rec.run_id, res.next_run_id, res.waiters, ended=res.run)
 
 
 def after_run_end(
-    svc: Services, run_id: str, next_run_id: str | None, waiters: Sequence[str]
+    svc: Services,
+    run_id: str,
+    next_run_id: str | None,
+    waiters: Sequence[str],
+    *,
+    ended: RunRecord | None = None,
 ) -> None:
-    """Start the lane's next run, resume parked waiters and run the end-of-run hooks."""
-    ended = svc.store.runs.get(run_id)
+    """Start the lane's next run, resume parked waiters and run the end-of-run hooks.
+
+    ``ended`` is the run as its end step stored it (read again when not given)."""
+    if ended is None:
+        ended = svc.store.runs.get(run_id)
     if next_run_id and ended is not None:
         svc.queue.enqueue_run(next_run_id, ended.session_key)
     for waiter in svc.store.runs.get_many(list(waiters)):

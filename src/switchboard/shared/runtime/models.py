@@ -24,19 +24,22 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from pydantic_ai.exceptions import UserError
 from pydantic_ai.models import Model
-from pydantic_ai.models.anthropic import AnthropicModel
-from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
-from pydantic_ai.providers.anthropic import AnthropicProvider
-from pydantic_ai.providers.openai import OpenAIProvider
-from pydantic_ai.providers.openai_compatible import OpenAICompatibleProvider
 from pydantic_ai.settings import ModelSettings
 
 from switchboard.shared.errors import InvalidInput
 from switchboard.shared.runtime.echo import ECHO_MODEL_NAME, echo_model
+
+if TYPE_CHECKING:
+    from pydantic_ai.providers.openai import OpenAIProvider
+    from pydantic_ai.providers.openai_compatible import OpenAICompatibleProvider
+
+# The provider SDKs (openai, anthropic) are imported when a model of theirs is first built:
+# they take seconds to import, and a process that never calls them (the api, `switchboard
+# mcp`, a worker on the offline model) starts without paying for them.
 
 __all__ = [
     "HTTP_TIMEOUT_S",
@@ -182,6 +185,9 @@ def _build(spec: _ModelSpec, ref: str) -> Model:
 def _anthropic_model(spec: _ModelSpec, settings: ModelSettings) -> Model:
     if not spec.api_key:
         raise UserError("set ANTHROPIC_API_KEY or models.providers.<name>.apiKey")
+    from pydantic_ai.models.anthropic import AnthropicModel
+    from pydantic_ai.providers.anthropic import AnthropicProvider
+
     provider = AnthropicProvider(api_key=spec.api_key, base_url=spec.base_url)
     return AnthropicModel(spec.model, provider=provider, settings=settings)
 
@@ -189,6 +195,8 @@ def _anthropic_model(spec: _ModelSpec, settings: ModelSettings) -> Model:
 def _openai_model(spec: _ModelSpec, settings: ModelSettings) -> Model:
     if spec.provider == "openai" and not spec.api_key and not spec.base_url:
         raise UserError("set OPENAI_API_KEY or models.providers.openai.apiKey")
+    from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
+
     provider = _openai_provider(spec)
     if spec.kind == "openai-responses":
         return OpenAIResponsesModel(spec.model, provider=provider, settings=settings)
@@ -197,6 +205,9 @@ def _openai_model(spec: _ModelSpec, settings: ModelSettings) -> Model:
 
 def _openai_provider(spec: _ModelSpec) -> OpenAIProvider | OpenAICompatibleProvider:
     """OpenAI itself (or a proxy to it) gets OpenAI's profile; any other server the generic one."""
+    from pydantic_ai.providers.openai import OpenAIProvider
+    from pydantic_ai.providers.openai_compatible import OpenAICompatibleProvider
+
     api_key = spec.api_key or "none"  # local servers often need no key, the client demands one
     if spec.provider == "openai":
         return OpenAIProvider(base_url=spec.base_url, api_key=api_key)

@@ -2,8 +2,11 @@
 
 It recovers lanes whose lease expired (a run whose worker died is queued again, a lost
 run message is re-sent, a lane whose holder ended is handed on), resumes parked runs
-whose wait deadline passed, and records when it last ran. Every action is idempotent, so
-a sweep that runs twice, late, or on two beat instances at once does no harm.
+whose wait deadline passed, re-sends lost follow-ups and flow steps lost with a killed
+worker, enqueues the deliveries that are due (retries, and attempts whose worker died),
+archives sub-agent sessions whose time has come, and records when it last ran. Every
+action is idempotent, so a sweep that runs twice, late, or on two beat instances at once
+does no harm.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from switchboard.shared.delivery import enqueue_due
+from switchboard.shared.flows.pending import enqueue_lost
 from switchboard.shared.flows.subagent_archive import sweep_archive
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import now_ms
@@ -32,6 +37,8 @@ class SweepReport:
     released: int = 0
     resumed: int = 0
     followups: int = 0
+    deliveries: int = 0
+    lost_steps: int = 0
 
 
 def sweep(svc: Services) -> SweepReport:
@@ -41,6 +48,8 @@ def sweep(svc: Services) -> SweepReport:
     _sweep_lanes(svc, now, report)
     _sweep_parked(svc, now, report)
     _sweep_outbox(svc, now, report)
+    report.deliveries = enqueue_due(svc, now)
+    report.lost_steps = enqueue_lost(svc, now)
     sweep_archive(svc, now)
     svc.store.redis.hset(svc.store.ks.beat_marks, "sweep", now)
     if any(vars(report).values()):

@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
 
 def dumps(value: Any) -> str:
-    """Compact JSON text."""
-    return orjson.dumps(value).decode()
+    """Compact JSON text (integers beyond 64 bits, e.g. from a model's tool call, included)."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return json.dumps(_plain(value), separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _plain(value: Any) -> Any:
+    """The value as stdlib json can write it the way orjson would (non-finite floats → null)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 def loads(text: str | bytes) -> Any:
@@ -45,6 +61,12 @@ def decode_hash(raw: Mapping[bytes | str, bytes | str]) -> dict[str, str]:
         key = k.decode() if isinstance(k, bytes) else k
         out[key] = v.decode() if isinstance(v, bytes) else v
     return out
+
+
+def decode_flat_hash(flat: Sequence[bytes | str]) -> dict[str, str]:
+    """A Lua script's HGETALL reply (field, value, field, value, ...) as a str → str dict."""
+    items = iter([x.decode() if isinstance(x, bytes) else x for x in flat])
+    return dict(zip(items, items, strict=False))
 
 
 def as_int(value: str | None) -> int | None:

@@ -85,8 +85,14 @@ class Keyspace:
 
     @property
     def run_events(self) -> str:
-        """Pub/sub channel: a run id is published when that run ends (a wake-up only)."""
+        """Pub/sub channel: when a run ends, ``{"runId", "run": {its hash}}`` (JSON)."""
         return f"{self.prefix}ch:runs"
+
+    @property
+    def pending_steps(self) -> str:
+        """Sorted set: flow steps enqueued and not yet run (JSON ``[task, *args]``), scored
+        by when the sweep presumes them lost with their worker and enqueues them again (ms)."""
+        return f"{self.prefix}idx:steps"
 
     @property
     def outbox(self) -> str:
@@ -113,6 +119,10 @@ class Keyspace:
         status, delivery id); expires ``runs.retentionHours`` after it ends."""
         return f"{self.prefix}flow:{flow_id}"
 
+    def session_flows(self, key: str) -> str:
+        """Sorted set: flows a session requested or was sent, by creation time (ms)."""
+        return f"{self.prefix}idx:flows:{key}"
+
     # -- deliveries ---------------------------------------------------------------------
     def delivery(self, delivery_id: str) -> str:
         """Hash: one outbound delivery (target, message, status, attempts, last error)."""
@@ -121,6 +131,13 @@ class Keyspace:
     def session_deliveries(self, key: str) -> str:
         """Sorted set: delivery ids concerning a session, by creation time (ms)."""
         return f"{self.prefix}idx:dlv:{key}"
+
+    @property
+    def deliveries_due(self) -> str:
+        """Sorted set: unsettled delivery ids by when the sweep must (re-)enqueue their step
+        (ms): the next retry, the end of a sending attempt's lease, or a first step presumed
+        lost; removed when the delivery settles."""
+        return f"{self.prefix}idx:dlvdue"
 
     @property
     def events(self) -> str:
@@ -150,7 +167,18 @@ class Keyspace:
         """Sorted set: sub-agent session keys scored by when they are archived (ms)."""
         return f"{self.prefix}idx:archive"
 
+    # -- api --------------------------------------------------------------------------
+    def auth_failures(self, client: str) -> str:
+        """String: failed token checks from one client IP; expires with its window
+        (SWITCHBOARD_AUTH_FAILURE_WINDOW_S)."""
+        return f"{self.prefix}authfail:{client}"
+
     # -- maintenance ------------------------------------------------------------------
+    @property
+    def metrics(self) -> str:
+        """Hash: cluster-wide counters (``shared/metrics.py`` names the fields); no TTL."""
+        return f"{self.prefix}metrics"
+
     @property
     def beat_marks(self) -> str:
         """Hash: sweep name → last time it ran (ms), for health checks."""

@@ -19,6 +19,7 @@ from switchboard.shared import keys as sk
 from switchboard.shared.store import codec
 from switchboard.shared.store.keyspace import LANE_LEASE_S, Keyspace
 from switchboard.shared.store.scripts import Scripts, as_text
+from switchboard.shared.store.transcripts import decode_entries
 
 RunStatus = Literal["queued", "running", "parked", "ok", "error", "timeout"]
 TERMINAL: frozenset[str] = frozenset({"ok", "error", "timeout"})
@@ -124,11 +125,28 @@ class NewRun:
 
 @dataclass(frozen=True)
 class Claim:
-    """A successful claim: the attempt number guards every later write."""
+    """A successful claim: the attempt number guards every later write.
+
+    ``run`` is the run as claimed; ``session`` (the session hash) and ``history`` (its
+    last messages, oldest first) are read in the same step when asked for."""
 
     attempt: int
     deadline_at_ms: int
     exhausted: bool = False
+    run: RunRecord | None = None
+    session: dict[str, str] | None = None
+    history: list[dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class Started:
+    """A recorded run: whether it took the lane (enqueue it), or the run an idempotency
+    key already names (then nothing was recorded)."""
+
+    took_lane: bool
+    session_id: str
+    session_created: bool
+    existing_run_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +156,8 @@ class FinishResult:
     applied: bool
     next_run_id: str | None = None
     waiters: tuple[str, ...] = ()
+    # The run as ended (read in the same step).
+    run: RunRecord | None = None
 
 
 @dataclass(frozen=True)
@@ -170,6 +190,24 @@ class ParkedCall:
             deadline_ms=int(d["deadlineMs"]),
             context=d.get("context") or {},
         )
+
+
+def _run_fields(run: NewRun, created_at_ms: int | None = None) -> dict[str, Any]:
+    """The hash fields of a new queued run."""
+    return {
+        "sessionKey": run.session_key,
+        "status": "queued",
+        "createdAt": created_at_ms or now_ms(),
+        "timeoutS": run.timeout_s,
+        "attempt": 0,
+        "kind": run.kind,
+        "message": run.message,
+        "extraSystemPrompt": run.extra_system_prompt,
+        "model": run.model,
+        "channel": run.channel,
+        "meta": dict(run.meta) if run.meta else None,
+        "onEnd": dict(run.on_end) if run.on_end else None,
+    }
 
 
 class RunStore:
@@ -233,20 +271,6 @@ class RunStore:
     # -- transitions ------------------------------------------------------------------
     def submit(self, run: NewRun) -> bool:
         """Record a new queued run; True when it took the lane and should be enqueued."""
-        fields: dict[str, Any] = {
-            "sessionKey": run.session_key,
-            "status": "queued",
-            "createdAt": now_ms(),
-            "timeoutS": run.timeout_s,
-            "attempt": 0,
-            "kind": run.kind,
-            "message": run.message,
-            "extraSystemPrompt": run.extra_system_prompt,
-            "model": run.model,
-            "channel": run.channel,
-            "meta": dict(run.meta) if run.meta else None,
-            "onEnd": dict(run.on_end) if run.on_end else None,
-        }
         lease = now_ms() + self.lease_s * 1000
         took = self.scripts.submit_run(
             keys=[
@@ -255,16 +279,89 @@ class RunStore:
                 self.ks.lane_queue(run.session_key),
                 self.ks.lane_leases,
             ],
-            args=[run.run_id, run.session_key, lease, codec.fields_json(fields)],
+            args=[run.run_id, run.session_key, lease, codec.fields_json(_run_fields(run))],
         )
         return bool(int(took))
 
-    def claim(self, run_id: str, session_key: str) -> Claim | str:
-        """Start a queued run that holds its lane; a reason string when it must not run."""
+    def start(
+        self,
+        run: NewRun,
+        *,
+        on_create: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Started:
+        """Create the session entry if missing and touch it, then record the run (unless
+        ``idempotency_key`` already names a run), in one step."""
+        from switchboard.shared.store.keyspace import IDEMPOTENCY_TTL_S
+
+        key = run.session_key
+        agent_id = sk.agent_id_of(key)
+        now = now_ms()
+        idem = self.ks.idempotency(key, idempotency_key) if idempotency_key else ""
+        res = self.scripts.start_run(
+            keys=[
+                self.ks.session(key),
+                self.ks.session_ids,
+                self.ks.updated_all,
+                self.ks.updated_agent(agent_id),
+                self.ks.updated_kind(agent_id, self._kind_of(key)),
+                self.ks.run(run.run_id),
+                self.ks.lane(key),
+                self.ks.lane_queue(key),
+                self.ks.lane_leases,
+                idem or self.ks.run(run.run_id),
+            ],
+            args=[
+                key,
+                now,
+                sk.new_session_id(),
+                codec.fields_json(on_create or {}),
+                run.run_id,
+                now + self.lease_s * 1000,
+                codec.fields_json(_run_fields(run, now)),
+                IDEMPOTENCY_TTL_S if idem else "",
+            ],
+        )
+        verdict = as_text(res[2])
+        return Started(
+            took_lane=verdict == "lane",
+            session_id=as_text(res[1]),
+            session_created=bool(int(res[0])),
+            existing_run_id=as_text(res[3]) if verdict == "duplicate" else None,
+        )
+
+    def claim(self, run_id: str, session_key: str, *, history: int = 0) -> Claim | str:
+        """Start a queued run that holds its lane; a reason string when it must not run.
+
+        The claim carries the run, its session hash and the last ``history`` messages.
+        ``session_key`` is the one the run was enqueued with; a run recorded under another
+        key is claimed under that one."""
+        res = self._claim(run_id, session_key, history)
+        if as_text(res[0]) == "session":
+            res = self._claim(run_id, as_text(res[1]), history)
+        verdict = as_text(res[0])
+        if verdict == "exhausted":
+            return Claim(
+                attempt=int(as_text(res[1])),
+                deadline_at_ms=0,
+                exhausted=True,
+                run=RunRecord.from_hash(run_id, codec.decode_flat_hash(res[3])),
+            )
+        if verdict != "ok":
+            return f"{verdict}:{as_text(res[1])}"
+        return Claim(
+            attempt=int(as_text(res[1])),
+            deadline_at_ms=int(float(as_text(res[2]))),
+            run=RunRecord.from_hash(run_id, codec.decode_flat_hash(res[3])),
+            session=codec.decode_flat_hash(res[4]),
+            history=decode_entries(res[5], newest_first=True) if len(res) > 5 else [],
+        )
+
+    def _claim(self, run_id: str, session_key: str, history: int) -> Any:
         agent_id = sk.agent_id_of(session_key)
         kind = self._kind_of(session_key)
         now = now_ms()
-        res = self.scripts.claim_run(
+        return self.scripts.claim_run(
             keys=[
                 self.ks.run(run_id),
                 self.ks.lane(session_key),
@@ -275,6 +372,7 @@ class RunStore:
                 self.ks.updated_all,
                 self.ks.updated_agent(agent_id),
                 self.ks.updated_kind(agent_id, kind),
+                self.ks.metrics,
             ],
             args=[
                 run_id,
@@ -284,29 +382,32 @@ class RunStore:
                 "queued",
                 self.max_attempts,
                 600_000,
+                history,
             ],
         )
-        verdict = as_text(res[0])
-        if verdict == "exhausted":
-            return Claim(attempt=int(as_text(res[1])), deadline_at_ms=0, exhausted=True)
-        if verdict != "ok":
-            return f"{verdict}:{as_text(res[1])}"
-        return Claim(attempt=int(as_text(res[1])), deadline_at_ms=int(float(as_text(res[2]))))
 
-    def resume(self, run_id: str, session_key: str) -> Claim | str:
-        """Move a parked run back to running (one resume wins)."""
+    def resume(self, run_id: str, session_key: str, *, history: int = 0) -> Claim | str:
+        """Move a parked run back to running (one resume wins); the claim carries the
+        session hash and the last ``history`` messages."""
         res = self.scripts.resume_run(
-            keys=[self.ks.run(run_id), self.ks.parked_runs, self.ks.lane_leases],
-            args=[run_id, session_key, now_ms() + self.lease_s * 1000, self.max_attempts],
+            keys=[
+                self.ks.run(run_id),
+                self.ks.parked_runs,
+                self.ks.lane_leases,
+                self.ks.session(session_key),
+                self.ks.transcript(session_key),
+            ],
+            args=[run_id, session_key, now_ms() + self.lease_s * 1000, self.max_attempts, history],
         )
         verdict = as_text(res[0])
         if verdict not in ("ok", "exhausted"):
             return f"{verdict}:{as_text(res[1])}"
-        deadline = self.redis.hget(self.ks.run(run_id), "deadlineAt")
         return Claim(
             attempt=int(as_text(res[1])),
-            deadline_at_ms=int(as_text(deadline) or 0),
+            deadline_at_ms=int(float(as_text(res[2]) or 0)),
             exhausted=verdict == "exhausted",
+            session=codec.decode_flat_hash(res[3]) if len(res) > 3 else None,
+            history=decode_entries(res[4], newest_first=True) if len(res) > 4 else [],
         )
 
     def renew_lease(self, session_key: str) -> None:
@@ -326,8 +427,11 @@ class RunStore:
         usage: Mapping[str, Any] | None = None,
         session_fields: Mapping[str, Any] | None = None,
         session_incr: Mapping[str, int] | None = None,
+        event: tuple[str, Mapping[str, Any], int] | None = None,
     ) -> FinishResult:
-        """End a run: append messages, store the outcome, hand the lane on, wake waiters."""
+        """End a run: append messages, store the outcome, hand the lane on, wake waiters.
+
+        ``event`` (type, data, stream cap) goes to the events stream if the end applies."""
         agent_id = sk.agent_id_of(session_key)
         run_fields = {
             "status": status,
@@ -351,6 +455,8 @@ class RunStore:
                 self.ks.updated_kind(agent_id, self._kind_of(session_key)),
                 self.ks.run_waiters(run_id),
                 self.ks.outbox,
+                self.ks.metrics,
+                self.ks.events,
             ],
             args=[
                 run_id,
@@ -363,14 +469,17 @@ class RunStore:
                 self.retention_s,
                 now_ms() + self.lease_s * 1000,
                 self.ks.run_events,
+                *((event[0], codec.dumps(event[1]), event[2]) if event else ("", "", 0)),
                 *[codec.dumps(m) for m in messages],
             ],
         )
         if as_text(res[0]) != "ok":
             return FinishResult(applied=False)
-        nxt = as_text(res[1]) or None
         return FinishResult(
-            applied=True, next_run_id=nxt, waiters=tuple(as_text(w) for w in res[2:])
+            applied=True,
+            next_run_id=as_text(res[1]) or None,
+            waiters=tuple(as_text(w) for w in res[3:]),
+            run=RunRecord.from_hash(run_id, codec.decode_flat_hash(res[2])),
         )
 
     def park(

@@ -12,6 +12,8 @@ from typing import Any
 from redis import Redis
 from redis.commands.core import Script
 
+from switchboard.shared.metrics import LUA_RUN_METRICS
+
 # Lua: set the fields of a JSON object of text values on a hash (null deletes a field).
 LUA_SET_FIELDS = """
 local function set_fields(key, json)
@@ -25,6 +27,14 @@ end
 _COMMON = (
     LUA_SET_FIELDS
     + """
+-- A new session entry (sessionId, createdAt, seq 0, its first fields) unless it exists: 1 if made.
+local function create_session(session, sid_index, key, now, sid, fields)
+  if redis.call('EXISTS', session) == 1 then return 0 end
+  redis.call('HSET', session, 'sessionId', sid, 'createdAt', now, 'seq', 0)
+  redis.call('HSET', sid_index, sid, key)
+  set_fields(session, fields)
+  return 1
+end
 local function touch(session, idx_all, idx_agent, idx_kind, member, now)
   redis.call('HSET', session, 'updatedAt', now)
   redis.call('ZADD', idx_all, now, member)
@@ -51,13 +61,7 @@ end
 ENSURE_SESSION = (
     _COMMON
     + """
-local created = 0
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], 'sessionId', ARGV[3], 'createdAt', ARGV[2], 'seq', 0)
-  redis.call('HSET', KEYS[2], ARGV[3], ARGV[1])
-  set_fields(KEYS[1], ARGV[4])
-  created = 1
-end
+local created = create_session(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 set_fields(KEYS[1], ARGV[5])
 touch(KEYS[1], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2])
 return {created, redis.call('HGET', KEYS[1], 'sessionId')}
@@ -80,28 +84,65 @@ return 0
 """
 )
 
+# Start a run in one step: create the session entry if missing and touch it (as
+# ENSURE_SESSION); map the idempotency key to the run unless it already names one (then
+# record nothing); record the run and take the lane or queue behind the holder (as
+# SUBMIT_RUN). Answers {created, sessionId, 'lane' | 'queued' | 'duplicate', run id named
+# by the idempotency key}.
+# KEYS: session, sid index, idx_all, idx_agent, idx_kind, run, lane, lane queue, leases,
+#       idempotency key (any key when there is none)
+# ARGV: key, now, new session id, JSON fields for a new entry, run id, lease expiry ms,
+#       JSON run fields, idempotency TTL s ('' = no idempotency key)
+START_RUN = (
+    _COMMON
+    + """
+local created = create_session(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+touch(KEYS[1], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2])
+local sid = redis.call('HGET', KEYS[1], 'sessionId')
+if ARGV[8] ~= '' and not redis.call('SET', KEYS[10], ARGV[5], 'NX', 'EX', ARGV[8]) then
+  return {created, sid, 'duplicate', redis.call('GET', KEYS[10]) or ARGV[5]}
+end
+set_fields(KEYS[6], ARGV[7])
+if redis.call('SET', KEYS[7], ARGV[5], 'NX') then
+  redis.call('ZADD', KEYS[9], ARGV[6], ARGV[1])
+  return {created, sid, 'lane', ''}
+end
+redis.call('RPUSH', KEYS[8], ARGV[5])
+return {created, sid, 'queued', ''}
+"""
+)
+
 # Claim a run for execution: it must be in the expected state and hold its lane.
 # On the first claim, append the run's user message to the transcript (exactly once).
-# KEYS: run, lane, leases, active, session, transcript, idx_all, idx_agent, idx_kind
+# The first claim counts the run as started (metrics).
+# Answers what the run needs to start, so the worker makes no other read: the run hash,
+# the session hash and the transcript's last messages (newest first).
+# KEYS: run, lane, leases, active, session, transcript, idx_all, idx_agent, idx_kind, metrics
 # ARGV: run id, session key, now, lease expiry, expected status, max attempts,
-#       default timeout ms (used when the run has no timeoutS of its own)
+#       default timeout ms (used when the run has no timeoutS of its own), history count
 CLAIM_RUN = (
     _COMMON
+    + LUA_RUN_METRICS
     + """
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return {'missing', ''} end
+local owner = redis.call('HGET', KEYS[1], 'sessionKey')
+if owner and owner ~= ARGV[2] then return {'session', owner} end
 if st ~= ARGV[5] then return {'skip', st} end
 local holder = redis.call('GET', KEYS[2])
 if holder ~= ARGV[1] then return {'not_holder', holder or ''} end
 local attempt = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
 redis.call('HSET', KEYS[1], 'status', 'running')
-if attempt > tonumber(ARGV[6]) then return {'exhausted', tostring(attempt)} end
+if attempt > tonumber(ARGV[6]) then
+  return {'exhausted', tostring(attempt), '', redis.call('HGETALL', KEYS[1])}
+end
 local deadline = redis.call('HGET', KEYS[1], 'deadlineAt')
 if not deadline then
   local timeout_s = redis.call('HGET', KEYS[1], 'timeoutS')
   local timeout_ms = timeout_s and math.floor(tonumber(timeout_s) * 1000) or tonumber(ARGV[7])
   deadline = tostring(tonumber(ARGV[3]) + timeout_ms)
   redis.call('HSET', KEYS[1], 'startedAt', ARGV[3], 'deadlineAt', deadline)
+  count_run_start(KEYS[10])
 end
 redis.call('ZADD', KEYS[4], deadline, ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[4], ARGV[2])
@@ -114,7 +155,12 @@ if not redis.call('HGET', KEYS[1], 'userSeq') then
   end
   touch(KEYS[5], KEYS[7], KEYS[8], KEYS[9], ARGV[2], ARGV[3])
 end
-return {'ok', tostring(attempt), deadline}
+local out = {'ok', tostring(attempt), deadline, redis.call('HGETALL', KEYS[1])}
+out[5] = redis.call('HGETALL', KEYS[5])
+if tonumber(ARGV[8]) > 0 then
+  out[6] = redis.call('XREVRANGE', KEYS[6], '+', '-', 'COUNT', ARGV[8])
+end
+return out
 """
 )
 
@@ -122,20 +168,27 @@ return {'ok', tostring(attempt), deadline}
 # and wake waiters. Guarded by (status running, attempt) so a stale worker is a no-op.
 # A run with an `onEnd` follow-up is put in the outbox in the same step, so the
 # follow-up survives a worker that dies right after this script.
+# The end is counted by status, with the run's duration since its first claim (metrics).
+# The ended run's hash is answered and published on the run-ended channel (as JSON
+# {runId, run}), so neither the worker nor a waiting api reads it again. An event
+# (type and JSON data, '' for none) is added to the events stream in the same step.
 # KEYS: run, lane, lane queue, leases, active, session, transcript, idx_all, idx_agent,
-#       idx_kind, waiters, outbox
+#       idx_kind, waiters, outbox, metrics, events stream
 # ARGV: run id, session key, now, attempt, JSON run fields, JSON session fields,
 #       JSON session increments, retention s, lease expiry for the next run, channel,
-#       messages...
+#       event type, event data, events stream cap, messages...
 FINISH_RUN = (
     _COMMON
+    + LUA_RUN_METRICS
     + """
 local st = redis.call('HGET', KEYS[1], 'status')
 local att = redis.call('HGET', KEYS[1], 'attempt')
 if st ~= 'running' or att ~= ARGV[4] then return {'stale'} end
-for i = 11, #ARGV do append(KEYS[6], KEYS[7], ARGV[i]) end
+for i = 14, #ARGV do append(KEYS[6], KEYS[7], ARGV[i]) end
 set_fields(KEYS[1], ARGV[5])
 redis.call('HSET', KEYS[1], 'endedAt', ARGV[3])
+local ended = redis.call('HMGET', KEYS[1], 'status', 'startedAt')
+count_run_end(KEYS[13], ended[1], ended[2], ARGV[3])
 set_fields(KEYS[6], ARGV[6])
 incr_fields(KEYS[6], ARGV[7])
 touch(KEYS[6], KEYS[8], KEYS[9], KEYS[10], ARGV[2], ARGV[3])
@@ -158,8 +211,14 @@ if redis.call('GET', KEYS[2]) == ARGV[1] then
 end
 local waiters = redis.call('SMEMBERS', KEYS[11])
 redis.call('EXPIRE', KEYS[11], ARGV[8])
-redis.call('PUBLISH', ARGV[10], ARGV[1])
-local out = {'ok', nxt}
+local flat = redis.call('HGETALL', KEYS[1])
+local run = {}
+for i = 1, #flat, 2 do run[flat[i]] = flat[i + 1] end
+redis.call('PUBLISH', ARGV[10], cjson.encode({runId = ARGV[1], run = run}))
+if ARGV[11] ~= '' then
+  redis.call('XADD', KEYS[14], 'MAXLEN', '~', ARGV[13], '*', 'type', ARGV[11], 'data', ARGV[12])
+end
+local out = {'ok', nxt, flat}
 for _, w in ipairs(waiters) do table.insert(out, w) end
 return out
 """
@@ -198,16 +257,22 @@ return 'parked'
 )
 
 # Move a parked run back to running for its resume step (only one resume wins).
-# KEYS: run, parked index, leases
-# ARGV: run id, session key, lease expiry, max attempts
+# Answers the run's deadline, the session hash and the transcript's last messages.
+# KEYS: run, parked index, leases, session, transcript
+# ARGV: run id, session key, lease expiry, max attempts, history count
 RESUME_RUN = """
 if redis.call('HGET', KEYS[1], 'status') ~= 'parked' then return {'skip', ''} end
 local attempt = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
 redis.call('HSET', KEYS[1], 'status', 'running')
 redis.call('ZREM', KEYS[2], ARGV[1])
-if attempt > tonumber(ARGV[4]) then return {'exhausted', tostring(attempt)} end
+local deadline = redis.call('HGET', KEYS[1], 'deadlineAt') or '0'
+if attempt > tonumber(ARGV[4]) then return {'exhausted', tostring(attempt), deadline} end
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
-return {'ok', tostring(attempt)}
+local out = {'ok', tostring(attempt), deadline, redis.call('HGETALL', KEYS[4])}
+if tonumber(ARGV[5]) > 0 then
+  out[5] = redis.call('XREVRANGE', KEYS[5], '+', '-', 'COUNT', ARGV[5])
+end
+return out
 """
 
 # Put a run whose worker vanished back in the queued state so it can be claimed again.
@@ -236,18 +301,29 @@ return ''
 """
 
 
+# Read several hashes in one reply (one parse, no per-command overhead).
+# KEYS: hashes; answers one flat HGETALL reply per key (empty when missing).
+GET_HASHES = """
+local out = {}
+for i, key in ipairs(KEYS) do out[i] = redis.call('HGETALL', key) end
+return out
+"""
+
+
 class Scripts:
     """The registered scripts of one Redis client (EVALSHA with automatic reload)."""
 
     def __init__(self, redis: Redis) -> None:
         self.ensure_session: Script = redis.register_script(ENSURE_SESSION)
         self.submit_run: Script = redis.register_script(SUBMIT_RUN)
+        self.start_run: Script = redis.register_script(START_RUN)
         self.claim_run: Script = redis.register_script(CLAIM_RUN)
         self.finish_run: Script = redis.register_script(FINISH_RUN)
         self.park_run: Script = redis.register_script(PARK_RUN)
         self.resume_run: Script = redis.register_script(RESUME_RUN)
         self.requeue_run: Script = redis.register_script(REQUEUE_RUN)
         self.release_lane: Script = redis.register_script(RELEASE_LANE)
+        self.get_hashes: Script = redis.register_script(GET_HASHES)
 
 
 def as_text(value: Any) -> str:

@@ -40,6 +40,15 @@ _JSON_FIELDS = frozenset({"deliveryContext", "origin"})
 
 
 @dataclass(frozen=True)
+class IndexCursor:
+    """Where a page of the updatedAt indexes ended: the last score it returned and the
+    keys it returned with that score (the next page starts there, skipping them)."""
+
+    score: int
+    keys: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
 class SessionEntry:
     """One session entry with typed fields (camelCase, as OpenClaw names them)."""
 
@@ -127,12 +136,12 @@ class SessionStore:
 
     def get_many(self, keys: Sequence[str]) -> list[SessionEntry | None]:
         """Several entries in one round trip."""
-        pipe = self.redis.pipeline(transaction=False)
-        for key in keys:
-            pipe.hgetall(self.ks.session(key))
+        if not keys:
+            return []
+        replies = self.scripts.get_hashes(keys=[self.ks.session(key) for key in keys])
         return [
-            SessionEntry.from_hash(key, codec.decode_hash(raw)) if raw else None
-            for key, raw in zip(keys, pipe.execute(), strict=True)
+            SessionEntry.from_hash(key, codec.decode_flat_hash(flat)) if flat else None
+            for key, flat in zip(keys, replies, strict=True)
         ]
 
     def exists(self, key: str) -> bool:
@@ -220,6 +229,47 @@ class SessionStore:
         )
         out = list(merged)[offset:want]
         return out
+
+    def recent_page(
+        self,
+        *,
+        agent_ids: Iterable[str] | None,
+        kinds: Iterable[str] | None,
+        min_updated_ms: int | None,
+        limit: int,
+        after: IndexCursor | None = None,
+    ) -> tuple[list[tuple[str, int]], IndexCursor | None]:
+        """Up to ``limit`` (key, updatedAt) pairs, newest first, from the indexes only,
+        continuing ``after`` a previous page; and the cursor of the next page (None when
+        the indexes have no more).
+
+        Each page is one bounded range read per index, however deep it is."""
+        indexes = self._indexes_for(agent_ids, kinds)
+        lo = "-inf" if min_updated_ms is None else str(min_updated_ms)
+        hi = "+inf" if after is None else str(after.score)
+        skip = after.keys if after is not None else frozenset()
+        want = limit + len(skip)
+        pipe = self.redis.pipeline(transaction=False)
+        for idx in indexes:
+            pipe.zrevrangebyscore(idx, hi, lo, start=0, num=want, withscores=True)
+        merged = heapq.merge(
+            *[[(as_text(m), int(s)) for m, s in rows] for rows in pipe.execute()],
+            key=lambda pair: -pair[1],
+        )
+        out: list[tuple[str, int]] = []
+        for key, score in merged:
+            if after is not None and score == after.score and key in skip:
+                continue
+            out.append((key, score))
+            if len(out) >= limit:
+                break
+        if len(out) < limit:
+            return out, None
+        last = out[-1][1]
+        ties = {key for key, score in out if score == last}
+        if after is not None and last == after.score:
+            ties |= skip
+        return out, IndexCursor(score=last, keys=frozenset(ties))
 
     def _indexes_for(
         self, agent_ids: Iterable[str] | None, kinds: Iterable[str] | None

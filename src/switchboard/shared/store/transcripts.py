@@ -6,7 +6,7 @@ change); this module reads, and appends for callers outside a run (announces, no
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from redis import Redis
@@ -31,6 +31,17 @@ def _decode(entry_id: bytes | str, fields: Mapping[bytes | str, bytes | str]) ->
     return msg
 
 
+def decode_entries(rows: Sequence[Any], *, newest_first: bool = False) -> list[dict[str, Any]]:
+    """Stream entries (``[id, [field, value, ...]]`` or ``(id, {field: value})``) as messages,
+    oldest first."""
+    out = []
+    for entry_id, fields in reversed(rows) if newest_first else rows:
+        if not isinstance(fields, Mapping):
+            fields = {fields[i]: fields[i + 1] for i in range(0, len(fields) - 1, 2)}
+        out.append(_decode(entry_id, fields))
+    return out
+
+
 class TranscriptStore:
     """Reads (and out-of-run appends) of session transcripts."""
 
@@ -42,7 +53,7 @@ class TranscriptStore:
     def tail(self, key: str, limit: int) -> list[dict[str, Any]]:
         """The last ``limit`` messages, oldest first."""
         rows: list[Any] = self.redis.xrevrange(self.ks.transcript(key), count=limit) or []
-        return [_decode(i, f) for i, f in reversed(rows)]
+        return decode_entries(rows, newest_first=True)
 
     def all(self, key: str) -> list[dict[str, Any]]:
         """Every message, oldest first."""

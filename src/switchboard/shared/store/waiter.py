@@ -3,7 +3,10 @@
 One pub/sub connection per process listens on the run-ended channel and wakes the
 matching futures; the run hash is the source of truth (pub/sub is only a wake-up), so a
 waiter subscribes first, then reads the state, and a client that reconnects simply waits
-again by run id.
+again by run id. A run-ended message carries the ended run's hash (an outcome never
+changes once written), so a woken waiter answers without reading it again; the runs
+that ended in the last minute are kept, so a waiter for a run started after the listener
+subscribed (``since``) needs no first read either: if the run has ended, it is known.
 """
 
 from __future__ import annotations
@@ -11,17 +14,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Awaitable, Callable
 
 from redis.asyncio import Redis as AsyncRedis
 
+from switchboard.shared.store import codec
 from switchboard.shared.store.keyspace import Keyspace
 from switchboard.shared.store.runs import RunRecord
 
 log = logging.getLogger("switchboard.wait")
 
 Fetch = Callable[[str], Awaitable[RunRecord | None]]
+
+# Ended runs kept for waiters that arrive after the run-ended message (seconds, count).
+RECENT_S = 60.0
+RECENT_MAX = 10_000
 
 
 class RunWaiter:
@@ -30,9 +38,15 @@ class RunWaiter:
     def __init__(self, redis: AsyncRedis, ks: Keyspace) -> None:
         self.redis = redis
         self.ks = ks
-        self._waiters: dict[str, set[asyncio.Future[None]]] = defaultdict(set)
+        self._waiters: dict[str, set[asyncio.Future[RunRecord | None]]] = defaultdict(set)
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
+        # Ended runs by id: (loop time received, run hash), oldest first.
+        self._recent: OrderedDict[str, tuple[float, dict[str, str]]] = OrderedDict()
+        # Loop time since which no run-ended message was missed (None: not subscribed),
+        # and the newest receive time of an ended run dropped from `_recent` for room.
+        self._complete_since: float | None = None
+        self._dropped_at = float("-inf")
 
     async def start(self) -> None:
         """Start listening (idempotent)."""
@@ -53,47 +67,115 @@ class RunWaiter:
     async def _listen(self) -> None:
         while True:
             try:
-                async with self.redis.pubsub(ignore_subscribe_messages=True) as ps:
+                async with self.redis.pubsub() as ps:
                     await ps.subscribe(self.ks.run_events)
-                    self._ready.set()
-                    # Wake everyone after a (re)subscribe: they re-read state.
-                    self._wake_all()
                     async for msg in ps.listen():
-                        data = msg.get("data")
-                        run_id = data.decode() if isinstance(data, bytes) else str(data)
-                        self._wake(run_id)
+                        if msg.get("type") == "subscribe":
+                            # Confirmed: from now on no run end is missed.
+                            self._complete_since = asyncio.get_running_loop().time()
+                            self._ready.set()
+                            # Wake everyone after a (re)subscribe: they re-read state.
+                            self._wake_all()
+                        elif msg.get("type") == "message":
+                            self._ended(*_parse_ended(msg.get("data")))
             except asyncio.CancelledError:
+                self._complete_since = None
                 raise
             except Exception as exc:
+                self._complete_since = None
                 self._ready.clear()
                 log.warning("run-event listener lost its connection (%s); retrying", exc)
                 await asyncio.sleep(0.5)
 
-    def _wake(self, run_id: str) -> None:
+    def _ended(self, run_id: str, fields: dict[str, str] | None) -> None:
+        if fields:
+            now = asyncio.get_running_loop().time()
+            self._recent[run_id] = (now, fields)
+            self._recent.move_to_end(run_id)
+            while self._recent:
+                received, _ = next(iter(self._recent.values()))
+                if now - received <= RECENT_S and len(self._recent) <= RECENT_MAX:
+                    break
+                self._recent.popitem(last=False)
+                if now - received <= RECENT_S:
+                    self._dropped_at = received
+        if run_id in self._waiters:
+            self._wake(run_id, RunRecord.from_hash(run_id, fields) if fields else None)
+
+    def _known_end(self, run_id: str, since: float | None) -> tuple[bool, RunRecord | None]:
+        """(True, the run if it ended) when the cache alone can tell for a run started at
+        ``since``; (False, None) when the run must be read."""
+        hit = self._recent.get(run_id)
+        if hit is not None:
+            return True, RunRecord.from_hash(run_id, hit[1])
+        complete = self._complete_since
+        if since is None or complete is None or since < complete or since <= self._dropped_at:
+            return False, None
+        return asyncio.get_running_loop().time() - since < RECENT_S, None
+
+    def _wake(self, run_id: str, ended: RunRecord | None = None) -> None:
         for fut in self._waiters.pop(run_id, ()):
             if not fut.done():
-                fut.set_result(None)
+                fut.set_result(ended)
 
     def _wake_all(self) -> None:
         for run_id in list(self._waiters):
             self._wake(run_id)
 
-    async def wait(self, run_id: str, timeout_s: float, fetch: Fetch) -> RunRecord | None:
-        """The run once it ends, or its current state when ``timeout_s`` passes first."""
+    async def fetch(self, run_id: str) -> RunRecord | None:
+        """The run as stored, read on this waiter's (async) connection."""
+        raw = await self.redis.hgetall(self.ks.run(run_id))
+        return RunRecord.from_hash(run_id, codec.decode_hash(raw)) if raw else None
+
+    async def wait(
+        self,
+        run_id: str,
+        timeout_s: float,
+        fetch: Fetch | None = None,
+        *,
+        since: float | None = None,
+    ) -> RunRecord | None:
+        """The run once it ends, or its current state when ``timeout_s`` passes first.
+
+        ``since`` (loop time) is when the caller started the run, if it did."""
+        fetch = fetch or self.fetch
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, timeout_s)
+        first = True
         while True:
-            fut: asyncio.Future[None] = loop.create_future()
+            fut: asyncio.Future[RunRecord | None] = loop.create_future()
             self._waiters[run_id].add(fut)
             try:
-                rec = await fetch(run_id)
-                remaining = deadline - loop.time()
-                if rec is None or rec.terminal or remaining <= 0:
+                known, rec = self._known_end(run_id, since) if first else (False, None)
+                first = False
+                if rec is not None:
                     return rec
+                remaining = deadline - loop.time()
+                if not known or remaining <= 0:
+                    rec = await fetch(run_id)
+                    remaining = deadline - loop.time()
+                    if rec is None or rec.terminal or remaining <= 0:
+                        return rec
                 # A lost wake-up costs at most one poll interval, never the whole wait.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(fut, min(remaining, 5.0))
+                    ended = await asyncio.wait_for(fut, min(remaining, 5.0))
+                    if ended is not None and ended.terminal:
+                        return ended
             finally:
                 self._waiters[run_id].discard(fut)
                 if not self._waiters[run_id]:
                     self._waiters.pop(run_id, None)
+
+
+def _parse_ended(data: object) -> tuple[str, dict[str, str] | None]:
+    """A run-ended message: ``{"runId", "run": {hash}}`` (or, from older writers, the id)."""
+    text = data.decode() if isinstance(data, bytes) else str(data)
+    if not text.startswith("{"):
+        return text, None
+    try:
+        body = codec.loads(text)
+        fields = body.get("run")
+        return str(body["runId"]), fields if isinstance(fields, dict) else None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        log.warning("unreadable run-ended message: %.200s", text)
+        return "", None

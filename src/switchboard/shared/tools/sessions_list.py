@@ -17,9 +17,12 @@ Message previews (``messageLimit``) go through the same sanitiser as ``sessions_
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from switchboard.shared import keys as sk
@@ -34,7 +37,7 @@ from switchboard.shared.policy.visibility import (
 )
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import now_ms
-from switchboard.shared.store.sessions import SessionEntry
+from switchboard.shared.store.sessions import IndexCursor, SessionEntry
 from switchboard.shared.tools.access import visibility_guard
 from switchboard.shared.tools.args import read_int, read_string_list
 from switchboard.shared.tools.registry import ToolContext, ToolSpec
@@ -164,20 +167,23 @@ def _from_indexes(
     kinds = sorted(query.kinds) if query.kinds is not None and agents is not None else None
     out: list[SessionEntry] = []
     seen: set[str] = set()
-    offset = 0
+    scanned = 0
     partial = False
+    cursor: IndexCursor | None = None
+    # The first page asks for just what is wanted (usually all visible); later ones more.
+    size = min(query.limit + 2, _PAGE_SIZE)
     while len(out) < query.limit:
-        if offset >= _SCAN_LIMIT:
+        if scanned >= _SCAN_LIMIT:
             partial = True
             break
-        page = svc.store.sessions.recent_keys(
+        page, cursor = svc.store.sessions.recent_page(
             agent_ids=agents,
             kinds=kinds,
             min_updated_ms=query.min_updated_ms,
-            limit=_PAGE_SIZE,
-            offset=offset,
+            limit=size,
+            after=cursor,
         )
-        offset += len(page)
+        scanned += len(page)
         fresh = [key for key, _ in page if key not in seen]
         seen.update(fresh)
         for entry in svc.store.sessions.get_many(fresh):
@@ -185,8 +191,9 @@ def _from_indexes(
                 continue
             if query.accepts(entry, kind_of(entry.key)) and guard.check(entry.key, "list").allowed:
                 out.append(entry)
-        if len(page) < _PAGE_SIZE:
+        if cursor is None:
             break
+        size = _PAGE_SIZE
     # Transcript appends move an entry's updatedAt ahead of its index score; show the truth.
     out.sort(key=lambda e: e.updated_at_ms, reverse=True)
     return _Found(out[: query.limit], partial=partial)
@@ -238,12 +245,19 @@ def list_row(svc: Services, entry: SessionEntry, requester_agent: str) -> dict[s
     row.update({name: _number(fields.get(name)) for name in _NUMBER_FIELDS})
     row.update({name: _flag(fields.get(name)) for name in _BOOL_FIELDS})
     if row["sessionId"]:
-        path = svc.settings.data_dir / "sessions" / f"{row['sessionId']}.jsonl"
-        row["transcriptPath"] = str(path)
+        row["transcriptPath"] = os.path.join(
+            _sessions_dir(svc.settings.data_dir), f"{row['sessionId']}.jsonl"
+        )
     parent = _text(fields.get("spawnedBy"))
     if parent:
         row["spawnedBy"] = display_key(svc, parent, requester_agent)
     return {name: value for name, value in row.items() if value is not None}
+
+
+@lru_cache(maxsize=8)
+def _sessions_dir(data_dir: Path) -> str:
+    """Where transcript paths point (as text, built once per data dir)."""
+    return str(data_dir / "sessions")
 
 
 def _delivery_context(value: Any) -> dict[str, str]:

@@ -1,0 +1,107 @@
+"""The web console: a static page at `/console` that reads over `/rpc` and follows `/events`.
+
+The page, its script and its stylesheet (``switchboard/api/console/``, shipped in the
+wheel, no build step) carry no data and are served without a token; the page asks for the
+token, keeps it in the browser's localStorage and sends it as a bearer header. Because
+``EventSource`` cannot send headers, ``POST /console/login`` (with the bearer header) sets
+an HttpOnly cookie scoped to ``/events``; ``POST /console/logout`` clears it.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi.responses import RedirectResponse
+
+from switchboard.api import events
+from switchboard.api.auth import allow_public, configured_token, require_token
+from switchboard.shared.errors import NotFound
+
+CONSOLE_PATH = "/console"
+# The files of the page shell and their media types.
+ASSETS = {
+    "index.html": "text/html; charset=utf-8",
+    "console.js": "text/javascript; charset=utf-8",
+    "console.css": "text/css; charset=utf-8",
+}
+# Served without a token: the redirect and the page shell.
+PAGE_PATHS = ("/", CONSOLE_PATH, *(f"{CONSOLE_PATH}/{name}" for name in ASSETS))
+# How long the events cookie lasts (the page logs in again on each load).
+COOKIE_MAX_AGE_S = 12 * 3600
+_SECURITY_HEADERS = {
+    "Cache-Control": "no-cache",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Content-Security-Policy": (
+        "default-src 'self'; img-src 'self' data:; object-src 'none'; "
+        "base-uri 'none'; frame-ancestors 'none'"
+    ),
+}
+
+router = APIRouter(include_in_schema=False)
+
+
+@cache
+def asset(name: str) -> bytes:
+    """One file of the page shell, read once from the package."""
+    return (resources.files("switchboard.api") / "console" / name).read_bytes()
+
+
+@router.get("/")
+async def root() -> RedirectResponse:
+    """The console is the api's front page."""
+    return RedirectResponse(CONSOLE_PATH, status_code=307)
+
+
+@router.get(CONSOLE_PATH)
+async def page() -> Response:
+    """The console page."""
+    return _asset_response("index.html")
+
+
+@router.get(CONSOLE_PATH + "/{name}")
+async def page_asset(name: str) -> Response:
+    """The page's script and stylesheet."""
+    if name not in ASSETS:
+        raise NotFound(f"no console file {name!r}", field="name")
+    return _asset_response(name)
+
+
+@router.post(CONSOLE_PATH + "/login", dependencies=[Depends(require_token)])
+async def login(request: Request, response: Response) -> dict[str, bool]:
+    """Set the events cookie for a caller that holds the token."""
+    response.set_cookie(
+        events.EVENTS_COOKIE,
+        configured_token(request),
+        max_age=COOKIE_MAX_AGE_S,
+        path=events.EVENTS_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return {"ok": True}
+
+
+@router.post(CONSOLE_PATH + "/logout", dependencies=[Depends(require_token)])
+async def logout(response: Response) -> dict[str, bool]:
+    """Clear the events cookie."""
+    response.delete_cookie(events.EVENTS_COOKIE, path=events.EVENTS_PATH)
+    return {"ok": True}
+
+
+def _asset_response(name: str) -> Response:
+    return Response(asset(name), media_type=ASSETS[name], headers=_SECURITY_HEADERS)
+
+
+def install_console(app: FastAPI) -> None:
+    """Serve the console and `/events`; the page shell (no data) needs no token.
+
+    Call it after ``install_auth``: the page paths join the gate's public paths, and the
+    events credentials middleware must wrap the gate."""
+    app.include_router(router)
+    app.include_router(events.router)
+    # Added last, so it is the outermost middleware: it runs before any auth check.
+    app.add_middleware(events.EventsCredentials)
+    allow_public(app, *PAGE_PATHS)

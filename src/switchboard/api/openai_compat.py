@@ -1,0 +1,499 @@
+"""OpenAI-compatible `POST /v1/chat/completions` and `GET /v1/models`: talk to an agent's session.
+
+`model` is `switchboard/<agentId>`. The session is the `x-switchboard-session-key` header
+(or `x-openclaw-session-key`), else `agent:<agentId>:openai-user:<user>` derived from the
+request's `user`, else the agent's main session. Only the last user message is sent: the
+session keeps its own transcript, earlier request messages are not replayed. The reply is
+the run's outcome, awaited without blocking (the api's RunWaiter). Errors answer in
+OpenAI's shape `{"error": {"message", "type", "param", "code"}}`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import redis
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from openai.types import CompletionUsage, Model
+from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessage
+from openai.types.chat.chat_completion import Choice
+from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
+from openai.types.chat.chat_completion_chunk import ChoiceDelta
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from switchboard.api.auth import require_token
+from switchboard.api.body import json_body_schema, parse_json_body
+from switchboard.api.errors import STATUS, openai_error_response
+from switchboard.shared import keys as sk
+from switchboard.shared.errors import InvalidInput, SwitchboardError, Unavailable
+from switchboard.shared.gateway.agent import RunRequest, start_run
+from switchboard.shared.gateway.resolve import key_options, resolve_session_ref
+from switchboard.shared.services import Services
+from switchboard.shared.store.runs import RunRecord
+
+log = logging.getLogger("switchboard.api")
+
+MODEL_PREFIX = "switchboard/"
+SESSION_HEADERS = ("x-switchboard-session-key", "x-openclaw-session-key")
+USER_SEGMENT = "openai-user"
+# Waiting past the run's own deadline covers the time it may queue behind the session lane.
+WAIT_GRACE_S = 30.0
+PING_INTERVAL_S = 15
+STARTED_AT = int(time.time())
+
+_PLAIN_USER = re.compile(r"[a-z0-9_\-.@+=]{1,128}")
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    409: "invalid_request_error",
+}
+# The user message is already in the transcript once a run started: a retry would send it
+# again, so the OpenAI clients are told not to retry these.
+_NO_RETRY = {"x-should-retry": "false"}
+
+
+@dataclass(eq=False)
+class OpenAIError(Exception):
+    """An error answered in OpenAI's shape."""
+
+    status: int
+    message: str
+    type: str = "invalid_request_error"
+    code: str | None = None
+    param: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
+
+    def body(self) -> dict[str, Any]:
+        """`{"error": {message, type, param, code}}`."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+def as_openai_error(exc: Exception) -> OpenAIError:
+    """Map any exception (domain, auth, validation, Redis) to an OpenAI-shaped error."""
+    if isinstance(exc, OpenAIError):
+        return exc
+    if isinstance(exc, SwitchboardError):
+        status = next((code for cls, code in STATUS.items() if isinstance(exc, cls)), 400)
+        headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Unavailable) else {}
+        field_name = exc.fields.get("field")
+        return OpenAIError(
+            status,
+            exc.message,
+            _ERROR_TYPES.get(status, "server_error"),
+            code=exc.kind,
+            param=str(field_name) if field_name else None,
+            headers=headers,
+        )
+    if isinstance(exc, StarletteHTTPException):
+        code = "invalid_api_key" if exc.status_code == 401 else None
+        return OpenAIError(
+            exc.status_code,
+            str(exc.detail),
+            _ERROR_TYPES.get(exc.status_code, "server_error"),
+            code=code,
+            headers=dict(exc.headers or {}),
+        )
+    if isinstance(exc, RequestValidationError):
+        parts = [
+            f"{'.'.join(str(p) for p in err.get('loc', ()) if p != 'body') or 'body'}: "
+            f"{err.get('msg', 'invalid')}"
+            for err in exc.errors()
+        ]
+        return OpenAIError(400, "; ".join(parts) or "invalid request", code="invalid_request")
+    if isinstance(exc, redis.RedisError):
+        log.warning("redis unavailable: %s", exc)
+        return OpenAIError(
+            503,
+            "state store unavailable, retry shortly",
+            "server_error",
+            code="unavailable",
+            headers={"Retry-After": "2"},
+        )
+    log.exception("unhandled error", exc_info=exc)
+    return OpenAIError(500, "internal error", "server_error", code="internal")
+
+
+def error_response(err: OpenAIError) -> JSONResponse:
+    """The error as an HTTP answer."""
+    return openai_error_response(
+        err.status,
+        err.message,
+        kind=err.type,
+        code=err.code,
+        param=err.param,
+        headers=err.headers or None,
+    )
+
+
+class OpenAIRoute(APIRoute):
+    """A route whose every error (auth, validation, domain) answers in OpenAI's shape."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        """Wrap FastAPI's handler so nothing reaches the contract's error handlers."""
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except Exception as exc:
+                return error_response(as_openai_error(exc))
+
+        return route
+
+
+router = APIRouter(route_class=OpenAIRoute)
+
+
+class ContentPart(BaseModel):
+    """One part of a message's content; only `text` parts are understood."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: StrictStr = Field(max_length=64)
+    text: StrictStr | None = None
+
+
+class ChatMessage(BaseModel):
+    """One request message (tool calls and names are accepted and ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: StrictStr | list[ContentPart] | None = None
+
+
+class StreamOptions(BaseModel):
+    """`stream_options`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    include_usage: StrictBool | None = None
+
+
+class ChatCompletionRequest(BaseModel):
+    """A chat completion request; sampling parameters, tools and formats are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: StrictStr = Field(max_length=256, description="switchboard/<agentId>")
+    messages: list[ChatMessage] = Field(min_length=1, max_length=10_000)
+    stream: StrictBool | None = None
+    stream_options: StreamOptions | None = None
+    user: StrictStr | None = Field(default=None, max_length=512)
+    n: int | None = Field(default=None, strict=True, ge=1, le=1)
+
+
+def model_id(agent_id: str) -> str:
+    """The model name of an agent."""
+    return f"{MODEL_PREFIX}{agent_id}"
+
+
+def agent_for_model(svc: Services, model: str) -> str:
+    """The configured agent a `switchboard/<agentId>` model names, else a 404."""
+    prefix, sep, agent = model.strip().partition("/")
+    agent = agent.strip().lower()
+    known = svc.config.agent_ids()
+    if prefix.lower() == MODEL_PREFIX[:-1] and sep and agent in known:
+        return agent
+    available = ", ".join(model_id(a) for a in known)
+    raise OpenAIError(
+        404,
+        f"The model `{model}` does not exist. Available models: {available}",
+        code="model_not_found",
+        param="model",
+    )
+
+
+def user_session_rest(user: str) -> str:
+    """`openai-user:<user>`; a user id outside [a-z0-9_-.@+=]{1,128} is hashed instead."""
+    value = user.strip()
+    if _PLAIN_USER.fullmatch(value):
+        return f"{USER_SEGMENT}:{value}"
+    return f"{USER_SEGMENT}:u-{hashlib.sha256(value.encode()).hexdigest()[:32]}"
+
+
+def session_for(svc: Services, agent_id: str, headers: Mapping[str, str], user: str | None) -> str:
+    """The canonical session key: the session header, else the user's session, else main."""
+    for name in SESSION_HEADERS:
+        raw = headers.get(name, "").strip()
+        if not raw:
+            continue
+        key = resolve_session_ref(svc, raw, agent_id=agent_id)
+        parsed = sk.parse_agent_key(key)
+        if parsed is not None and parsed.agent_id != agent_id:
+            raise InvalidInput(
+                f'session "{key}" belongs to agent "{parsed.agent_id}", '
+                f'not to the model\'s agent "{agent_id}"',
+                field=name,
+            )
+        return key
+    if user and user.strip():
+        return sk.canonical_key(user_session_rest(user), agent_id=agent_id, **key_options(svc))
+    return sk.main_session_key(agent_id, **key_options(svc))
+
+
+def _text_of(message: ChatMessage) -> str:
+    content = message.content
+    if content is None or isinstance(content, str):
+        return content or ""
+    texts = []
+    for part in content:
+        if part.type != "text":
+            raise InvalidInput(
+                f"unsupported content part type {part.type!r}: only text is accepted",
+                field="messages",
+            )
+        texts.append(part.text or "")
+    return "\n".join(texts)
+
+
+def last_user_text(messages: list[ChatMessage]) -> str:
+    """The text of the last user message (the one sent to the session)."""
+    last = next((m for m in reversed(messages) if m.role == "user"), None)
+    if last is None:
+        raise InvalidInput("messages must contain a user message", field="messages")
+    text = _text_of(last)
+    if not text.strip():
+        raise InvalidInput("the last user message is empty", field="messages")
+    return text
+
+
+def system_text(messages: list[ChatMessage]) -> str | None:
+    """The request's system and developer messages, joined: extra instructions for this run."""
+    texts = [_text_of(m) for m in messages if m.role in {"system", "developer"}]
+    joined = "\n\n".join(t for t in texts if t.strip())
+    return joined or None
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One request's identity in the answers it produces."""
+
+    completion_id: str
+    model: str
+    created: int
+    session_key: str
+    run_id: str | None
+
+    def headers(self) -> dict[str, str]:
+        """Where the message went: the session key and the run id."""
+        out = {"x-switchboard-session-key": self.session_key}
+        if self.run_id:
+            out["x-switchboard-run-id"] = self.run_id
+        return out
+
+
+def usage_of(rec: RunRecord | None) -> CompletionUsage | None:
+    """The run's recorded token usage in OpenAI's terms, if it has one."""
+    usage = rec.usage if rec is not None else {}
+    if "input" not in usage and "output" not in usage:
+        return None
+    prompt = int(usage.get("input") or 0)
+    completion = int(usage.get("output") or 0)
+    total = int(usage.get("totalTokens") or prompt + completion)
+    return CompletionUsage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)
+
+
+async def await_run(request: Request, run_id: str, wait_s: float) -> RunRecord:
+    """The run once it ended `ok`; a failed, timed-out or still running run is an error."""
+    state = request.app.state
+    rec: RunRecord | None = await state.waiter.wait(run_id, wait_s, state.fetch_run)
+    if rec is None:
+        raise OpenAIError(500, f"run {run_id} not found", "server_error", code="run_not_found")
+    if rec.status == "ok":
+        return rec
+    if rec.status == "error":
+        raise OpenAIError(
+            502,
+            f"the agent run failed: {rec.error or 'unknown error'}",
+            "server_error",
+            code="run_failed",
+            headers=dict(_NO_RETRY),
+        )
+    if rec.status == "timeout":
+        raise OpenAIError(
+            504,
+            f"the agent run timed out: {rec.error or 'deadline passed'}",
+            "server_error",
+            code="run_timeout",
+            headers=dict(_NO_RETRY),
+        )
+    raise OpenAIError(
+        504,
+        f"no reply within {wait_s:g} s: run {run_id} is still {rec.status}; "
+        "its outcome stays available through the `agent.wait` gateway method",
+        "server_error",
+        code="run_pending",
+        headers=dict(_NO_RETRY),
+    )
+
+
+def completion(turn: Turn, reply: str, usage: CompletionUsage | None) -> dict[str, Any]:
+    """A `chat.completion` object."""
+    body = ChatCompletion(
+        id=turn.completion_id,
+        object="chat.completion",
+        created=turn.created,
+        model=turn.model,
+        choices=[
+            Choice(
+                index=0,
+                message=ChatCompletionMessage(role="assistant", content=reply),
+                finish_reason="stop",
+                logprobs=None,
+            )
+        ],
+        usage=usage,
+    )
+    return body.model_dump(mode="json", exclude_unset=True)
+
+
+def chunk(
+    turn: Turn,
+    delta: ChoiceDelta | None = None,
+    finish: Literal["stop"] | None = None,
+    usage: CompletionUsage | None = None,
+) -> ServerSentEvent:
+    """A `chat.completion.chunk` as one SSE event (no choices when it carries usage)."""
+    choices = []
+    if delta is not None:
+        choices = [ChunkChoice(index=0, delta=delta, finish_reason=finish, logprobs=None)]
+    body = ChatCompletionChunk(
+        id=turn.completion_id,
+        object="chat.completion.chunk",
+        created=turn.created,
+        model=turn.model,
+        choices=choices,
+    )
+    if usage is not None:
+        body.usage = usage
+    return ServerSentEvent(data=body.model_dump_json(exclude_unset=True))
+
+
+async def stream_events(
+    request: Request, turn: Turn, reply: str | None, wait_s: float, include_usage: bool
+) -> AsyncIterator[ServerSentEvent]:
+    """Role chunk, then (once the run ends) content, finish and usage chunks, then [DONE].
+
+    A run that fails after the stream opened is reported as a `data: {"error": …}` event.
+    """
+    yield chunk(turn, ChoiceDelta(role="assistant", content=""))
+    usage = None
+    if reply is None and turn.run_id is not None:
+        try:
+            rec = await await_run(request, turn.run_id, wait_s)
+        except Exception as exc:
+            yield ServerSentEvent(data=json.dumps(as_openai_error(exc).body()))
+            yield ServerSentEvent(data="[DONE]")
+            return
+        reply, usage = rec.reply or "", usage_of(rec)
+    if reply:
+        yield chunk(turn, ChoiceDelta(content=reply))
+    yield chunk(turn, ChoiceDelta(), finish="stop")
+    if include_usage:
+        yield chunk(
+            turn,
+            usage=usage or CompletionUsage(prompt_tokens=0, completion_tokens=0, total_tokens=0),
+        )
+    yield ServerSentEvent(data="[DONE]")
+
+
+@router.post(
+    "/v1/chat/completions",
+    dependencies=[Depends(require_token)],
+    openapi_extra=json_body_schema(ChatCompletionRequest),
+    response_model=None,
+)
+async def chat_completions(request: Request) -> Response:
+    """Send the last user message to the agent's session and answer with the run's reply."""
+    body = await parse_json_body(request, ChatCompletionRequest)
+    svc: Services = request.app.state.services
+    agent_id = agent_for_model(svc, body.model)
+    text = last_user_text(body.messages)
+    extra = system_text(body.messages)
+    key = await run_in_threadpool(session_for, svc, agent_id, request.headers, body.user)
+    started = await run_in_threadpool(
+        start_run,
+        svc,
+        RunRequest(
+            session_key=key,
+            message=text,
+            channel="webchat",
+            idempotency_key=request.headers.get("idempotency-key") or None,
+            extra_system_prompt=extra,
+            provenance={"kind": "external_user", "sourceChannel": "webchat"},
+            owner=True,
+        ),
+    )
+    run_id = started.get("runId")
+    turn = Turn(
+        completion_id=f"chatcmpl-{run_id or uuid.uuid4()}",
+        model=model_id(agent_id),
+        created=int(time.time()),
+        session_key=key,
+        run_id=str(run_id) if run_id else None,
+    )
+    # Without a run id the message was an owner command (`/send on`), answered at once.
+    immediate = None if run_id else str(started.get("reply", ""))
+    wait_s = float(svc.config.runs.timeout_seconds) + WAIT_GRACE_S
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return EventSourceResponse(
+            stream_events(request, turn, immediate, wait_s, include_usage),
+            headers=turn.headers(),
+            ping=PING_INTERVAL_S,
+            sep="\n",
+        )
+    if immediate is not None:
+        return JSONResponse(completion(turn, immediate, None), headers=turn.headers())
+    try:
+        rec = await await_run(request, str(run_id), wait_s)
+    except OpenAIError as err:
+        err.headers.update(turn.headers())
+        raise
+    return JSONResponse(completion(turn, rec.reply or "", usage_of(rec)), headers=turn.headers())
+
+
+def _model_card(agent_id: str) -> dict[str, Any]:
+    card = Model(id=model_id(agent_id), object="model", created=STARTED_AT, owned_by="switchboard")
+    return card.model_dump(mode="json", exclude_none=True)
+
+
+@router.get("/v1/models", dependencies=[Depends(require_token)], response_model=None)
+async def list_models(request: Request) -> dict[str, Any]:
+    """One model per configured agent: `switchboard/<agentId>`."""
+    svc: Services = request.app.state.services
+    return {"object": "list", "data": [_model_card(a) for a in svc.config.agent_ids()]}
+
+
+@router.get("/v1/models/{model:path}", dependencies=[Depends(require_token)], response_model=None)
+async def get_model(model: str, request: Request) -> dict[str, Any]:
+    """One agent's model card, or 404 `model_not_found`."""
+    svc: Services = request.app.state.services
+    return _model_card(agent_for_model(svc, model))

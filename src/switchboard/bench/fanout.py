@@ -1,0 +1,133 @@
+"""Fan-out: one batch `sessions_spawn` of many sub-agents whose model takes one second.
+
+The sub-agents' model is the project's fake OpenAI-compatible server with 1 s latency
+(configured through `models.providers`), one worker process holds every child run in
+flight, and the figure is the time from the spawn call until every announce is in the
+requester's transcript. The anchors are computed: one child after another, and OpenClaw's
+sub-agent lane of 8 concurrent runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+import orjson
+from rich.progress import Progress
+
+from switchboard.bench.harness import BenchRun, Stack, fake_model, phase
+from switchboard.bench.report import Outcome, ratio
+from switchboard.shared.store.keyspace import Keyspace
+
+REQUESTER = "agent:main:main"
+MODEL_LATENCY_S = 1.0
+OPENCLAW_LANE = 8
+TARGET_S = 10.0
+KS = Keyspace()
+
+
+def fanout(run: BenchRun) -> Outcome:
+    """Time until all announces of one batch spawn have landed in the requester's transcript."""
+    n = 100 if run.quick else 1000
+    concurrency = n + 64  # every child in flight, plus room for announce steps
+    with contextlib.ExitStack() as exits:
+        with phase(run.progress, "fanout: start the fake model server"):
+            base_url = exits.enter_context(fake_model(MODEL_LATENCY_S * 1000))
+        exits.callback(run.stacks.close)  # its config names this model server
+        st = run.stacks.get("fanout", config=_config(base_url, n), worker_concurrency=concurrency)
+        with phase(run.progress, "fanout: warm up"):
+            st.warm_up()
+        return _measure(st, run.progress, n, concurrency)
+
+
+def _config(base_url: str, n: int) -> dict[str, Any]:
+    provider = {"baseUrl": base_url, "apiKey": "bench", "api": "openai-completions"}
+    return {
+        "models": {"providers": {"fake": provider}},
+        "agents": {
+            "defaults": {"subagents": {"model": "fake/fake-model", "maxChildrenPerAgent": n}}
+        },
+    }
+
+
+def _measure(st: Stack, progress: Progress, n: int, concurrency: int) -> Outcome:
+    with st.client() as r:
+        baseline = int(r.xlen(KS.transcript(REQUESTER)))
+    tasks = [{"task": f"child {i}: say done", "label": f"bench-child-{i}"} for i in range(n)]
+    task = progress.add_task(f"fanout: {n} sub-agents, announces back", total=n)
+    t0 = time.monotonic()
+    with st.http() as http:
+        result = st.tool(http, "sessions_spawn", REQUESTER, tasks=tasks, join="each")
+    spawn_s = time.monotonic() - t0
+    accepted = result.get("status") == "accepted"
+    first_s: float | None = None
+    count = 0
+    deadline = t0 + (60 if n <= 100 else 300)
+    with st.client() as r:
+        while accepted and count < n and time.monotonic() < deadline:
+            count = int(r.xlen(KS.transcript(REQUESTER))) - baseline
+            if count and first_s is None:
+                first_s = time.monotonic() - t0
+            progress.update(task, completed=count)
+            if count < n:
+                st.check_alive()
+                time.sleep(0.05)
+        total_s = time.monotonic() - t0
+        statuses = _announce_statuses(r, baseline)
+    progress.remove_task(task)
+    sequential_s = n * MODEL_LATENCY_S
+    lane_s = n / OPENCLAW_LANE * MODEL_LATENCY_S
+    figure = {
+        "subagents": n,
+        "announced": count,
+        "announceStatuses": statuses,
+        "allAnnouncedS": round(total_s, 2),
+        "spawnCallS": round(spawn_s, 2),
+        "firstAnnounceS": None if first_s is None else round(first_s, 2),
+    }
+    return Outcome(
+        scenario="fanout",
+        title="fan-out",
+        figure=figure,
+        anchor={
+            "what": "computed: children one after another, and OpenClaw's lane of 8",
+            "sequentialS": sequential_s,
+            "openclawLane8S": lane_s,
+        },
+        ratio=ratio(lane_s, total_s),
+        ratio_text="speed-up over the lane of 8",
+        target=f"≤ {TARGET_S:g} s",
+        passed=total_s <= TARGET_S,
+        figure_text=f"{count}/{n} announced in {total_s:.1f} s (spawn call {spawn_s:.1f} s)",
+        anchor_text=f"{sequential_s:.0f} s sequential, {lane_s:.1f} s lane of 8",
+        parameters={
+            "subagents": n,
+            "modelLatencyS": MODEL_LATENCY_S,
+            "model": "fake OpenAI-compatible server via models.providers (subagents.model)",
+            "workers": 1,
+            "workerConcurrency": concurrency,
+            "spawn": "one sessions_spawn call over /tools/invoke, tasks=[...], join=each",
+            "counted": "announce messages appended to the requester's transcript",
+        },
+        checks={
+            "accepted": accepted,
+            "allAnnounced": count == n,
+            "allOk": statuses.get("ok", 0) == n,
+        },
+        notes=[] if accepted else [f"spawn refused: {result}"],
+    )
+
+
+def _announce_statuses(r: Any, baseline: int) -> dict[str, int]:
+    """Children by the `Status:` line of their announce in the requester's transcript."""
+    counts: dict[str, int] = {}
+    for _, fields in r.xrange(KS.transcript(REQUESTER), min=f"({baseline}-0"):
+        message = orjson.loads(fields[b"m"])
+        status = "unknown"
+        for line in str(message.get("content", "")).splitlines():
+            if line.startswith("Status: "):
+                status = line.removeprefix("Status: ").strip()
+                break
+        counts[status] = counts.get(status, 0) + 1
+    return counts

@@ -1,0 +1,68 @@
+"""The Redis broker transport, hardened for a broker that goes away under load.
+
+With kombu's Redis transport, a worker whose broker connection drops while it holds
+unacknowledged messages tries to put them back while closing the broken connection; the
+connection is already half torn down, the attempt raises ``AttributeError``, and Celery
+treats that as unrecoverable: the worker exits instead of reconnecting (the same happens
+when a task that was running across the outage is acked or rejected after the worker
+reconnected). Here restore, ack and reject of a message whose connection is gone are
+skipped. Nothing is lost: the messages stay in the
+broker's unacked set (restored after the visibility timeout), and the product does not
+wait for that: lane leases recover runs, the pending-steps index recovers flow steps and
+the due index recovers deliveries (``switchboard.shared.runtime.sweeper``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kombu.transport import redis as kombu_redis
+
+log = logging.getLogger("switchboard.worker")
+
+
+class QoS(kombu_redis.QoS):
+    """Redis ack emulation that leaves messages alone once their connection is gone."""
+
+    def _connection_gone(self) -> bool:
+        connection = self.channel.connection
+        return connection is None or connection.client is None
+
+    def restore_unacked(self, client: Any = None) -> None:
+        """Put unacked messages back, unless the connection is gone (then leave them)."""
+        if self._connection_gone():
+            log.warning(
+                "broker connection lost with %d unacknowledged message(s); the recovery "
+                "sweep takes them over",
+                len(self._delivered),
+            )
+            self._delivered.clear()
+            return
+        super().restore_unacked(client)  # type: ignore[no-untyped-call]
+
+    def ack(self, delivery_tag: Any) -> None:
+        """Acknowledge, unless the message came over a connection that is gone."""
+        if self._connection_gone():
+            self._delivered.pop(delivery_tag, None)
+            return
+        super().ack(delivery_tag)  # type: ignore[no-untyped-call]
+
+    def reject(self, delivery_tag: Any, requeue: bool = False) -> None:
+        """Reject, unless the message came over a connection that is gone."""
+        if self._connection_gone():
+            self._delivered.pop(delivery_tag, None)
+            return
+        super().reject(delivery_tag, requeue=requeue)  # type: ignore[no-untyped-call]
+
+
+class Channel(kombu_redis.Channel):
+    """The Redis channel with the tolerant QoS."""
+
+    QoS = QoS
+
+
+class Transport(kombu_redis.Transport):
+    """The Redis transport with the tolerant channel (``broker_transport``)."""
+
+    Channel = Channel

@@ -1,0 +1,363 @@
+"""The fault tests' kit: the product's own processes (`switchboard worker | beat | api`) as
+subprocesses on one Redis, and the checks that prove nothing was lost or doubled.
+
+Every process runs in its own process group; the tests kill, stop and restart them on
+purpose. Timings are short (lane lease 2 s, sweep every 0.5 s) so recovery is quick.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+
+from switchboard.shared.config import Settings, parse_config
+from switchboard.shared.delivery import records as delivery_records
+from switchboard.shared.flows.a2a_flow import get_flow
+from switchboard.shared.flows.spawns import SpawnRecords
+from switchboard.shared.services import Services
+from switchboard.shared.store import codec
+from switchboard.shared.store.runs import RunRecord
+from switchboard.shared.store.scripts import as_text
+from switchboard.testing.webhook_receiver import WebhookReceiver
+from switchboard.wiring import build_services
+from switchboard.workers.app import create_celery_app
+from switchboard.workers.queue import CeleryQueue
+
+TOKEN = "faults-token"
+LANE_LEASE_S = 2
+SWEEP_INTERVAL_S = 0.5
+# The chat channel every announce in these tests goes to (a webhook on loopback).
+CHANNEL = "relay"
+
+
+def free_port() -> int:
+    """A free loopback port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def base_config(webhook_url: str) -> dict[str, Any]:
+    """Every session visible to its agent, announces to a webhook, fast delivery retries."""
+    return {
+        "tools": {"sessions": {"visibility": "agent"}},
+        "channels": {CHANNEL: {"webhook": {"url": webhook_url}}},
+        "delivery": {"maxAttempts": 4, "backoffBaseS": 0.3, "backoffMaxS": 1, "timeoutS": 1},
+        "session": {"agentToAgent": {"maxPingPongTurns": 2}},
+        "agents": {"defaults": {"subagents": {"maxChildrenPerAgent": 10}}},
+    }
+
+
+def merged(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``extra`` laid over ``base``, nested objects merged."""
+    out = copy.deepcopy(dict(base))
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def wait_until(
+    check: Callable[[], Any],
+    timeout_s: float,
+    what: str,
+    every_s: float = 0.1,
+    state: Callable[[], Any] | None = None,
+) -> Any:
+    """Poll ``check`` until it returns something truthy; fail naming ``what`` (and showing
+    ``state()``) after the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            shown = f"; state: {state()}" if state is not None else ""
+            raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}{shown}")
+        time.sleep(every_s)
+
+
+@dataclass
+class Proc:
+    """One started `switchboard <command>` and its log file."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def alive(self) -> bool:
+        """Still running."""
+        return self.popen.poll() is None
+
+    def output(self) -> str:
+        """Everything it logged so far."""
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+@dataclass
+class Cluster:
+    """The product's processes on one Redis, with test-side services for the checks."""
+
+    redis_url: str
+    workdir: Path
+    config: dict[str, Any]
+    env_extra: dict[str, str] = field(default_factory=dict)
+    procs: list[Proc] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.config_path = self.workdir / "config.json"
+        self.config_path.write_text(json.dumps(self.config))
+        self.settings = Settings(
+            redis_url=self.redis_url,
+            token=TOKEN,
+            data_dir=self.workdir / "data",
+            sweep_interval_s=SWEEP_INTERVAL_S,
+            lane_lease_s=LANE_LEASE_S,
+        )
+        self.services: Services = build_services(
+            self.settings,
+            queue=CeleryQueue(create_celery_app(self.settings)),
+            config=parse_config(self.config),
+        )
+
+    # -- processes ------------------------------------------------------------------------
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment every process of the cluster gets."""
+        return {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "SWITCHBOARD_REDIS_URL": self.redis_url,
+            "SWITCHBOARD_TOKEN": TOKEN,
+            "SWITCHBOARD_DATA_DIR": str(self.workdir / "data"),
+            "SWITCHBOARD_CONFIG": str(self.config_path),
+            "SWITCHBOARD_LANE_LEASE_S": str(LANE_LEASE_S),
+            "SWITCHBOARD_SWEEP_INTERVAL_S": str(SWEEP_INTERVAL_S),
+            "SWITCHBOARD_LOG_LEVEL": "INFO",
+            **self.env_extra,
+        }
+
+    def start(self, name: str, *args: str) -> Proc:
+        """Start `switchboard <args>` in its own process group, logging to a file."""
+        log = self.workdir / f"{len(self.procs):02d}-{name}.log"
+        with log.open("wb") as out:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "switchboard", *args],
+                env=self.env,
+                cwd=self.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        proc = Proc(name, popen, log)
+        self.procs.append(proc)
+        return proc
+
+    def worker(self, concurrency: int = 32) -> Proc:
+        """A worker, returned once it consumes (its startup sweep has run)."""
+        proc = self.start("worker", "worker", "--concurrency", str(concurrency))
+        wait_until(lambda: self._ready(proc, " ready."), 60, "the worker to be ready", 0.2)
+        return proc
+
+    def beat(self) -> Proc:
+        """Celery beat scheduling the recovery sweep every SWEEP_INTERVAL_S."""
+        return self.start("beat", "beat")
+
+    def api(self, port: int | None = None) -> tuple[Proc, str]:
+        """`switchboard api` on a loopback port, returned once /healthz answers."""
+        port = port or free_port()
+        proc = self.start("api", "api", "--host", "127.0.0.1", "--port", str(port))
+        url = f"http://127.0.0.1:{port}"
+
+        def healthy() -> bool:
+            assert proc.alive(), f"api exited:\n{proc.output()[-3000:]}"
+            try:
+                return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(healthy, 60, "the api to answer /healthz", 0.2)
+        return proc, url
+
+    def _ready(self, proc: Proc, marker: str) -> bool:
+        assert proc.alive(), f"{proc.name} exited:\n{proc.output()[-3000:]}"
+        return marker in proc.output()
+
+    def kill(self, proc: Proc) -> None:
+        """SIGKILL the process and everything in its group (no cleanup runs)."""
+        if proc.alive():
+            os.killpg(proc.popen.pid, signal.SIGKILL)
+        proc.popen.wait(10)
+
+    def stop(self, proc: Proc, timeout_s: float = 20) -> None:
+        """SIGTERM (a graceful stop), SIGKILL after ``timeout_s``."""
+        if proc.alive():
+            os.killpg(proc.popen.pid, signal.SIGTERM)
+            try:
+                proc.popen.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill(proc)
+
+    def stop_all(self) -> None:
+        """Kill whatever still runs."""
+        for proc in self.procs:
+            if proc.alive():
+                self.kill(proc)
+
+    def logs(self, tail: int = 4000) -> str:
+        """The end of every process log (for failure messages)."""
+        return "\n".join(f"--- {p.log.name}\n{p.output()[-tail:]}" for p in self.procs)
+
+    # -- state ------------------------------------------------------------------------
+    @property
+    def redis(self) -> redis.Redis:
+        """The test-side Redis client."""
+        return self.services.store.redis
+
+    def _keys(self, pattern: str) -> list[str]:
+        return sorted(as_text(k) for k in self.redis.scan_iter(match=pattern, count=1000))
+
+    def run_ids(self) -> list[str]:
+        """Every run recorded."""
+        prefix = self.services.store.ks.run("")
+        return [k[len(prefix) :] for k in self._keys(f"{prefix}*") if not k.endswith(":waiters")]
+
+    def runs(self) -> list[RunRecord]:
+        """Every run record."""
+        found = self.services.store.runs.get_many(self.run_ids())
+        return [r for r in found if r is not None]
+
+    def run_hash(self, run_id: str) -> dict[str, str]:
+        """A run's raw fields (userSeq is not on RunRecord)."""
+        return codec.decode_hash(self.redis.hgetall(self.services.store.ks.run(run_id)))
+
+    def flows(self) -> list[dict[str, Any]]:
+        """Every reply-back flow, as flows.get shows it."""
+        prefix = self.services.store.ks.flow("")
+        ids = [k[len(prefix) :] for k in self._keys(f"{prefix}*")]
+        return [f for f in (get_flow(self.services, i) for i in ids) if f is not None]
+
+    def spawns(self) -> list[dict[str, Any]]:
+        """Every spawn record's fields."""
+        prefix = self.services.store.ks.spawn("")
+        records = SpawnRecords(self.services)
+        found = records.get_many([k[len(prefix) :] for k in self._keys(f"{prefix}*")])
+        return [dict(r.fields) for r in found if r is not None]
+
+    def batches(self) -> list[dict[str, Any]]:
+        """Every batch record's fields."""
+        prefix = self.services.store.ks.batch("")
+        ids = [k[len(prefix) :] for k in self._keys(f"{prefix}*") if not k.endswith(":done")]
+        records = SpawnRecords(self.services)
+        return [dict(b.fields) for b in (records.get_batch(i) for i in ids) if b is not None]
+
+    def deliveries(self) -> list[dict[str, Any]]:
+        """Every delivery record."""
+        prefix = self.services.store.ks.delivery("")
+        ids = [k[len(prefix) :] for k in self._keys(f"{prefix}*")]
+        found = (delivery_records.get(self.services, i) for i in ids)
+        return [d for d in found if d is not None]
+
+
+# -- the checks -------------------------------------------------------------------------------
+
+
+def count_by(values: Iterator[Any] | list[Any]) -> dict[Any, int]:
+    """A plain dict of counts (readable in assertion messages)."""
+    return dict(Counter(values))
+
+
+def assert_transcripts_exact(cluster: Cluster, runs: list[RunRecord]) -> int:
+    """Every session's transcript is exactly its runs' turns plus its announces, once each.
+
+    Sequence numbers run 1..n without gaps. Each run owns the block from its user message
+    (``userSeq``) to the next user message: ``[user, assistant]`` for a plain answer, or
+    ``[user, assistant(k toolCalls), k toolResults, assistant]`` when it called k tools;
+    the user text is the run's message and the last assistant text is the run's reply.
+    Every other user message is a sub-agent announce, each spawn or batch at most once.
+    Returns how many messages were checked."""
+    by_session: dict[str, list[RunRecord]] = {}
+    for run in runs:
+        by_session.setdefault(run.session_key, []).append(run)
+    checked = 0
+    for session, session_runs in by_session.items():
+        transcript = cluster.services.store.transcripts.all(session)
+        if not transcript and all(r.status != "ok" for r in session_runs):
+            continue  # e.g. an archived sub-agent session: checked through its export
+        checked += len(transcript)
+        _assert_one_transcript(cluster, session, transcript, session_runs)
+    return checked
+
+
+def _assert_one_transcript(
+    cluster: Cluster, session: str, transcript: list[dict[str, Any]], runs: list[RunRecord]
+) -> None:
+    seqs = [m["__openclaw"]["seq"] for m in transcript]
+    assert seqs == list(range(1, len(transcript) + 1)), f"{session}: sequence {seqs}"
+    owner: dict[int, RunRecord] = {}
+    for run in runs:
+        user_seq = cluster.run_hash(run.run_id).get("userSeq")
+        assert user_seq, f"{session}: run {run.run_id} never appended its message"
+        assert int(user_seq) not in owner, f"{session}: two runs share user message {user_seq}"
+        owner[int(user_seq)] = run
+    starts = [i for i, m in enumerate(transcript) if m["role"] == "user"]
+    announces = []
+    for n, start in enumerate(starts):
+        end = starts[n + 1] if n + 1 < len(starts) else len(transcript)
+        block = transcript[start:end]
+        run = owner.pop(start + 1, None)
+        if run is None:
+            provenance = block[0].get("provenance") or {}
+            assert provenance.get("sourceTool") == "subagent_announce", (
+                f"{session}: user message {start + 1} belongs to no run: {block[0]}"
+            )
+            assert len(block) == 1, f"{session}: an announce followed by {block[1:]}"
+            announces.append(block[0]["content"])
+            continue
+        _assert_run_block(session, run, block)
+    assert not owner, f"{session}: runs without their user message: {list(owner.values())}"
+    repeated = [text for text, n in Counter(announces).items() if n > 1]
+    assert not repeated, f"{session}: announce appended more than once: {repeated}"
+
+
+def _assert_run_block(session: str, run: RunRecord, block: list[dict[str, Any]]) -> None:
+    where = f"{session} run {run.run_id} (attempt {run.attempt})"
+    assert run.message is not None and block[0]["content"] == run.message["content"], where
+    roles = [m["role"] for m in block]
+    calls = [
+        b for b in (block[1]["content"] if len(block) > 1 else []) if b.get("type") == "toolCall"
+    ]
+    k = len(calls)
+    expected = ["user", "assistant"] if k == 0 else ["user", "assistant"] + ["toolResult"] * k
+    if k:
+        expected.append("assistant")
+    assert roles == expected, f"{where}: roles {roles}"
+    result_ids = [m["toolCallId"] for m in block if m["role"] == "toolResult"]
+    assert result_ids == [c["id"] for c in calls], f"{where}: tool results {result_ids}"
+    last = block[-1]
+    texts = [b["text"] for b in last["content"] if b.get("type") == "text"]
+    assert "".join(texts) == (run.reply or ""), f"{where}: reply {texts} vs {run.reply!r}"
+
+
+def idempotency_counts(webhook: WebhookReceiver) -> Counter[str]:
+    """How often each Idempotency-Key reached the receiver (2xx answers only)."""
+    return Counter(
+        r.headers.get("idempotency-key", "") for r in webhook.received if 200 <= r.status < 300
+    )

@@ -1,0 +1,199 @@
+"""`GET /metrics` end to end: runs, a reply-back flow and a spawn on a real worker, then a
+scrape of the real api parsed with prometheus_client's own parser."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from celery import Celery
+from prometheus_client.parser import text_string_to_metric_families
+
+from switchboard.shared.delivery import records
+from switchboard.shared.flows.a2a_flow import get_flow
+from switchboard.shared.flows.spawns import SpawnRecords
+from switchboard.shared.services import Services
+from switchboard.testing.calls import invoke, wait_until
+from switchboard.testing.webhook_receiver import WebhookReceiver
+
+pytestmark = pytest.mark.integration
+
+ROOM = "agent:main:relay:group:room1"
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+@pytest.fixture
+def webhook() -> Iterator[WebhookReceiver]:
+    """The `relay` channel's webhook receiver."""
+    with WebhookReceiver() as receiver:
+        yield receiver
+
+
+@pytest.fixture
+def config_data(webhook: WebhookReceiver) -> dict[str, Any]:
+    """A `relay` webhook channel, two reply-back rounds, same-agent visibility."""
+    return {
+        "tools": {"sessions": {"visibility": "agent"}},
+        "channels": {"relay": {"webhook": {"url": webhook.url}}},
+        "session": {"agentToAgent": {"maxPingPongTurns": 2}},
+    }
+
+
+def scrape(client: httpx.Client) -> Samples:
+    """Every sample of a scrape, keyed by (sample name, labels)."""
+    resp = client.get("/metrics")
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["content-type"].startswith("text/plain; version=0.0.4")
+    out: Samples = {}
+    for family in text_string_to_metric_families(resp.text):
+        for sample in family.samples:
+            out[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return out
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    """One sample's value (0 when the series is absent)."""
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def settled(services: Services, delivery_id: str | None) -> bool:
+    """Whether a delivery reached a final status."""
+    found = records.get(services, delivery_id) if delivery_id else None
+    return found is not None and found["status"] in records.TERMINAL_STATUSES
+
+
+def test_metrics_need_the_token(api_url: str) -> None:
+    """/metrics answers 401 without the bearer token or with a wrong one."""
+    assert httpx.get(f"{api_url}/metrics").status_code == 401
+    wrong = {"Authorization": "Bearer not-the-token"}
+    assert httpx.get(f"{api_url}/metrics", headers=wrong).status_code == 401
+
+
+def test_counts_runs_rounds_announces_and_deliveries_exactly(
+    worker: Any,
+    client: httpx.Client,
+    rpc: Callable[..., Any],
+    services: Services,
+    webhook: WebhookReceiver,
+) -> None:
+    """One ok run, one failed run, a two-round send with its announce, and a spawn."""
+    ok = rpc("agent", sessionKey="main", message="hello")
+    assert rpc("agent.wait", runId=ok["runId"], timeoutMs=20_000)["status"] == "ok"
+    bad = rpc("agent", sessionKey="hook:bad", message="/fail boom")
+    assert rpc("agent.wait", runId=bad["runId"], timeoutMs=20_000)["status"] == "error"
+
+    sent = invoke(client, "sessions_send", sessionKey=ROOM, message="/reply hi", timeoutSeconds=20)
+    assert sent["status"] == "ok"
+    flow = wait_until(
+        lambda: (f := get_flow(services, sent["flowId"])) and f["status"] == "done" and f,
+        "the reply-back flow",
+    )
+    assert [r["turn"] for r in flow["rounds"]] == [0, 1, 2]
+    wait_until(lambda: settled(services, flow["announce"].get("deliveryId")), "a2a delivery")
+    assert len(webhook.received) == 1
+
+    spawned = invoke(client, "sessions_spawn", task="go\n/reply child done")
+    spawn_id = str(services.store.runs.get(spawned["runId"]).meta["spawnId"])  # type: ignore[union-attr]
+    spawn = wait_until(
+        lambda: (s := SpawnRecords(services).get(spawn_id)) and s.get("status") == "done" and s,
+        "the spawn's announce",
+    )
+    wait_until(lambda: settled(services, spawn.get("deliveryId")), "the announce delivery")
+
+    samples = wait_until(
+        lambda: (
+            (s := scrape(client))
+            and value(s, "switchboard_queue_depth", queue="sb.flows") == 0
+            and s
+        ),
+        "the queues to drain",
+    )
+    runs = 1 + 1 + 4 + 1  # ok, error, (primary, round 1, round 2, announce), child
+    assert value(samples, "switchboard_runs_started_total") == runs
+    assert value(samples, "switchboard_runs_ended_total", status="ok") == runs - 1
+    assert value(samples, "switchboard_runs_ended_total", status="error") == 1
+    assert value(samples, "switchboard_runs_ended_total", status="timeout") == 0
+    assert value(samples, "switchboard_run_duration_seconds_count") == runs
+    assert value(samples, "switchboard_run_duration_seconds_bucket", le="+Inf") == runs
+    assert 0 < value(samples, "switchboard_run_duration_seconds_sum") < 60
+    buckets = sorted(
+        (float(dict(labels)["le"]), v)
+        for (name, labels), v in samples.items()
+        if name == "switchboard_run_duration_seconds_bucket"
+    )
+    assert [v for _, v in buckets] == sorted(v for _, v in buckets)  # cumulative
+    assert value(samples, "switchboard_a2a_rounds_total") == 2
+    assert value(samples, "switchboard_announces_total", kind="a2a", outcome="delivered") == 1
+    assert value(samples, "switchboard_announces_total", kind="subagent", outcome="delivered") == 1
+    assert value(samples, "switchboard_deliveries_total", outcome="delivered") == 2
+    assert value(samples, "switchboard_deliveries_total", outcome="failed") == 0
+    assert value(samples, "switchboard_parked_runs") == 0
+    assert value(samples, "switchboard_active_runs") == 0
+    for queue in ("sb.runs", "sb.flows", "sb.sweep"):
+        assert value(samples, "switchboard_queue_depth", queue=queue) == 0
+
+
+def test_skipped_announce_and_failed_delivery_are_counted_by_outcome(
+    worker: Any, client: httpx.Client, services: Services, webhook: WebhookReceiver
+) -> None:
+    """A child answering ANNOUNCE_SKIP counts `skipped`; a webhook refusing counts `failed`."""
+    spawned = invoke(client, "sessions_spawn", task="go\n/reply ANNOUNCE_SKIP")
+    spawn_id = str(services.store.runs.get(spawned["runId"]).meta["spawnId"])  # type: ignore[union-attr]
+    spawn = wait_until(
+        lambda: (s := SpawnRecords(services).get(spawn_id)) and s.get("status") == "done" and s,
+        "the spawn to finish",
+    )
+    assert spawn.get("announce") == "skipped"
+    webhook.respond(400)  # a permanent error: failed at once, no retry
+    sent = invoke(client, "sessions_send", sessionKey=ROOM, message="/reply x", timeoutSeconds=0)
+    flow = wait_until(
+        lambda: (f := get_flow(services, sent["flowId"])) and f["status"] == "done" and f,
+        "the reply-back flow",
+    )
+    wait_until(lambda: settled(services, flow["announce"].get("deliveryId")), "the delivery")
+    samples = scrape(client)
+    assert value(samples, "switchboard_announces_total", kind="subagent", outcome="skipped") == 1
+    assert value(samples, "switchboard_announces_total", kind="subagent", outcome="delivered") == 0
+    assert value(samples, "switchboard_announces_total", kind="a2a", outcome="delivered") == 1
+    assert value(samples, "switchboard_deliveries_total", outcome="failed") == 1
+    assert value(samples, "switchboard_deliveries_total", outcome="delivered") == 0
+
+
+def test_queue_depths_sum_every_priority_list(
+    client: httpx.Client, rpc: Callable[..., Any], celery_app: Celery
+) -> None:
+    """Without a worker, queued messages show per queue, high-priority lists included."""
+    rpc("agent", sessionKey="hook:one", message="hi")
+    rpc("agent", sessionKey="hook:two", message="hi")
+    celery_app.send_task("switchboard.deliver", args=["none"], queue="sb.flows", priority=9)
+    samples = scrape(client)
+    assert value(samples, "switchboard_queue_depth", queue="sb.runs") == 2
+    assert value(samples, "switchboard_queue_depth", queue="sb.flows") == 1
+    assert value(samples, "switchboard_queue_depth", queue="sb.sweep") == 0
+    assert value(samples, "switchboard_runs_started_total") == 0
+
+
+def test_parked_waits_are_a_gauge(
+    worker: Any, client: httpx.Client, rpc: Callable[..., Any], services: Services
+) -> None:
+    """A run parked on a waiting sessions_send shows as parked until its target ends."""
+    args = {"sessionKey": "hook:inner", "message": "/sleep 2\n/reply inner", "timeoutSeconds": 10}
+    caller = rpc("agent", sessionKey="main", message="/tool sessions_send " + json.dumps(args))
+    wait_until(
+        lambda: (r := services.store.runs.get(caller["runId"])) and r.status == "parked",
+        "the caller to park",
+    )
+    assert value(scrape(client), "switchboard_parked_runs") == 1
+    assert rpc("agent.wait", runId=caller["runId"], timeoutMs=20_000)["status"] == "ok"
+    samples = scrape(client)
+    assert value(samples, "switchboard_parked_runs") == 0
+    # Both runs took about two seconds (the caller's time parked included); the reply-back
+    # flow's own short runs may or may not have ended by now, and all fall under 1 s.
+    bucket = "switchboard_run_duration_seconds_bucket"
+    under_1s = value(samples, bucket, le="1.0")
+    assert value(samples, bucket, le="5.0") - under_1s == 2
+    assert value(samples, bucket, le="+Inf") - under_1s == 2
+    assert 3.5 < value(samples, "switchboard_run_duration_seconds_sum") < 10

@@ -1,0 +1,225 @@
+"""The one-round-trip store steps: start, claim, finish, paged listing, and the waiter."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
+import redis.asyncio as aioredis
+
+from switchboard.shared.gateway.agent import RunRequest, start_run
+from switchboard.shared.services import Services
+from switchboard.shared.store.runs import NewRun, RunRecord
+from switchboard.shared.store.sessions import IndexCursor
+from switchboard.shared.store.waiter import RunWaiter
+
+pytestmark = pytest.mark.integration
+
+
+def _new_run(run_id: str, key: str, text: str = "hi") -> NewRun:
+    return NewRun(
+        run_id=run_id,
+        session_key=key,
+        message={"role": "user", "content": text, "timestamp": 1},
+        timeout_s=30,
+    )
+
+
+def test_start_creates_the_session_and_records_the_run_in_one_step(services: Services) -> None:
+    runs, sessions = services.store.runs, services.store.sessions
+    key = "agent:main:fast-start"
+    first = runs.start(_new_run("run-a", key), on_create={"chatType": "direct"})
+    assert first.took_lane and first.session_created and first.existing_run_id is None
+    entry = sessions.get(key)
+    assert entry is not None and entry.session_id == first.session_id
+    assert entry.get("chatType") == "direct"
+    assert sessions.key_for_session_id(first.session_id) == key
+    assert [
+        k for k, _ in sessions.recent_keys(agent_ids=None, kinds=None, min_updated_ms=None, limit=5)
+    ] == [key]
+    # A second run queues behind the lane holder; the entry is not created again.
+    second = runs.start(_new_run("run-b", key))
+    assert not second.took_lane and not second.session_created
+    assert second.session_id == first.session_id
+    assert runs.lane_holder(key) == "run-a" and runs.lane_queue(key) == ["run-b"]
+    rec = runs.get("run-b")
+    assert (
+        rec is not None
+        and rec.status == "queued"
+        and rec.message
+        == {
+            "role": "user",
+            "content": "hi",
+            "timestamp": 1,
+        }
+    )
+
+
+def test_start_with_a_known_idempotency_key_records_nothing(services: Services) -> None:
+    runs = services.store.runs
+    key = "agent:main:fast-idem"
+    assert runs.start(_new_run("run-1", key), idempotency_key="k").existing_run_id is None
+    again = runs.start(_new_run("run-2", key), idempotency_key="k")
+    assert again.existing_run_id == "run-1" and not again.took_lane
+    assert runs.get("run-2") is None
+    assert runs.lane_queue(key) == []
+
+
+def test_gateway_dedupes_on_the_fast_path(services: Services) -> None:
+    services.queue = _NullQueue()
+    req = RunRequest(session_key="agent:main:fast-gw", message="hello", idempotency_key="x")
+    first = start_run(services, req)
+    second = start_run(services, req)
+    assert second == {"runId": first["runId"], "status": "accepted", "deduplicated": True}
+
+
+def test_claim_answers_the_run_the_session_and_the_history(services: Services) -> None:
+    runs = services.store.runs
+    key = "agent:main:fast-claim"
+    runs.start(_new_run("run-c", key, "first"), on_create={"spawnDepth": 2})
+    claim = runs.claim("run-c", key, history=10)
+    assert not isinstance(claim, str)
+    assert claim.run is not None and claim.run.status == "running" and claim.run.attempt == 1
+    assert claim.session is not None and claim.session["spawnDepth"] == "2"
+    assert [m["content"] for m in claim.history or []] == ["first"]
+    assert claim.history and claim.history[0]["__openclaw"] == {"seq": 1}
+    # Claimed once: a second claim is refused with the reason.
+    assert runs.claim("run-c", key) == "skip:running"
+    # A run enqueued under another key is claimed under its own.
+    runs.start(_new_run("run-d", "agent:main:other"))
+    moved = runs.claim("run-d", key)
+    assert not isinstance(moved, str) and moved.run is not None
+    assert moved.run.session_key == "agent:main:other"
+    assert runs.claim("no-such-run", key) == "missing:"
+
+
+def test_finish_answers_the_ended_run(services: Services) -> None:
+    runs = services.store.runs
+    key = "agent:main:fast-finish"
+    runs.start(_new_run("run-e", key))
+    claim = runs.claim("run-e", key)
+    assert not isinstance(claim, str)
+    res = runs.finish("run-e", key, claim.attempt, status="ok", reply="done")
+    assert res.applied and res.run is not None
+    assert res.run.status == "ok" and res.run.reply == "done" and res.run.ended_at_ms
+
+
+def test_recent_page_walks_deep_pages_through_ties(services: Services) -> None:
+    sessions = services.store.sessions
+    ks = services.store.ks
+    # 25 sessions, scores in groups of 4 equal ones (ties across page ends).
+    expected = []
+    pipe = services.store.redis.pipeline()
+    for i in range(25):
+        key = f"agent:main:page-{i:02d}"
+        score = 1_000 - i // 4
+        pipe.zadd(ks.updated_all, {key: score})
+        expected.append((key, score))
+    pipe.execute()
+    expected.sort(key=lambda pair: (-pair[1], pair[0]))
+    seen: list[tuple[str, int]] = []
+    cursor: IndexCursor | None = None
+    pages = 0
+    while True:
+        page, cursor = sessions.recent_page(
+            agent_ids=None, kinds=None, min_updated_ms=None, limit=3, after=cursor
+        )
+        seen += page
+        pages += 1
+        if cursor is None:
+            break
+        assert pages < 20
+    assert sorted(seen, key=lambda p: (-p[1], p[0])) == expected
+    assert len({k for k, _ in seen}) == 25
+    assert [s for _, s in seen] == sorted((s for _, s in seen), reverse=True)
+    # A lower bound on the score stops the walk early.
+    page, cursor = sessions.recent_page(agent_ids=None, kinds=None, min_updated_ms=999, limit=50)
+    assert len(page) == 8 and cursor is None
+
+
+def test_waiter_answers_from_the_run_ended_message(services: Services, redis_url: str) -> None:
+    runs = services.store.runs
+    key = "agent:main:fast-wait"
+
+    async def scenario() -> tuple[RunRecord | None, RunRecord | None, int]:
+        client = aioredis.Redis.from_url(redis_url)
+        waiter = RunWaiter(client, services.store.ks)
+        await waiter.start()
+        fetches = 0
+
+        async def counting_fetch(run_id: str) -> RunRecord | None:
+            nonlocal fetches
+            fetches += 1
+            return await waiter.fetch(run_id)
+
+        try:
+            loop = asyncio.get_running_loop()
+            since = loop.time()
+            runs.start(_new_run("run-w", key))
+
+            def end_later() -> None:
+                time.sleep(0.2)
+                claim = runs.claim("run-w", key)
+                assert not isinstance(claim, str)
+                runs.finish("run-w", key, claim.attempt, status="ok", reply="pong")
+
+            threading.Thread(target=end_later).start()
+            woken = await waiter.wait("run-w", 10, counting_fetch, since=since)
+            # Ended before this wait began: answered from the runs ended lately.
+            again = await waiter.wait("run-w", 10, counting_fetch, since=since)
+            return woken, again, fetches
+        finally:
+            await waiter.stop()
+            await client.aclose()
+
+    woken, again, fetches = asyncio.run(scenario())
+    assert woken is not None and woken.status == "ok" and woken.reply == "pong"
+    assert again is not None and again.reply == "pong"
+    assert fetches == 0
+
+
+def test_waiter_reads_state_for_runs_it_did_not_see_start(
+    services: Services, redis_url: str
+) -> None:
+    runs = services.store.runs
+    key = "agent:main:fast-old"
+    runs.start(_new_run("run-old", key))
+    claim = runs.claim("run-old", key)
+    assert not isinstance(claim, str)
+    runs.finish("run-old", key, claim.attempt, status="error", error="boom")
+
+    async def scenario() -> tuple[RunRecord | None, RunRecord | None]:
+        client = aioredis.Redis.from_url(redis_url)
+        waiter = RunWaiter(client, services.store.ks)
+        await waiter.start()
+        try:
+            ended = await waiter.wait("run-old", 5)
+            pending_since = asyncio.get_running_loop().time()
+            runs.start(_new_run("run-open", key))
+            open_run = await waiter.wait("run-open", 0.3, since=pending_since)
+            return ended, open_run
+        finally:
+            await waiter.stop()
+            await client.aclose()
+
+    ended, open_run = asyncio.run(scenario())
+    assert ended is not None and ended.status == "error" and ended.error == "boom"
+    # Not ended by the deadline: the current state is read and answered.
+    assert open_run is not None and open_run.status == "queued"
+
+
+class _NullQueue:
+    def enqueue_run(self, run_id: str, session_key: str) -> None:
+        return None
+
+    def enqueue_runs(self, runs: Sequence[tuple[str, str]]) -> None:
+        return None
+
+    def enqueue_resume(self, run_id: str, session_key: str) -> None:
+        return None
+
+    def enqueue(self, task: str, *args: str, countdown_s: float | None = None) -> None:
+        return None

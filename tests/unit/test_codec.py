@@ -1,0 +1,28 @@
+"""Hash-field encoding: JSON that never fails on what a model may put in a tool call."""
+
+from __future__ import annotations
+
+import pytest
+
+from switchboard.shared.store import codec
+
+pytestmark = pytest.mark.unit
+
+
+def test_integers_beyond_64_bits_are_written_not_refused() -> None:
+    """A tool call with a huge integer (models do produce them) must not crash the run's end."""
+    message = {"role": "assistant", "content": [{"type": "toolCall", "arguments": {"n": 2**70}}]}
+    text = codec.dumps(message)
+    assert '"n":1180591620717411303424' in text
+    assert codec.loads(text)["content"][0]["arguments"]["n"] == pytest.approx(2.0**70)
+
+
+def test_the_fallback_writes_non_finite_floats_as_null_like_the_fast_path() -> None:
+    value = {"big": -(2**80), "nan": float("nan"), "inf": [float("inf")], "t": (1, "x")}
+    assert codec.loads(codec.dumps(value)) == {
+        "big": pytest.approx(-(2.0**80)),
+        "nan": None,
+        "inf": [None],
+        "t": [1, "x"],
+    }
+    assert codec.dumps({"nan": float("nan")}) == '{"nan":null}'
