@@ -155,7 +155,6 @@ def worker(config: ConfigOpt = None, concurrency: ConcurrencyOpt = 128) -> None:
         [
             *_celery_quiet(settings),
             "worker",
-            "--pool=threads",
             f"--concurrency={concurrency}",
             f"--queues={','.join(ALL_QUEUES)}",
             f"--loglevel={settings.log_level}",

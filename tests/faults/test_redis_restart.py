@@ -105,7 +105,8 @@ def test_redis_restart_under_load_degrades_to_503_then_resumes(
     )
     runs = [r for r in cluster.services.store.runs.get_many(acknowledged) if r is not None]
     assert len(runs) == len(acknowledged)
-    assert count_by(r.status for r in runs) == {"ok": len(acknowledged)}
+    failed = [(r.run_id, r.status, r.error) for r in runs if r.status != "ok"]
+    assert not failed, f"runs that did not end ok: {failed}"
     for i in range(SESSIONS):
         transcript = cluster.services.store.transcripts.all(f"agent:main:load-{i}")
         assert [m["role"] for m in transcript] == ["user", "assistant"] * RUNS_PER_SESSION

@@ -18,6 +18,7 @@ from switchboard.api.app import create_app
 from switchboard.shared.config import Settings, SwitchboardConfig, parse_config
 from switchboard.shared.services import Services
 from switchboard.workers.app import create_celery_app
+from switchboard.workers.pool import TaskPool
 
 TOKEN = "test-token"
 
@@ -72,10 +73,10 @@ def services(celery_app: Celery, settings: Settings, config: SwitchboardConfig) 
 
 @pytest.fixture
 def worker(celery_app: Celery, services: Services) -> Iterator[Any]:
-    """A real Celery worker (threads pool) consuming from the private Redis."""
+    """A real Celery worker (the product's threads pool) consuming from the private Redis."""
     with start_worker(
         celery_app,
-        pool="threads",
+        pool=TaskPool,
         concurrency=16,
         perform_ping_check=False,
         loglevel="WARNING",

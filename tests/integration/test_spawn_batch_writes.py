@@ -22,6 +22,7 @@ from switchboard.shared.services import Services
 from switchboard.shared.tools.registry import ToolContext
 from switchboard.shared.tools.sessions_spawn import sessions_spawn
 from switchboard.workers.app import RUNS_QUEUE
+from switchboard.workers.queue import RUNS_PER_MESSAGE
 
 pytestmark = pytest.mark.integration
 
@@ -63,7 +64,8 @@ def wait_until(check: Callable[[], Any], timeout_s: float = 60, what: str = "con
 
 def test_a_batch_records_every_child_and_queues_every_run(services: Services) -> None:
     """150 children (two chunks): spawn record naming its run, session with lineage and
-    label, run holding its lane, one queued run task each, children listed in order; a
+    label, run holding its lane, every run queued once (20 to a message), children listed
+    in order; a
     label another session holds stays on the spawn record only."""
     services.store.sessions.ensure("agent:main:other")
     services.store.sessions.patch("agent:main:other", {"label": "child-7"})
@@ -96,10 +98,13 @@ def test_a_batch_records_every_child_and_queues_every_run(services: Services) ->
     assert labels[7] is None  # held by agent:main:other
     assert labels[:7] + labels[8:] == [f"child-{i}" for i in range(150) if i != 7]
     assert services.store.sessions.key_for_label("child-7") == "agent:main:other"
-    expected = [("switchboard.run", [r["runId"], r["childSessionKey"]]) for r in runs]
+    # 20 runs to a message (`switchboard.runs`), every run once, in order.
     queued = queued_runs(services)
-    assert [(task, args) for task, args, _ in queued] == expected
-    assert all(argsrepr == repr(args) for _, args, argsrepr in queued)
+    assert [task for task, _, _ in queued] == ["switchboard.runs"] * 8
+    assert [len(args[0]) for _, args, _ in queued] == [RUNS_PER_MESSAGE] * 7 + [10]
+    pairs = [pair for _, args, _ in queued for pair in args[0]]
+    assert pairs == [[r["runId"], r["childSessionKey"]] for r in runs]
+    assert all(argsrepr.startswith(f"[{len(args[0])} runs: ") for _, args, argsrepr in queued)
 
 
 @pytest.mark.parametrize(

@@ -476,6 +476,12 @@ class SwitchboardConfig(_Section):
         own = own or (entry.model_ref if entry else None)
         return own or self.agents.defaults.subagents.model or self.model_for(agent_id)
 
+    def model_refs(self) -> list[str]:
+        """Every `provider/model` the config names for its agents and their sub-agents."""
+        refs = {self.model_for(agent_id) for agent_id in self.agent_ids()}
+        refs |= {self.subagent_model_for(agent_id) for agent_id in self.agent_ids()}
+        return sorted(refs)
+
     def sandbox_for(self, agent_id: str) -> SandboxConfig:
         """The agent's sandbox settings: keys it sets itself, the defaults for the rest."""
         defaults = self.agents.defaults.sandbox

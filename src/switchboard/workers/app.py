@@ -65,9 +65,12 @@ def create_celery_app(settings: Settings | None = None) -> Celery:
         task_default_queue=FLOWS_QUEUE,
         task_routes={
             "switchboard.run": {"queue": RUNS_QUEUE},
+            "switchboard.runs": {"queue": RUNS_QUEUE},
             "switchboard.resume": {"queue": RUNS_QUEUE},
             "switchboard.sweep": {"queue": SWEEP_QUEUE},
         },
+        # Celery's threads pool, its threads started up front (workers/pool.py).
+        worker_pool="switchboard.workers.pool:TaskPool",
         worker_send_task_events=False,
         task_send_sent_event=False,
         worker_hijack_root_logger=False,

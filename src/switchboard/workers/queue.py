@@ -10,6 +10,9 @@ from celery import Celery
 
 from switchboard.workers.app import FLOWS_QUEUE, RUNS_QUEUE
 
+# Runs of a batch per message (see `CeleryQueue.enqueue_runs`).
+RUNS_PER_MESSAGE = 20
+
 
 class CeleryQueue:
     """Sends tasks by name with ids only; results are never stored."""
@@ -22,13 +25,32 @@ class CeleryQueue:
         self._send("switchboard.run", [run_id, session_key], RUNS_QUEUE)
 
     def enqueue_runs(self, runs: Sequence[tuple[str, str]]) -> None:
-        """Execute several runs over one broker connection (a batch spawn); where kombu
-        batches publishes (5.7+), they go to the broker in one pipelined round trip."""
+        """Execute several runs (a batch spawn), `RUNS_PER_MESSAGE` to a message: a worker
+        takes in a thousand sub-agents as fifty messages, not a thousand, and runs each
+        message's runs together. The messages go over one broker connection; where kombu
+        batches publishes (5.7+), in one pipelined round trip."""
         with self.app.producer_or_acquire() as producer:
             batch = getattr(producer, "batch", None)
             with batch() if batch is not None else contextlib.nullcontext():
-                for run_id, session_key in runs:
-                    self._send("switchboard.run", [run_id, session_key], RUNS_QUEUE, producer)
+                for start in range(0, len(runs), RUNS_PER_MESSAGE):
+                    chunk = [
+                        [run_id, key] for run_id, key in runs[start : start + RUNS_PER_MESSAGE]
+                    ]
+                    if len(chunk) == 1:
+                        self._send("switchboard.run", chunk[0], RUNS_QUEUE, producer)
+                    else:
+                        self._send_many(chunk, producer)
+
+    def _send_many(self, chunk: list[list[str]], producer: Any) -> None:
+        self.app.send_task(
+            "switchboard.runs",
+            args=[chunk],
+            queue=RUNS_QUEUE,
+            ignore_result=True,
+            producer=producer,
+            argsrepr=f"[{len(chunk)} runs: {chunk[0][0]}, …]",
+            kwargsrepr="{}",
+        )
 
     def enqueue_resume(self, run_id: str, session_key: str) -> None:
         """Continue a parked run."""

@@ -1,33 +1,46 @@
 """Thin Celery tasks: each loads ids, calls into the domain, and lets Redis hold the state.
 
-The worker runs the threads pool: every thread keeps one asyncio event loop for its whole
-life (model clients are bound to a loop), so one worker process keeps as many runs in
-flight as it has threads. Deadlines are enforced by the product, not by Celery.
+The worker runs the threads pool, and the runs of a worker process execute on a few event
+loops of its own (`RUN_LOOPS`): a pool thread hands its run to one and waits for the
+outcome. Model clients are bound to the loop that opened them, so a model has a client (and
+a connection pool) per loop, not one per pool thread; and a thousand runs waiting on their
+model cost a thousand idle coroutines rather than a thousand threads taking turns at the
+GIL. One worker process keeps as many runs in flight as it has pool
+threads. Deadlines are enforced by the product, not by Celery.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import itertools
 import logging
+import os
 import threading
 from collections.abc import Callable, Coroutine
+from concurrent.futures import Future, as_completed
 from functools import cache
 from typing import Any, TypeVar
 
 import redis
 from celery import Celery
-from celery.signals import worker_ready
+from celery.signals import worker_init, worker_ready, worker_shutdown
 
 from switchboard.shared.config import Settings
 from switchboard.shared.errors import Unavailable
-from switchboard.shared.runtime.executor import execute_run, resume_run
+from switchboard.shared.runtime.executor import (
+    collect_follow_ups,
+    execute_run,
+    resume_run,
+    run_follow_up,
+)
+from switchboard.shared.runtime.models import close_clients, preload
 from switchboard.shared.runtime.sweeper import sweep
 from switchboard.shared.services import Services
 
 log = logging.getLogger("switchboard.worker")
 
 T = TypeVar("T")
-_local = threading.local()
 
 # Redis blips are retried with backoff; the steps are idempotent.
 _RETRY = {
@@ -38,13 +51,72 @@ _RETRY = {
 }
 
 
-def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine on this thread's long-lived event loop."""
-    loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
-    if loop is None or loop.is_closed():
+# Runs are spread over a few loops: a run's store calls are short blocking round trips,
+# and on one loop each of them would hold up every other run of the process.
+RUN_LOOPS = 8
+
+
+class _RunLoops:
+    """The worker process's event loops, each on a daemon thread, started on first use.
+
+    Started lazily in the process that uses them, so a forking pool's children each get
+    their own (a loop and its thread never survive a fork)."""
+
+    def __init__(self, count: int) -> None:
+        self._count = count
+        self._lock = threading.Lock()
+        self._loops: list[asyncio.AbstractEventLoop] = []
+        self._pid = 0
+        self._next = itertools.count()
+
+    def next(self) -> asyncio.AbstractEventLoop:
+        """The loop for the next run (round robin)."""
+        with self._lock:
+            if self._pid != os.getpid() or any(loop.is_closed() for loop in self._loops):
+                self._loops = [self._start(i) for i in range(self._count)]
+                self._pid = os.getpid()
+            return self._loops[next(self._next) % self._count]
+
+    @staticmethod
+    def _start(index: int) -> asyncio.AbstractEventLoop:
         loop = asyncio.new_event_loop()
-        _local.loop = loop
-    return loop.run_until_complete(coro)
+        started = threading.Event()
+
+        def serve() -> None:
+            asyncio.set_event_loop(loop)
+            loop.call_soon(started.set)
+            loop.run_forever()
+
+        threading.Thread(target=serve, name=f"switchboard-runs-{index}", daemon=True).start()
+        started.wait()
+        return loop
+
+
+_run_loops = _RunLoops(RUN_LOOPS)
+
+
+def submit(coro: Coroutine[Any, Any, T]) -> Future[T]:
+    """Start a coroutine on one of the process's run loops."""
+    return asyncio.run_coroutine_threadsafe(coro, _run_loops.next())
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine on one of the process's run loops; wait for its outcome here."""
+    return submit(coro).result()
+
+
+# The cyclic garbage collector's thresholds in a worker: a thousand runs in flight make
+# objects fast, and at Python's defaults (700, 10, 10) collections took a fifth of a
+# busy worker's time, most of it walking objects that live as long as the process.
+GC_THRESHOLDS = (50_000, 20, 100)
+
+
+def _tune_gc(sender: Any = None, **_: Any) -> None:
+    """Once the worker is up: leave what it has built so far (modules, app, services) out
+    of every later collection, and collect the young generation less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def register_tasks(app: Celery, settings: Settings) -> None:
@@ -64,13 +136,35 @@ def register_tasks(app: Celery, settings: Settings) -> None:
 
     @app.task(name="switchboard.run", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
     def run(run_id: str, session_key: str) -> None:
-        """Execute one agent run in its session."""
-        run_async(execute_run(services(), run_id, session_key))
+        """Execute one agent run in its session, then its follow-up step if it has one."""
+        svc = services()
+        for ended in run_async(collect_follow_ups(execute_run(svc, run_id, session_key))):
+            run_follow_up(svc, ended)
+
+    @app.task(name="switchboard.runs", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
+    def runs(pairs: list[list[str]]) -> None:
+        """Execute the runs of one message of a batch together, each in its own session,
+        then each one's follow-up step as it ends."""
+        svc = services()
+        pending = [submit(collect_follow_ups(execute_run(svc, rid, key))) for rid, key in pairs]
+        failed: BaseException | None = None
+        for done in as_completed(pending):
+            try:
+                ended = done.result()
+            except Exception as exc:  # the others still run; then the message is retried
+                failed = failed or exc
+                continue
+            for rec in ended:
+                run_follow_up(svc, rec)
+        if failed is not None:
+            raise failed
 
     @app.task(name="switchboard.resume", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
     def resume(run_id: str, session_key: str) -> None:
-        """Continue a parked run with the results it waited for."""
-        run_async(resume_run(services(), run_id))
+        """Continue a parked run with the results it waited for, then its follow-up step."""
+        svc = services()
+        for ended in run_async(collect_follow_ups(resume_run(svc, run_id))):
+            run_follow_up(svc, ended)
 
     @app.task(name="switchboard.sweep", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
     def sweep_task() -> None:
@@ -89,6 +183,21 @@ def register_tasks(app: Celery, settings: Settings) -> None:
         except Exception:
             log.exception("startup sweep failed")
 
+    def _preload_models(sender: Any = None, **_: Any) -> None:
+        # Import the model SDKs the config uses before the first task asks for them.
+        try:
+            svc = services()
+            kinds = preload(svc.config.model_refs(), svc.config.models.providers)
+            log.info("model support loaded: %s", ", ".join(kinds))
+        except Exception:
+            log.exception("loading model support failed; runs load it when they need it")
+
+    def _close_model_clients(sender: Any = None, **_: Any) -> None:
+        close_clients()
+
+    worker_ready.connect(_tune_gc, weak=False)
+    worker_init.connect(_preload_models, weak=False)
+    worker_shutdown.connect(_close_model_clients, weak=False)
     worker_ready.connect(_sweep_on_start, weak=False)
 
 

@@ -56,6 +56,14 @@ def send(svc: Services, delivery: Mapping[str, Any]) -> SendResult:
     return SendResult(ok=False, error=f"unsupported channel: {channel}", permanent=True)
 
 
+def is_local(svc: Services, channel: str) -> bool:
+    """Whether ``channel`` is served inside the product (no webhook, no network)."""
+    configured = svc.config.channels.get(channel)
+    if configured is not None and configured.webhook is not None:
+        return False
+    return channel in ("webchat", "internal")
+
+
 def webhook_payload(delivery: Mapping[str, Any]) -> dict[str, Any]:
     """The JSON body a webhook receives."""
     return {

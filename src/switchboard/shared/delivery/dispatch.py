@@ -46,10 +46,15 @@ def enqueue_delivery(
     idempotency_key: str,
     origin: Mapping[str, str],
 ) -> str:
-    """Record a pending delivery and enqueue its step; returns the delivery id.
+    """Record a pending delivery and send it; returns the delivery id.
+
+    A channel served inside the product (``webchat``, ``internal``) is attempted at once,
+    in the calling step: a store write, no network, so no task of its own. Any other
+    channel gets its delivery step enqueued. Either way the record is in the due index
+    first, so an attempt lost with its worker is made again by the sweep.
 
     Idempotent: the same ``idempotency_key`` names the same delivery, which is created
-    and enqueued once (a record left unsent by a crash is enqueued again).
+    and sent once (a record left unsent by a crash is sent again).
     """
     delivery_id, created = records.create(
         svc,
@@ -60,7 +65,10 @@ def enqueue_delivery(
         origin=origin,
     )
     if created or _never_attempted(svc, delivery_id):
-        svc.queue.enqueue(DELIVER_STEP, delivery_id)
+        if adapters.is_local(svc, target.channel):
+            deliver(svc, delivery_id)
+        else:
+            svc.queue.enqueue(DELIVER_STEP, delivery_id)
     return delivery_id
 
 

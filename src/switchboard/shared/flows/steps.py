@@ -63,3 +63,15 @@ def run_step(services: Services, name: str, *args: str) -> None:
             pending.mark_done(services, name, args, started)  # a failure is not retried
             raise
     pending.mark_done(services, name, args, started)
+
+
+def run_step_inline(services: Services, name: str, *args: str) -> None:
+    """Run a registered step in the calling task, with its ids bound for logging.
+
+    For a step that was never enqueued (a run's follow-up, run by the task of the run):
+    the caller keeps its own record of it until it returns, so no pending entry is kept.
+    Errors propagate to the caller."""
+    ids = dict(zip(_LOG_IDS.get(name, ()), args, strict=False))
+    with log_context(step=name, **ids):
+        log.debug("flow step %s (inline)", name)
+        FLOW_STEPS[name](services, *args)

@@ -10,11 +10,11 @@ the lane to the next queued run and wakes parked waiters.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any
 
@@ -25,7 +25,8 @@ from redis.exceptions import RedisError
 
 from switchboard.logs import bind_run
 from switchboard.shared import keys as sk
-from switchboard.shared.errors import SwitchboardError
+from switchboard.shared.errors import SwitchboardError, Unavailable
+from switchboard.shared.runtime.leases import keeper_for
 from switchboard.shared.runtime.models import resolve_model
 from switchboard.shared.runtime.transcript import to_model_messages, to_transcript
 from switchboard.shared.services import Services
@@ -110,22 +111,25 @@ async def _execute(
     if remaining_s <= 0:
         _finish(svc, rec, claim, status="timeout", error=_timeout_text(rec), aborted=True)
         return
-    heartbeat = asyncio.create_task(_renew_lease(svc, rec.session_key))
-    try:
-        async with asyncio.timeout(remaining_s):
-            result = await _run_agent(svc, rec, claim, deferred)
-    except TimeoutError:
-        _finish(svc, rec, claim, status="timeout", error=_timeout_text(rec), aborted=True)
-        return
-    except SwitchboardError as exc:
-        _finish(svc, rec, claim, status="error", error=exc.message)
-        return
-    except Exception as exc:  # a model or provider failure ends the run as an error
-        log.exception("run %s failed", rec.run_id)
-        _finish(svc, rec, claim, status="error", error=f"{type(exc).__name__}: {exc}")
-        return
-    finally:
-        heartbeat.cancel()
+    # The lane's lease is renewed while the run executes (one keeper per process).
+    with keeper_for(svc.store.runs).holding(rec.session_key):
+        try:
+            async with asyncio.timeout(remaining_s):
+                result = await _run_agent(svc, rec, claim, deferred)
+        except TimeoutError:
+            _finish(svc, rec, claim, status="timeout", error=_timeout_text(rec), aborted=True)
+            return
+        except RedisError:
+            # The store went away mid-run: not the run's fault. Its lane lease lapses and the
+            # sweep runs it again once the store is back.
+            raise
+        except SwitchboardError as exc:
+            _finish(svc, rec, claim, status="error", error=exc.message)
+            return
+        except Exception as exc:  # a model or provider failure ends the run as an error
+            log.exception("run %s failed", rec.run_id)
+            _finish(svc, rec, claim, status="error", error=f"{type(exc).__name__}: {exc}")
+            return
     try:
         _record_result(svc, rec, claim, result)
     except RedisError:
@@ -138,15 +142,6 @@ async def _execute(
 
 def _timeout_text(rec: RunRecord) -> str:
     return f"run timed out after {rec.timeout_s:g}s" if rec.timeout_s else "run timed out"
-
-
-async def _renew_lease(svc: Services, session_key: str) -> None:
-    # Renew well inside the lease so one slow round trip never lets it lapse.
-    interval_s = max(0.5, svc.store.runs.lease_s / 3)
-    while True:
-        await asyncio.sleep(interval_s)
-        with contextlib.suppress(Exception):
-            svc.store.runs.renew_lease(session_key)
 
 
 async def _run_agent(
@@ -388,12 +383,57 @@ def after_run_end(
     if ended is None:
         return
     if ended.on_end:
-        enqueue_follow_up(svc, ended)
+        collected = _follow_ups.get()
+        if collected is not None:
+            collected.append(ended)  # run by the caller once the run is done with
+        else:
+            enqueue_follow_up(svc, ended)
     for hook in svc.on_run_end:
         try:
             hook(svc, ended)
         except Exception:
             log.exception("end-of-run hook %s failed for run %s", hook, run_id)
+
+
+# Set by `collect_follow_ups`: ended runs whose `onEnd` step the caller runs itself.
+_follow_ups: ContextVar[list[RunRecord] | None] = ContextVar("follow_ups", default=None)
+
+
+async def collect_follow_ups(work: Awaitable[None]) -> list[RunRecord]:
+    """Await ``work`` (an `execute_run` or `resume_run`) and return the runs it ended that
+    have an `onEnd` step, instead of enqueuing those steps.
+
+    The worker then runs each step in the task that ran the run (`run_follow_up`): a
+    run's follow-up costs no message of its own, and it never holds up the run loop."""
+    collected: list[RunRecord] = []
+    token = _follow_ups.set(collected)
+    try:
+        await work
+    finally:
+        _follow_ups.reset(token)
+    return collected
+
+
+def run_follow_up(svc: Services, rec: RunRecord) -> None:
+    """Run an ended run's `onEnd` step here and now, then clear it from the outbox.
+
+    Until it is cleared the outbox holds it: if this worker dies first, or the store is
+    away, the sweep enqueues the step (steps are idempotent)."""
+    from switchboard.shared.flows.steps import run_step_inline
+
+    assert rec.on_end is not None
+    task, args = str(rec.on_end["task"]), [str(a) for a in rec.on_end.get("args", [])]
+    try:
+        run_step_inline(svc, task, *args)
+    except Unavailable:  # not ready yet: a task of its own, retried with backoff
+        enqueue_follow_up(svc, rec)
+        return
+    except RedisError:
+        log.warning("run %s: its follow-up %s is left to the sweep", rec.run_id, task)
+        return
+    except Exception:
+        log.exception("run %s: its follow-up %s failed", rec.run_id, task)
+    svc.store.runs.outbox_done(rec.run_id)
 
 
 def enqueue_follow_up(svc: Services, rec: RunRecord) -> None:

@@ -18,13 +18,14 @@ client before its loop ends, and the next entry opens a new one. Without it, a l
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic_ai.exceptions import UserError
 from pydantic_ai.models import Model
@@ -45,9 +46,13 @@ __all__ = [
     "HTTP_TIMEOUT_S",
     "ProviderLike",
     "clear_model_cache",
+    "close_clients",
+    "preload",
     "resolve_model",
     "validate_model_ref",
 ]
+
+log = logging.getLogger("switchboard.run")
 
 # Per request; the product enforces its own, usually shorter, run deadlines on top.
 HTTP_TIMEOUT_S = 120.0
@@ -101,9 +106,58 @@ def resolve_model(
     with _cache_lock:
         _cache[key] = (model, None if loop is None else weakref.ref(loop))
         _cache.move_to_end(key)
+        evicted = []
         while len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
+            evicted.append(_cache.popitem(last=False)[1])
+    for old, old_loop in evicted:
+        _close_on(old, _deref(old_loop), wait_s=None)
     return model
+
+
+def close_clients(timeout_s: float = 5.0) -> None:
+    """Close the HTTP clients of every built model on its own loop (a worker shutting down),
+    waiting up to ``timeout_s`` for each; forget them all."""
+    with _cache_lock:
+        entries = list(_cache.values())
+        _cache.clear()
+    for model, loop_ref in entries:
+        _close_on(model, _deref(loop_ref), wait_s=timeout_s)
+
+
+def _close_on(model: Model, loop: asyncio.AbstractEventLoop | None, wait_s: float | None) -> None:
+    """Close ``model``'s client on ``loop`` if that loop still runs (else it has gone with it)."""
+    close = getattr(getattr(model, "client", None), "close", None)
+    if close is None or loop is None or not loop.is_running() or loop.is_closed():
+        return
+    future = asyncio.run_coroutine_threadsafe(close(), loop)
+    if wait_s is not None:
+        try:
+            future.result(wait_s)
+        except Exception as exc:  # shutting down: a client that will not close is dropped
+            log.debug("closing a model client failed: %s", exc)
+
+
+def preload(refs: Iterable[str], providers: Mapping[str, ProviderLike]) -> list[str]:
+    """Import the provider SDKs these model refs need; returns the kinds imported.
+
+    The SDKs take seconds to import, and an import holds the module lock and the GIL: a
+    worker does it at start for the models its config names, so the first runs on a model
+    (a batch of sub-agents, say) do not all wait for it. Refs that cannot be used are
+    skipped (a run on one fails with a clear error)."""
+    kinds: set[Kind] = set()
+    for ref in refs:
+        try:
+            kinds.add(_model_spec(ref, providers, os.environ).kind)
+        except InvalidInput:
+            continue
+    if kinds & {"openai-chat", "openai-responses"}:
+        import pydantic_ai.models.openai
+        import pydantic_ai.providers.openai
+        import pydantic_ai.providers.openai_compatible
+    if "anthropic" in kinds:
+        import pydantic_ai.models.anthropic
+        import pydantic_ai.providers.anthropic  # noqa: F401
+    return sorted(kinds)
 
 
 def validate_model_ref(ref: str, providers: Mapping[str, ProviderLike]) -> None:
@@ -209,10 +263,25 @@ def _openai_provider(spec: _ModelSpec) -> OpenAIProvider | OpenAICompatibleProvi
     from pydantic_ai.providers.openai_compatible import OpenAICompatibleProvider
 
     api_key = spec.api_key or "none"  # local servers often need no key, the client demands one
+    http = _openai_http_client()
     if spec.provider == "openai":
-        return OpenAIProvider(base_url=spec.base_url, api_key=api_key)
+        return OpenAIProvider(base_url=spec.base_url, api_key=api_key, http_client=http)
     assert spec.base_url is not None  # checked by _configured_spec
-    return OpenAICompatibleProvider(spec.provider, base_url=spec.base_url, api_key=api_key)
+    return OpenAICompatibleProvider(
+        spec.provider, base_url=spec.base_url, api_key=api_key, http_client=http
+    )
+
+
+def _openai_http_client() -> Any:
+    """The OpenAI SDK's client over aiohttp (its `aiohttp` extra), with the SDK's defaults.
+
+    A worker keeps hundreds of model requests in flight on one loop. The default transport
+    looks at every pooled connection (a system call each) whenever a request starts or
+    ends, which grows with the square of the requests in flight; aiohttp's pool does not.
+    The SDK documents this transport "for improved concurrency performance"."""
+    from openai import DefaultAioHttpClient
+
+    return DefaultAioHttpClient(timeout=HTTP_TIMEOUT_S)
 
 
 def _invalid(ref: str, reason: str) -> InvalidInput:

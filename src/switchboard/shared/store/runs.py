@@ -412,7 +412,14 @@ class RunStore:
 
     def renew_lease(self, session_key: str) -> None:
         """Push a held lane's lease forward (the running worker is alive)."""
-        self.redis.zadd(self.ks.lane_leases, {session_key: now_ms() + self.lease_s * 1000}, xx=True)
+        self.renew_leases([session_key])
+
+    def renew_leases(self, session_keys: Sequence[str]) -> None:
+        """Push the leases of held lanes forward, in one write (lanes no longer leased
+        stay so)."""
+        if session_keys:
+            until = now_ms() + self.lease_s * 1000
+            self.redis.zadd(self.ks.lane_leases, dict.fromkeys(session_keys, until), xx=True)
 
     def finish(
         self,

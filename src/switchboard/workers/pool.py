@@ -1,0 +1,52 @@
+"""The worker's pool: Celery's threads pool with all of its threads started up front.
+
+Celery's threads pool starts a thread on the first task that finds none idle, and
+`Thread.start` waits for the new thread to run. Under load that wait is a turn at the GIL
+behind every busy thread, taken by the consumer thread that receives the tasks: a burst
+(a batch spawn of a thousand sub-agents) was let in at a few dozen tasks a second. Started
+before the first task arrives, the threads cost nothing then.
+
+Celery uses it as ``worker_pool`` (see `switchboard.workers.app`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+
+from celery.concurrency import thread
+
+log = logging.getLogger("switchboard.worker")
+
+# Starting threads is quick when nothing else runs; give up waiting (they still start
+# lazily, as in Celery's pool) rather than hold the worker's start past this.
+PRESTART_TIMEOUT_S = 60.0
+
+
+class TaskPool(thread.TaskPool):  # type: ignore[misc]
+    """Celery's threads pool, every thread started when the pool starts."""
+
+    def on_start(self) -> None:
+        super().on_start()
+        started = time.monotonic()
+        count = prestart(self.executor, self.limit, PRESTART_TIMEOUT_S)
+        log.info("started %d pool threads in %.2fs", count, time.monotonic() - started)
+
+
+def prestart(executor: thread.ThreadPoolExecutor, count: int, timeout_s: float) -> int:
+    """Have ``executor`` start ``count`` threads now; returns how many it has.
+
+    The executor starts a thread for a job only when no thread is idle, so ``count`` jobs
+    that all wait until every one of them runs make it start ``count`` threads."""
+    gate = threading.Barrier(count, timeout=timeout_s)
+
+    def hold() -> None:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            gate.wait()
+
+    futures = [executor.submit(hold) for _ in range(count)]
+    for future in futures:
+        future.result()
+    return len(executor._threads)

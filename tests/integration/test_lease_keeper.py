@@ -1,0 +1,57 @@
+"""The process's lease keeper renews every lane a run holds, in one write, and only those."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from switchboard.shared.runtime.leases import LeaseKeeper, keeper_for
+from switchboard.shared.services import Services
+
+pytestmark = pytest.mark.integration
+
+
+def _score(svc: Services, key: str) -> float | None:
+    score = svc.store.redis.zscore(svc.store.ks.lane_leases, key)
+    return None if score is None else float(score)
+
+
+def test_held_leases_are_pushed_forward_and_released_ones_are_not(services: Services) -> None:
+    runs = services.store.runs
+    ks = services.store.ks
+    stale = time.time() * 1000 - 60_000
+    keys = [f"agent:main:lease-{i}" for i in range(3)]
+    services.store.redis.zadd(ks.lane_leases, dict.fromkeys(keys, stale))
+    keeper = LeaseKeeper(runs)
+    assert keeper.interval_s == pytest.approx(1.0)  # a third of the 3 s lease, with a floor
+
+    with keeper.holding(keys[0]), keeper.holding(keys[1]):
+        with keeper.holding(keys[1]):  # held twice (a resumed run beside the first)
+            assert sorted(keeper.held()) == keys[:2]
+        assert sorted(keeper.held()) == keys[:2]
+        deadline = time.monotonic() + 5
+        while (_score(services, keys[0]) or 0) <= stale and time.monotonic() < deadline:
+            time.sleep(0.1)
+        now_ms = time.time() * 1000
+        for key in keys[:2]:
+            score = _score(services, key)
+            assert score is not None and score > now_ms + 1_000, key  # ahead by ~ the lease
+        assert _score(services, keys[2]) == stale  # never held here: left to the sweep
+    assert keeper.held() == []
+
+    renewed_at = _score(services, keys[0])
+    time.sleep(keeper.interval_s * 1.5)
+    assert _score(services, keys[0]) == renewed_at  # released: no longer renewed
+
+
+def test_a_lane_no_longer_leased_is_not_leased_again(services: Services) -> None:
+    """A lease the sweep took back (its entry removed) is not recreated by a renewal."""
+    keeper = LeaseKeeper(services.store.runs)
+    with keeper.holding("agent:main:lease-gone"):
+        assert keeper.renew_now() == 1
+    assert _score(services, "agent:main:lease-gone") is None
+
+
+def test_one_keeper_per_store(services: Services) -> None:
+    assert keeper_for(services.store.runs) is keeper_for(services.store.runs)
