@@ -214,6 +214,35 @@ def test_failures_count_across_api_processes_and_success_resets_no_one(
         assert friend.get("/openapi.json").status_code == 200
 
 
+def test_a_client_with_the_right_token_costs_one_lockout_read_a_second_and_guesses_all(
+    locking_app: Callable[[], str], redis_url: str
+) -> None:
+    """After a good request, the next ones within a second skip the lockout read; a guess
+    is always checked against the shared count, and un-clears its client at once."""
+    first, second = locking_app(), locking_app()
+    body = {"method": "sessions.list", "params": {}}
+    with (
+        client_from("127.0.0.7", first, TOKEN) as good,
+        client_from("127.0.0.7", second) as guesser,
+        redis.Redis.from_url(redis_url) as r,
+    ):
+        assert good.post("/rpc", json=body).status_code == 200  # cleared on the first api
+        for _ in range(4):  # locked out through the second api
+            guesser.post("/rpc", headers={"Authorization": "Bearer guess"})
+        assert int(r.get(Keyspace().auth_failures("127.0.0.7")) or 0) >= 3  # locked out
+        assert good.post("/rpc", json=body).status_code == 200, "cleared a moment ago"
+        # A guess on the cleared api is counted and refused, and the client is un-cleared:
+        # even the right token is refused now.
+        assert good.post("/rpc", headers={"Authorization": "Bearer guess"}).status_code == 429
+        assert good.post("/rpc", json=body).status_code == 429
+        assert (
+            guesser.post(
+                "/rpc", json=body, headers={"Authorization": f"Bearer {TOKEN}"}
+            ).status_code
+            == 429
+        )
+
+
 def test_lockout_ends_with_its_window(
     redis_url: str, tmp_path: Any, config: SwitchboardConfig, services: Services
 ) -> None:

@@ -10,13 +10,16 @@ Failed checks are counted per client IP in Redis (a fixed window, so the count h
 api processes): after ``auth_max_failures`` failures within ``auth_failure_window_s`` that
 IP is answered 429 with ``Retry-After`` until the window ends, even with the right token,
 so a locked-out client cannot go on testing guesses. A success resets no counter; public
-paths are neither checked nor locked.
+paths are neither checked nor locked. A client that just authenticated on this api is not
+looked up again for a second (one read a second for a busy client, not one a request);
+any failure ends that at once, so every guess is checked against the shared count.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
+import time
 from collections.abc import Iterable
 
 import redis
@@ -34,6 +37,9 @@ PUBLIC_PATHS = frozenset({"/healthz"})
 INVALID_TOKEN = "missing or invalid bearer token"
 OPENAI_PATH_PREFIX = "/v1/"  # the OpenAI-compatible routes
 _AUTHENTICATED = "switchboard.authenticated"  # scope flag set by the gate
+# After a request with the right token, its client's lockout is not read again this long.
+CLEARED_FOR_S = 1.0
+_CLEARED_MAX = 10_000  # client addresses remembered (then forgotten all at once)
 
 
 def token_matches(authorization: str, expected: str) -> bool:
@@ -101,6 +107,8 @@ class AuthGate:
         self.max_failures = max_failures
         self.window_s = window_s
         self._redis: aioredis.Redis | None = None
+        # Client address -> until when its lockout need not be read (see `_clear`).
+        self._cleared: dict[str, float] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -110,14 +118,28 @@ class AuthGate:
             await self.app(scope, receive, send)
             return
         client = _client_ip(scope)
-        retry_s = await self._locked_for(client)
+        now = time.monotonic()
+        cleared = self._cleared.get(client, 0.0) > now
+        retry_s = None if cleared else await self._locked_for(client)
         if retry_s is None:
             if token_matches(_header(scope, b"authorization"), self.token):
+                self._clear(client, now)
                 scope[_AUTHENTICATED] = True
                 await self.app(scope, receive, send)
                 return
+            self._cleared.pop(client, None)
             retry_s = await self._record_failure(client)
         await _refuse(scope, receive, send, retry_s)
+
+    def _clear(self, client: str, now: float) -> None:
+        """Spare ``client``'s next lockout checks for `CLEARED_FOR_S` after it authenticated.
+
+        Only a request with the right token clears a client, and any failure from it
+        un-clears it at once, so a guess is always checked against the shared count: a
+        client busy with good requests costs one lockout read a second, not one each."""
+        if len(self._cleared) >= _CLEARED_MAX:
+            self._cleared.clear()
+        self._cleared[client] = now + CLEARED_FOR_S
 
     def _client(self) -> aioredis.Redis | None:
         if self._redis is None and self.redis_url:

@@ -129,4 +129,6 @@ async def _complete(
     ctx: ToolContext, spec: ToolSpec, wait_for: WaitFor, target: RunRecord | None
 ) -> dict[str, Any]:
     assert spec.complete is not None
+    if spec.complete_is_pure:
+        return spec.complete(ctx, wait_for.context, target)
     return await run_in_threadpool(spec.complete, ctx, wait_for.context, target)

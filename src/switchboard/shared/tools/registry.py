@@ -56,6 +56,9 @@ class ToolSpec:
     handler: Handler
     complete: Completer | None = None
     session_tool: bool = True
+    # `complete` only reshapes the target run it is given (no store or network call), so
+    # an async caller may run it in place rather than on a thread.
+    complete_is_pure: bool = False
 
 
 @dataclass

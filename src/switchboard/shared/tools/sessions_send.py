@@ -272,4 +272,5 @@ SPEC = ToolSpec(
     parameters=PARAMETERS,
     handler=handle,
     complete=complete,
+    complete_is_pure=True,
 )
