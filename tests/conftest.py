@@ -8,6 +8,7 @@ import pytest
 import redis
 
 from switchboard.supervisor.redis_server import RedisServer
+from switchboard.testing.webhook_receiver import WebhookReceiver
 
 # --- Redis: a private server per session, never a developer's data -------------------------
 
@@ -37,3 +38,13 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     """A client (bytes responses) for the empty database of `redis_url`."""
     with redis.Redis.from_url(redis_url, decode_responses=False) as client:
         yield client
+
+
+# --- a chat platform ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def webhook() -> Iterator[WebhookReceiver]:
+    """A loopback webhook receiver recording every POST (a test's channel points at it)."""
+    with WebhookReceiver() as receiver:
+        yield receiver

@@ -14,13 +14,6 @@ from switchboard.testing.webhook_receiver import WebhookReceiver
 
 
 @pytest.fixture
-def webhook() -> Iterator[WebhookReceiver]:
-    """The chat platform: a loopback receiver recording every POST."""
-    with WebhookReceiver() as receiver:
-        yield receiver
-
-
-@pytest.fixture
 def extra_config() -> dict[str, Any]:
     """Per-test config laid over the base (override with parametrize or in a module)."""
     return {}

@@ -38,13 +38,6 @@ expect.set_options(timeout=WAIT_MS)
 
 
 @pytest.fixture
-def webhook() -> Iterator[WebhookReceiver]:
-    """The `discord` channel's webhook receiver."""
-    with WebhookReceiver() as receiver:
-        yield receiver
-
-
-@pytest.fixture
 def config_data(webhook: WebhookReceiver) -> dict[str, Any]:
     """Two agents that may talk to each other, two reply-back rounds, a discord webhook."""
     return {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -31,13 +31,6 @@ ROOM = "agent:main:relay:group:room1"
 RELAY = Target(channel="relay", to="group:room1", account_id="bot-1", thread_id="t-9")
 # A channel whose webhook port has nothing listening: every attempt is refused.
 DEAD = Target(channel="dead", to="group:room1")
-
-
-@pytest.fixture
-def webhook() -> Iterator[WebhookReceiver]:
-    """A loopback webhook receiver that records every POST."""
-    with WebhookReceiver() as receiver:
-        yield receiver
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from celery import Celery
 
 from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.shared.services import Services
+from switchboard.testing.procs import stop_groups
 
 pytestmark = pytest.mark.integration
 
@@ -65,15 +65,7 @@ def processes(redis_url: str, tmp_path: Path) -> Iterator[dict[str, Any]]:
     try:
         yield {"url": f"http://127.0.0.1:{port}", "procs": procs, "logs": logs}
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+        stop_groups(procs, timeout_s=20)
 
 
 def _logs(processes: dict[str, Any]) -> str:

@@ -4,7 +4,7 @@ scrape of the real api parsed with prometheus_client's own parser."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -23,13 +23,6 @@ pytestmark = pytest.mark.integration
 
 ROOM = "agent:main:relay:group:room1"
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-@pytest.fixture
-def webhook() -> Iterator[WebhookReceiver]:
-    """The `relay` channel's webhook receiver."""
-    with WebhookReceiver() as receiver:
-        yield receiver
 
 
 @pytest.fixture

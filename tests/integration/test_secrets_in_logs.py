@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -25,6 +24,7 @@ import httpx
 import pytest
 
 from switchboard.testing.fake_model import FakeModelServer
+from switchboard.testing.procs import stop_groups
 from switchboard.testing.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.integration
@@ -105,15 +105,7 @@ def processes(
             _wait_healthy(url)
             yield url, logs, model, hook
         finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGTERM)
-            for proc in procs:
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(5)
+            stop_groups(procs, timeout_s=15)
 
 
 def _wait_healthy(url: str) -> None:

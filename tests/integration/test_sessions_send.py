@@ -36,13 +36,6 @@ def fake_model() -> Iterator[FakeModelServer]:
 
 
 @pytest.fixture
-def webhook() -> Iterator[WebhookReceiver]:
-    """The `relay` channel's webhook receiver."""
-    with WebhookReceiver() as receiver:
-        yield receiver
-
-
-@pytest.fixture
 def extra_config() -> dict[str, Any]:
     """Per-test config on top of the module's (override with parametrize)."""
     return {}

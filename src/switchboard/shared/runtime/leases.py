@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,7 +33,6 @@ class LeaseKeeper:
         self.interval_s = max(0.5, runs.lease_s / 3)
         self._held: Counter[str] = Counter()
         self._lock = threading.Lock()
-        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._pid = 0
 
@@ -63,15 +63,21 @@ class LeaseKeeper:
         return len(keys)
 
     def _ensure_thread(self) -> None:
-        # Started in the process that uses it: a thread does not survive a fork.
-        if self._thread is not None and self._pid == os.getpid() and self._thread.is_alive():
+        # Called under the lock. Started in the process that uses it (a thread does not
+        # survive a fork), and only while something is held: it ends when nothing is.
+        if self._thread is not None and self._pid == os.getpid():
             return
         self._pid = os.getpid()
         self._thread = threading.Thread(target=self._keep, name="switchboard-leases", daemon=True)
         self._thread.start()
 
     def _keep(self) -> None:
-        while not self._wake.wait(self.interval_s):
+        while True:
+            time.sleep(self.interval_s)
+            with self._lock:
+                if not self._held:
+                    self._thread = None
+                    return
             try:
                 self.renew_now()
             except Exception as exc:  # a store blip: the next turn renews, well inside the lease
