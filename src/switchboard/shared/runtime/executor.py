@@ -11,21 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Awaitable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any
 
-from pydantic_ai import Agent, RunContext
-from pydantic_ai.exceptions import CallDeferred
-from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, Tool
+from pydantic_ai.messages import ToolReturnPart
+from pydantic_ai.tools import DeferredToolRequests
 from redis.exceptions import RedisError
 
 from switchboard.logs import bind_run
 from switchboard.shared import keys as sk
 from switchboard.shared.errors import SwitchboardError, Unavailable
+from switchboard.shared.runtime.agent_loop import RunResult, run_model_loop
 from switchboard.shared.runtime.leases import keeper_for
 from switchboard.shared.runtime.models import resolve_model
 from switchboard.shared.runtime.transcript import to_model_messages, to_transcript
@@ -34,7 +32,7 @@ from switchboard.shared.store import codec
 from switchboard.shared.store.events import EVENTS_MAXLEN, publish_event, run_event
 from switchboard.shared.store.runs import Claim, ParkedCall, RunRecord, now_ms
 from switchboard.shared.tools.offer import tools_for_session
-from switchboard.shared.tools.registry import ToolContext, ToolSpec, WaitFor
+from switchboard.shared.tools.registry import ToolContext, WaitFor
 
 log = logging.getLogger("switchboard.run")
 
@@ -81,10 +79,15 @@ async def resume_run(svc: Services, run_id: str) -> None:
     if isinstance(claim, str):
         return
     ctx = _tool_context(svc, rec, claim.session)
-    results: dict[str, Any] = {
-        c.tool_call_id: _complete_call(svc, ctx, c, t) for c, t in zip(calls, targets, strict=True)
-    }
-    await _execute(svc, rec, claim, deferred=DeferredToolResults(calls=results))
+    results = [
+        ToolReturnPart(
+            tool_name=c.tool_name,
+            content=_complete_call(svc, ctx, c, t),
+            tool_call_id=c.tool_call_id,
+        )
+        for c, t in zip(calls, targets, strict=True)
+    ]
+    await _execute(svc, rec, claim, deferred=results)
 
 
 def _complete_call(
@@ -100,7 +103,7 @@ def _complete_call(
 
 
 async def _execute(
-    svc: Services, rec: RunRecord, claim: Claim, deferred: DeferredToolResults | None
+    svc: Services, rec: RunRecord, claim: Claim, deferred: Sequence[ToolReturnPart] | None
 ) -> None:
     if claim.exhausted:
         _finish(svc, rec, claim, status="error", error="run gave up after repeated worker loss")
@@ -145,56 +148,32 @@ def _timeout_text(rec: RunRecord) -> str:
 
 
 async def _run_agent(
-    svc: Services, rec: RunRecord, claim: Claim, deferred: DeferredToolResults | None
-) -> Any:
+    svc: Services, rec: RunRecord, claim: Claim, deferred: Sequence[ToolReturnPart] | None
+) -> RunResult:
     agent_id = sk.agent_id_of(rec.session_key)
     model_ref = rec.model or svc.config.model_for(agent_id)
     model = resolve_model(model_ref, svc.config.models.providers)
     ctx = _tool_context(svc, rec, claim.session)
-    agent = _agent_for(agent_id, tools_for_session(svc, ctx))
     if claim.history is None:
         claim = replace(claim, history=svc.store.transcripts.tail(rec.session_key, HISTORY_LIMIT))
-    history = to_model_messages(_history(claim.history or []))
-    return await agent.run(
-        None,
-        model=model,
-        deps=ctx,
-        message_history=history,
-        deferred_tool_results=deferred,
+    return await run_model_loop(
+        model,
+        specs=tools_for_session(svc, ctx),
+        ctx=ctx,
+        history=to_model_messages(_history(claim.history or [])),
         instructions=_instructions(svc, agent_id, rec),
+        defer=_parking_metadata,
+        tool_results=deferred or (),
     )
 
 
-# Built agents by (agent id, the exact tool specs): an agent holds no per-run state (the
-# model, the caller's context and the instructions are given to each run).
-_AGENTS: OrderedDict[tuple[str, tuple[int, ...]], tuple[tuple[ToolSpec, ...], RunAgent]] = (
-    OrderedDict()
-)
-_AGENTS_SIZE = 64
-_agents_lock = threading.Lock()
-
-RunAgent = Agent[ToolContext, Any]
-
-
-def _agent_for(agent_id: str, specs: Sequence[ToolSpec]) -> RunAgent:
-    """The pydantic-ai agent for these tools, built once and then reused."""
-    key = (agent_id, tuple(id(s) for s in specs))
-    with _agents_lock:
-        hit = _AGENTS.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], specs, strict=True)):
-            _AGENTS.move_to_end(key)
-            return hit[1]
-    agent: RunAgent = Agent(
-        output_type=[str, DeferredToolRequests],
-        deps_type=ToolContext,
-        tools=[_as_pydantic_tool(spec) for spec in specs],
-        name=agent_id,
-    )
-    with _agents_lock:
-        _AGENTS[key] = (tuple(specs), agent)
-        while len(_AGENTS) > _AGENTS_SIZE:
-            _AGENTS.popitem(last=False)
-    return agent
+def _parking_metadata(wait: WaitFor) -> dict[str, Any]:
+    """What a parked call keeps: the run it waits on, its deadline, the tool's context."""
+    return {
+        "targetRunId": wait.target_run_id,
+        "deadlineMs": now_ms() + int(wait.timeout_s * 1000),
+        "context": wait.context,
+    }
 
 
 def _history(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -238,31 +217,7 @@ def _tool_context(
     )
 
 
-def _as_pydantic_tool(spec: ToolSpec) -> Tool[ToolContext]:
-    def call(run_ctx: RunContext[ToolContext], **arguments: Any) -> Any:
-        try:
-            return spec.handler(run_ctx.deps, arguments)
-        except WaitFor as wait:
-            raise CallDeferred(
-                metadata={
-                    "targetRunId": wait.target_run_id,
-                    "deadlineMs": now_ms() + int(wait.timeout_s * 1000),
-                    "context": wait.context,
-                }
-            ) from None
-        except SwitchboardError as exc:
-            return {"status": "error", "tool": spec.name, "error": exc.message}
-
-    return Tool.from_schema(
-        call,
-        name=spec.name,
-        description=spec.description,
-        json_schema=dict(spec.parameters),
-        takes_ctx=True,
-    )
-
-
-def _record_result(svc: Services, rec: RunRecord, claim: Claim, result: Any) -> None:
+def _record_result(svc: Services, rec: RunRecord, claim: Claim, result: RunResult) -> None:
     model_ref = rec.model or svc.config.model_for(sk.agent_id_of(rec.session_key))
     provider, _, model_name = model_ref.partition("/")
     messages = to_transcript(result.new_messages(), model=model_name, provider=provider)
