@@ -22,10 +22,9 @@ import httpx
 from switchboard.shared.config import WebhookConfig
 from switchboard.shared.services import Services
 from switchboard.shared.store import codec
+from switchboard.shared.store.keyspace import EVENTS_MAXLEN
 from switchboard.shared.store.runs import now_ms
 
-# The events stream is capped near this many entries (XADD MAXLEN ~).
-EVENTS_MAXLEN = 10_000
 _RETRYABLE_4XX = frozenset({408, 429})
 # How much of an error response body is kept in `lastError`.
 _ERROR_BODY_CHARS = 200

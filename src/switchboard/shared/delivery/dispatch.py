@@ -48,14 +48,24 @@ def enqueue_delivery(
 ) -> str:
     """Record a pending delivery and send it; returns the delivery id.
 
-    A channel served inside the product (``webchat``, ``internal``) is attempted at once,
-    in the calling step: a store write, no network, so no task of its own. Any other
-    channel gets its delivery step enqueued. Either way the record is in the due index
-    first, so an attempt lost with its worker is made again by the sweep.
+    A channel served inside the product (``webchat``, ``internal``) is delivered at once:
+    the record, the send (a store write, no network) and its outcome are one atomic store
+    step, so there is no task and no half-done state to recover. Any other channel gets its
+    delivery step enqueued, with the record in the due index first, so an attempt lost with
+    its worker is made again by the sweep.
 
     Idempotent: the same ``idempotency_key`` names the same delivery, which is created
     and sent once (a record left unsent by a crash is sent again).
     """
+    if adapters.is_local(svc, target.channel):
+        return _deliver_local(
+            svc,
+            target=target,
+            message=message,
+            session_key=session_key,
+            idempotency_key=idempotency_key,
+            origin=origin,
+        )
     delivery_id, created = records.create(
         svc,
         target=target,
@@ -65,10 +75,38 @@ def enqueue_delivery(
         origin=origin,
     )
     if created or _never_attempted(svc, delivery_id):
-        if adapters.is_local(svc, target.channel):
-            deliver(svc, delivery_id)
-        else:
-            svc.queue.enqueue(DELIVER_STEP, delivery_id)
+        svc.queue.enqueue(DELIVER_STEP, delivery_id)
+    return delivery_id
+
+
+def _deliver_local(
+    svc: Services,
+    *,
+    target: Target,
+    message: str,
+    session_key: str,
+    idempotency_key: str,
+    origin: Mapping[str, str],
+) -> str:
+    """Record, send and settle a webchat or internal delivery in one store step.
+
+    Without send-policy rules the session's own override decides, read in that step."""
+    policy = None
+    if svc.config.session.send_policy is not None:
+        policy = "deny" if _session_denies(svc, session_key, target.channel) else "allow"
+    delivery_id, outcome = records.create_local(
+        svc,
+        target=target,
+        message=message,
+        session_key=session_key,
+        idempotency_key=idempotency_key,
+        origin=origin,
+        policy=policy,
+    )
+    if outcome is None and _never_attempted(svc, delivery_id):
+        deliver(svc, delivery_id)  # recorded earlier but never sent: send it now
+    elif outcome == "denied":
+        log.warning("delivery %s denied: %s", delivery_id, SEND_BLOCKED)
     return delivery_id
 
 
@@ -196,8 +234,12 @@ def _publish_settled(
 def _denied(svc: Services, delivery: Mapping[str, Any]) -> bool:
     """The session's send policy forbids delivering to its channel."""
     key = str(delivery.get("sessionKey") or "")
+    return _session_denies(svc, key, str(delivery.get("channel") or ""))
+
+
+def _session_denies(svc: Services, session_key: str, channel: str) -> bool:
     try:
-        check_send_policy(svc, key, channel=str(delivery.get("channel") or "") or None)
+        check_send_policy(svc, session_key, channel=channel or None)
     except SendBlocked:
         return True
     return False

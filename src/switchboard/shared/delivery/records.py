@@ -20,8 +20,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from switchboard.shared import metrics
+from switchboard.shared.policy.send_policy import SEND_BLOCKED
 from switchboard.shared.services import Services
 from switchboard.shared.store import codec
+from switchboard.shared.store.keyspace import EVENTS_MAXLEN
 from switchboard.shared.store.runs import now_ms
 from switchboard.shared.store.scripts import LUA_SET_FIELDS, as_text
 
@@ -48,6 +51,52 @@ redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[5])
 redis.call('EXPIRE', KEYS[2], ARGV[4])
 redis.call('ZADD', KEYS[3], ARGV[6], ARGV[2])
 return 1
+"""
+)
+
+# Create a delivery to a channel served inside the product and settle it in the same
+# step: the send is a store write (a ``delivery`` event for webchat), so there is nothing
+# to retry and nothing to leave in the due index. The send policy is ARGV[6] when decided
+# by the caller, else ('') the session's own override (``sendPolicy``), read here.
+# KEYS: delivery, session index, events stream, metrics hash, session.
+# ARGV: JSON fields, id, now ms, index TTL s, prune before ms, policy, webchat event JSON
+#       ('' = none), events maxlen, settled event JSON if delivered, if denied,
+#       delivered metric field, denied metric field, denied error.
+# Returns 0 when the delivery exists, 1 when delivered, 2 when denied.
+_CREATE_LOCAL = (
+    LUA_SET_FIELDS
+    + """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local policy = ARGV[6]
+if policy == '' then
+  policy = 'allow'
+  local override = redis.call('HGET', KEYS[5], 'sendPolicy')
+  if override and string.lower(string.match(override, '^%s*(.-)%s*$')) == 'deny' then
+    policy = 'deny'
+  end
+end
+set_fields(KEYS[1], ARGV[1])
+local outcome = 1
+if policy == 'deny' then
+  outcome = 2
+  redis.call('HSET', KEYS[1], 'status', 'denied', 'lastError', ARGV[13], 'attempts', 1)
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*', 'type', 'delivery.settled',
+    'data', ARGV[10])
+  redis.call('HINCRBY', KEYS[4], ARGV[12], 1)
+else
+  if ARGV[7] ~= '' then
+    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*', 'type', 'delivery', 'data', ARGV[7])
+  end
+  redis.call('HSET', KEYS[1], 'status', 'delivered', 'deliveredAt', ARGV[3], 'attempts', 1)
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*', 'type', 'delivery.settled',
+    'data', ARGV[9])
+  redis.call('HINCRBY', KEYS[4], ARGV[11], 1)
+end
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[5])
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+return outcome
 """
 )
 
@@ -151,21 +200,7 @@ def create(
     """Record a pending delivery; returns (id, created) — False when it already existed."""
     delivery_id = delivery_id_for(idempotency_key)
     now = now_ms()
-    fields = {
-        "deliveryId": delivery_id,
-        "channel": target.channel,
-        "to": target.to,
-        "accountId": target.account_id,
-        "threadId": target.thread_id,
-        "message": message,
-        "sessionKey": session_key,
-        "idempotencyKey": idempotency_key,
-        "origin": dict(origin),
-        "status": "pending",
-        "attempts": 0,
-        "createdAt": now,
-        "updatedAt": now,
-    }
+    fields = _new_fields(delivery_id, target, message, session_key, idempotency_key, origin, now)
     ks = svc.store.ks
     keep_s = retention_s(svc)
     created = svc.store.redis.register_script(_CREATE)(
@@ -180,6 +215,99 @@ def create(
         ],
     )
     return delivery_id, bool(int(created))
+
+
+def create_local(
+    svc: Services,
+    *,
+    target: Target,
+    message: str,
+    session_key: str,
+    idempotency_key: str,
+    origin: Mapping[str, str],
+    policy: str | None,
+) -> tuple[str, str | None]:
+    """Record and settle a delivery to a channel served inside the product, in one step.
+
+    ``policy`` is the send policy's decision (``allow``/``deny``), or None to go by the
+    session's own override alone (no send-policy rules are configured). Returns (id,
+    outcome): ``delivered`` or ``denied``, None when the delivery already existed."""
+    delivery_id = delivery_id_for(idempotency_key)
+    now = now_ms()
+    fields = _new_fields(delivery_id, target, message, session_key, idempotency_key, origin, now)
+    ks = svc.store.ks
+    keep_s = retention_s(svc)
+    webchat = ""
+    if target.channel == "webchat":
+        webchat = codec.dumps(
+            {
+                "deliveryId": delivery_id,
+                "sessionKey": session_key,
+                "channel": target.channel,
+                "to": target.to,
+                "threadId": target.thread_id,
+                "message": message,
+                "ts": now,
+            }
+        )
+    settled = {
+        "deliveryId": delivery_id,
+        "sessionKey": session_key,
+        "channel": target.channel,
+        "attempts": 1,
+        "ts": now,
+    }
+    res = svc.store.redis.register_script(_CREATE_LOCAL)(
+        keys=[
+            ks.delivery(delivery_id),
+            ks.session_deliveries(session_key),
+            ks.events,
+            ks.metrics,
+            ks.session(session_key),
+        ],
+        args=[
+            codec.fields_json(fields),
+            delivery_id,
+            now,
+            keep_s,
+            now - keep_s * 1000,
+            policy or "",
+            webchat,
+            EVENTS_MAXLEN,
+            codec.dumps({**settled, "status": "delivered"}),
+            codec.dumps({**settled, "status": "denied", "error": SEND_BLOCKED}),
+            metrics.field_name(metrics.DELIVERIES, "delivered"),
+            metrics.field_name(metrics.DELIVERIES, "denied"),
+            SEND_BLOCKED,
+        ],
+    )
+    return delivery_id, {1: "delivered", 2: "denied"}.get(int(res))
+
+
+def _new_fields(
+    delivery_id: str,
+    target: Target,
+    message: str,
+    session_key: str,
+    idempotency_key: str,
+    origin: Mapping[str, str],
+    now: int,
+) -> dict[str, Any]:
+    return {
+        "deliveryId": delivery_id,
+        "channel": target.channel,
+        "to": target.to,
+        "accountId": target.account_id,
+        "threadId": target.thread_id,
+        "message": message,
+        "sessionKey": session_key,
+        "idempotencyKey": idempotency_key,
+        "origin": dict(origin),
+        "status": "pending",
+        "attempts": 0,
+        "createdAt": now,
+        "updatedAt": now,
+    }
 
 
 def lost_after_ms(svc: Services) -> int:

@@ -29,7 +29,8 @@ from switchboard.shared.runtime.models import resolve_model
 from switchboard.shared.runtime.transcript import to_model_messages, to_transcript
 from switchboard.shared.services import Services
 from switchboard.shared.store import codec
-from switchboard.shared.store.events import EVENTS_MAXLEN, publish_event, run_event
+from switchboard.shared.store.events import publish_event, run_event
+from switchboard.shared.store.keyspace import EVENTS_MAXLEN
 from switchboard.shared.store.runs import Claim, ParkedCall, RunRecord, now_ms
 from switchboard.shared.tools.offer import tools_for_session
 from switchboard.shared.tools.registry import ToolContext, WaitFor
@@ -108,8 +109,9 @@ async def _execute(
     if claim.exhausted:
         _finish(svc, rec, claim, status="error", error="run gave up after repeated worker loss")
         return
-    started = run_event(rec, attempt=claim.attempt, resumed=deferred is not None or None)
-    publish_event(svc.store.redis, svc.store.ks, "run.started", started)
+    if not claim.started_published:  # a fresh claim adds the event itself
+        started = run_event(rec, attempt=claim.attempt, resumed=deferred is not None or None)
+        publish_event(svc.store.redis, svc.store.ks, "run.started", started)
     remaining_s = (claim.deadline_at_ms - now_ms()) / 1000
     if remaining_s <= 0:
         _finish(svc, rec, claim, status="timeout", error=_timeout_text(rec), aborted=True)
@@ -158,7 +160,7 @@ async def _run_agent(
         claim = replace(claim, history=svc.store.transcripts.tail(rec.session_key, HISTORY_LIMIT))
     return await run_model_loop(
         model,
-        specs=tools_for_session(svc, ctx),
+        specs=tools_for_session(svc, ctx, claim.session),
         ctx=ctx,
         history=to_model_messages(_history(claim.history or [])),
         instructions=_instructions(svc, agent_id, rec),

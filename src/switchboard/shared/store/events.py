@@ -17,13 +17,11 @@ from typing import Any
 import redis
 
 from switchboard.shared.store import codec
-from switchboard.shared.store.keyspace import Keyspace
+from switchboard.shared.store.keyspace import EVENTS_MAXLEN, Keyspace
 from switchboard.shared.store.runs import RunRecord, now_ms
 
 log = logging.getLogger("switchboard.events")
 
-# The stream is capped near this many entries (XADD MAXLEN ~).
-EVENTS_MAXLEN = 10_000
 # How much of a reply or error an event carries (the transcript has the rest).
 _TEXT_CHARS = 500
 

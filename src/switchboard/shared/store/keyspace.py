@@ -13,6 +13,8 @@ IDEMPOTENCY_TTL_S = 600
 # Default lease a run holds on its session lane (SWITCHBOARD_LANE_LEASE_S); the worker
 # renews it every third of that while the run executes.
 LANE_LEASE_S = 30
+# The events stream is capped near this many entries (XADD MAXLEN ~).
+EVENTS_MAXLEN = 10_000
 
 
 @dataclass(frozen=True)

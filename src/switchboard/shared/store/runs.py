@@ -17,7 +17,7 @@ from redis import Redis
 
 from switchboard.shared import keys as sk
 from switchboard.shared.store import codec
-from switchboard.shared.store.keyspace import LANE_LEASE_S, Keyspace
+from switchboard.shared.store.keyspace import EVENTS_MAXLEN, LANE_LEASE_S, Keyspace
 from switchboard.shared.store.scripts import Scripts, as_text
 from switchboard.shared.store.transcripts import decode_entries
 
@@ -136,6 +136,8 @@ class Claim:
     run: RunRecord | None = None
     session: dict[str, str] | None = None
     history: list[dict[str, Any]] | None = None
+    # The claim step added the run.started event itself.
+    started_published: bool = False
 
 
 @dataclass(frozen=True)
@@ -355,6 +357,7 @@ class RunStore:
             run=RunRecord.from_hash(run_id, codec.decode_flat_hash(res[3])),
             session=codec.decode_flat_hash(res[4]),
             history=decode_entries(res[5], newest_first=True) if len(res) > 5 else [],
+            started_published=True,
         )
 
     def _claim(self, run_id: str, session_key: str, history: int) -> Any:
@@ -373,6 +376,7 @@ class RunStore:
                 self.ks.updated_agent(agent_id),
                 self.ks.updated_kind(agent_id, kind),
                 self.ks.metrics,
+                self.ks.events,
             ],
             args=[
                 run_id,
@@ -383,6 +387,7 @@ class RunStore:
                 self.max_attempts,
                 600_000,
                 history,
+                EVENTS_MAXLEN,
             ],
         )
 

@@ -117,9 +117,12 @@ return {created, sid, 'queued', ''}
 # The first claim counts the run as started (metrics).
 # Answers what the run needs to start, so the worker makes no other read: the run hash,
 # the session hash and the transcript's last messages (newest first).
-# KEYS: run, lane, leases, active, session, transcript, idx_all, idx_agent, idx_kind, metrics
+# KEYS: run, lane, leases, active, session, transcript, idx_all, idx_agent, idx_kind, metrics,
+#       events stream
 # ARGV: run id, session key, now, lease expiry, expected status, max attempts,
-#       default timeout ms (used when the run has no timeoutS of its own), history count
+#       default timeout ms (used when the run has no timeoutS of its own), history count,
+#       events stream cap
+# A successful claim adds the run.started event to the events stream in the same step.
 CLAIM_RUN = (
     _COMMON
     + LUA_RUN_METRICS
@@ -155,6 +158,21 @@ if not redis.call('HGET', KEYS[1], 'userSeq') then
   end
   touch(KEYS[5], KEYS[7], KEYS[8], KEYS[9], ARGV[2], ARGV[3])
 end
+-- The run.started event, in the same step (data as `events.run_event` shapes it).
+local f = redis.call('HMGET', KEYS[1], 'kind', 'meta')
+local ev = {runId = ARGV[1], sessionKey = ARGV[2], kind = f[1] or 'agent',
+  attempt = attempt, ts = tonumber(ARGV[3])}
+if f[2] then
+  local ok, meta = pcall(cjson.decode, f[2])
+  if ok and type(meta) == 'table' then
+    for _, name in ipairs({'flowId', 'spawnId', 'batchId'}) do
+      local v = meta[name]
+      if v and v ~= cjson.null and v ~= '' and v ~= false then ev[name] = v end
+    end
+  end
+end
+redis.call('XADD', KEYS[11], 'MAXLEN', '~', ARGV[9], '*', 'type', 'run.started',
+  'data', cjson.encode(ev))
 local out = {'ok', tostring(attempt), deadline, redis.call('HGETALL', KEYS[1])}
 out[5] = redis.call('HGETALL', KEYS[5])
 if tonumber(ARGV[8]) > 0 then
