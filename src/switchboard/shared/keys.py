@@ -127,9 +127,14 @@ def display_key(
     key: str, *, agent_id: str, main_key: str = "main", scope: str = "per-sender"
 ) -> str:
     """Show the caller's own main session (and ``global``) as ``"main"``; others unchanged."""
+    return "main" if key.strip().lower() in _own_main_names(agent_id, main_key) else key
+
+
+@lru_cache(maxsize=256)
+def _own_main_names(agent_id: str, main_key: str) -> frozenset[str]:
+    """The keys that name an agent's own main session (a listing asks once per row)."""
     main = normalize_main_key(main_key)
-    own_main = {"main", main, "global", main_session_key(agent_id, main, "per-sender")}
-    return "main" if key.strip().lower() in own_main else key
+    return frozenset({"main", main, "global", main_session_key(agent_id, main, "per-sender")})
 
 
 def agent_id_of(key: str) -> str:

@@ -65,7 +65,11 @@ def decode_hash(raw: Mapping[bytes | str, bytes | str]) -> dict[str, str]:
 
 def decode_flat_hash(flat: Sequence[bytes | str]) -> dict[str, str]:
     """A Lua script's HGETALL reply (field, value, field, value, ...) as a str → str dict."""
-    items = iter([x.decode() if isinstance(x, bytes) else x for x in flat])
+    try:
+        texts = [x.decode() for x in flat]  # type: ignore[union-attr]  # bytes: the usual reply
+    except AttributeError:  # a client that decodes replies itself
+        texts = [x.decode() if isinstance(x, bytes) else x for x in flat]
+    items = iter(texts)
     return dict(zip(items, items, strict=False))
 
 

@@ -71,17 +71,15 @@ class SessionEntry:
 
     @classmethod
     def from_hash(cls, key: str, raw: Mapping[str, str]) -> SessionEntry:
-        """Decode a HGETALL reply."""
-        out: dict[str, Any] = {}
-        for name, value in raw.items():
-            if name in _INT_FIELDS:
-                out[name] = codec.as_int(value)
-            elif name in _BOOL_FIELDS:
-                out[name] = codec.as_bool(value)
-            elif name in _JSON_FIELDS:
-                out[name] = codec.as_json(value)
-            else:
-                out[name] = value
+        """Decode a HGETALL reply (the typed fields converted, the rest kept as text)."""
+        out: dict[str, Any] = dict(raw)
+        names = out.keys()
+        for name in _INT_FIELDS & names:
+            out[name] = codec.as_int(out[name])
+        for name in _BOOL_FIELDS & names:
+            out[name] = codec.as_bool(out[name])
+        for name in _JSON_FIELDS & names:
+            out[name] = codec.as_json(out[name])
         return cls(key=key, fields=out)
 
 

@@ -22,7 +22,6 @@ import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from switchboard.shared import keys as sk
@@ -245,8 +244,8 @@ def list_row(svc: Services, entry: SessionEntry, requester_agent: str) -> dict[s
     row.update({name: _number(fields.get(name)) for name in _NUMBER_FIELDS})
     row.update({name: _flag(fields.get(name)) for name in _BOOL_FIELDS})
     if row["sessionId"]:
-        row["transcriptPath"] = os.path.join(
-            _sessions_dir(svc.settings.data_dir), f"{row['sessionId']}.jsonl"
+        row["transcriptPath"] = (
+            f"{_sessions_dir(str(svc.settings.data_dir))}/{row['sessionId']}.jsonl"
         )
     parent = _text(fields.get("spawnedBy"))
     if parent:
@@ -255,9 +254,9 @@ def list_row(svc: Services, entry: SessionEntry, requester_agent: str) -> dict[s
 
 
 @lru_cache(maxsize=8)
-def _sessions_dir(data_dir: Path) -> str:
+def _sessions_dir(data_dir: str) -> str:
     """Where transcript paths point (as text, built once per data dir)."""
-    return str(data_dir / "sessions")
+    return os.path.join(data_dir, "sessions")
 
 
 def _delivery_context(value: Any) -> dict[str, str]:
