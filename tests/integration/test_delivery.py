@@ -210,17 +210,79 @@ def test_webchat_delivery_is_an_event_and_internal_is_recorded(
     assert data["message"] == "to console"
 
 
+def _events(services: Services, event_type: str) -> list[dict[str, Any]]:
+    entries = services.store.redis.xrange(services.store.ks.events)
+    found = [codec.decode_hash(fields) for _, fields in entries]
+    return [codec.loads(e["data"]) for e in found if e["type"] == event_type]
+
+
+def test_local_delivery_is_settled_in_its_step_once_and_counted(services: Services) -> None:
+    """With no worker at all: a webchat delivery is recorded, sent and settled by the call;
+    the same key again is the same delivery, sent once."""
+    before = services.store.redis.hget(services.store.ks.metrics, "deliveries:delivered")
+    first = _enqueue(services, "idem-local", target=Target(channel="webchat"), message="now")
+    again = _enqueue(services, "idem-local", target=Target(channel="webchat"), message="now")
+    assert first == again
+    done = get_delivery(services, first)
+    assert done is not None
+    assert (done["status"], done["attempts"]) == ("delivered", 1)
+    assert done["deliveredAt"] >= done["createdAt"]
+    assert [e["deliveryId"] for e in _events(services, "delivery")] == [first]
+    [settled] = _events(services, "delivery.settled")
+    assert (settled["status"], settled["attempts"], settled["sessionKey"]) == ("delivered", 1, ROOM)
+    after = services.store.redis.hget(services.store.ks.metrics, "deliveries:delivered")
+    assert int(after or 0) == int(before or 0) + 1
+    due = services.store.redis.zrange(services.store.ks.deliveries_due, 0, -1)
+    assert due == []  # nothing left for the sweep
+    assert [d["deliveryId"] for d in deliveries_for(services, ROOM)] == [first]
+
+
+def test_local_delivery_obeys_the_sessions_own_deny(services: Services) -> None:
+    """A session set to deny (any case, padded) gets no webchat message: `denied`, counted."""
+    services.store.sessions.ensure(ROOM)
+    services.store.sessions.patch(ROOM, {"sendPolicy": " Deny "})
+    delivery_id = _enqueue(services, "idem-local-deny", target=Target(channel="webchat"))
+    done = get_delivery(services, delivery_id)
+    assert done is not None
+    assert (done["status"], done["lastError"]) == ("denied", SEND_BLOCKED)
+    assert _events(services, "delivery") == []
+    [settled] = _events(services, "delivery.settled")
+    assert (settled["status"], settled["error"]) == ("denied", SEND_BLOCKED)
+    denied = services.store.redis.hget(services.store.ks.metrics, "deliveries:denied")
+    assert int(denied or 0) == 1
+
+
+def test_local_delivery_obeys_send_policy_rules(services: Services, settings: Any) -> None:
+    """With send-policy rules configured, they decide a local delivery too."""
+    from switchboard.shared.config import parse_config
+    from switchboard.wiring import build_services
+
+    ruled = build_services(
+        settings,
+        queue=services.queue,
+        config=parse_config(
+            {
+                "session": {
+                    "sendPolicy": {
+                        "rules": [{"match": {"channel": "webchat"}, "action": "deny"}],
+                        "default": "allow",
+                    }
+                }
+            }
+        ),
+    )
+    denied = _enqueue(ruled, "idem-rule-deny", target=Target(channel="webchat"))
+    allowed = _enqueue(ruled, "idem-rule-allow", target=Target(channel="internal"))
+    assert get_delivery(ruled, denied)["status"] == "denied"  # type: ignore[index]
+    assert get_delivery(ruled, allowed)["status"] == "delivered"  # type: ignore[index]
+
+
 def test_duplicated_deliver_steps_deliver_once(
     worker: Any, services: Services, webhook: WebhookReceiver
 ) -> None:
     """Five copies of the step at once, and one more after, make exactly one POST."""
     delivery_id, created = records.create(
-        services,
-        target=RELAY,
-        message="once",
-        session_key=ROOM,
-        idempotency_key="idem-dup",
-        origin={"kind": "test"},
+        services, records.Outgoing(RELAY, "once", ROOM, "idem-dup", {"kind": "test"})
     )
     assert created
     for _ in range(5):

@@ -205,3 +205,25 @@ def test_a_result_that_cannot_be_recorded_ends_the_run_and_frees_the_lane(
     second = rpc("agent", sessionKey="main", message="two")
     again = wait_ok(rpc, second["runId"])
     assert (again["status"], again.get("reply")) == ("ok", "two"), again
+
+
+def test_run_started_event_comes_from_the_claim(
+    worker: Any, rpc: Callable[..., Any], services: Services
+) -> None:
+    """Each run's claim adds one `run.started` (ids, kind, attempt), before its `run.ended`."""
+    from switchboard.shared.store import codec
+
+    started = rpc("agent", sessionKey="main", message="hello")
+    assert wait_ok(rpc, started["runId"])["status"] == "ok"
+    entries = services.store.redis.xrange(services.store.ks.events)
+    events = [codec.decode_hash(fields) for _, fields in entries]
+    mine = [
+        (e["type"], codec.loads(e["data"]))
+        for e in events
+        if codec.loads(e["data"]).get("runId") == started["runId"]
+    ]
+    assert [kind for kind, _ in mine] == ["run.started", "run.ended"]
+    data = mine[0][1]
+    assert data["sessionKey"] == "agent:main:main"
+    assert (data["kind"], data["attempt"]) == ("agent", 1)
+    assert isinstance(data["ts"], int) and data["ts"] <= mine[1][1]["ts"]

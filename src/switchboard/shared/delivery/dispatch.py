@@ -24,7 +24,7 @@ from typing import Any
 from switchboard.logs import log_context
 from switchboard.shared import metrics
 from switchboard.shared.delivery import adapters, records
-from switchboard.shared.delivery.records import Target
+from switchboard.shared.delivery.records import Outgoing, Target
 from switchboard.shared.flows.steps import flow_step
 from switchboard.shared.gateway.agent import SendBlocked, check_send_policy
 from switchboard.shared.policy.send_policy import SEND_BLOCKED
@@ -57,52 +57,24 @@ def enqueue_delivery(
     Idempotent: the same ``idempotency_key`` names the same delivery, which is created
     and sent once (a record left unsent by a crash is sent again).
     """
+    out = Outgoing(target, message, session_key, idempotency_key, origin)
     if adapters.is_local(svc, target.channel):
-        return _deliver_local(
-            svc,
-            target=target,
-            message=message,
-            session_key=session_key,
-            idempotency_key=idempotency_key,
-            origin=origin,
-        )
-    delivery_id, created = records.create(
-        svc,
-        target=target,
-        message=message,
-        session_key=session_key,
-        idempotency_key=idempotency_key,
-        origin=origin,
-    )
+        return _deliver_local(svc, out)
+    delivery_id, created = records.create(svc, out)
     if created or _never_attempted(svc, delivery_id):
         svc.queue.enqueue(DELIVER_STEP, delivery_id)
     return delivery_id
 
 
-def _deliver_local(
-    svc: Services,
-    *,
-    target: Target,
-    message: str,
-    session_key: str,
-    idempotency_key: str,
-    origin: Mapping[str, str],
-) -> str:
+def _deliver_local(svc: Services, out: Outgoing) -> str:
     """Record, send and settle a webchat or internal delivery in one store step.
 
     Without send-policy rules the session's own override decides, read in that step."""
     policy = None
     if svc.config.session.send_policy is not None:
-        policy = "deny" if _session_denies(svc, session_key, target.channel) else "allow"
-    delivery_id, outcome = records.create_local(
-        svc,
-        target=target,
-        message=message,
-        session_key=session_key,
-        idempotency_key=idempotency_key,
-        origin=origin,
-        policy=policy,
-    )
+        denied = _session_denies(svc, out.session_key, out.target.channel)
+        policy = "deny" if denied else "allow"
+    delivery_id, outcome = records.create_local(svc, out, policy=policy)
     if outcome is None and _never_attempted(svc, delivery_id):
         deliver(svc, delivery_id)  # recorded earlier but never sent: send it now
     elif outcome == "denied":

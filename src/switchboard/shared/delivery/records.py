@@ -170,6 +170,41 @@ class Target:
 
 
 @dataclass(frozen=True)
+class Outgoing:
+    """A message to deliver: where, what, for which session, under which idempotency key."""
+
+    target: Target
+    message: str
+    session_key: str
+    idempotency_key: str
+    origin: Mapping[str, str]
+
+    @property
+    def delivery_id(self) -> str:
+        """The delivery's id (derived from the idempotency key)."""
+        return delivery_id_for(self.idempotency_key)
+
+    def new_fields(self, now: int) -> dict[str, Any]:
+        """The hash of a new, pending delivery."""
+        target = self.target
+        return {
+            "deliveryId": self.delivery_id,
+            "channel": target.channel,
+            "to": target.to,
+            "accountId": target.account_id,
+            "threadId": target.thread_id,
+            "message": self.message,
+            "sessionKey": self.session_key,
+            "idempotencyKey": self.idempotency_key,
+            "origin": dict(self.origin),
+            "status": "pending",
+            "attempts": 0,
+            "createdAt": now,
+            "updatedAt": now,
+        }
+
+
+@dataclass(frozen=True)
 class Claim:
     """The answer to "may this step send now?": ``ok`` with the attempt number, or why not."""
 
@@ -188,25 +223,16 @@ def retention_s(svc: Services) -> int:
     return max(60, int(svc.config.runs.retention_hours * 3600))
 
 
-def create(
-    svc: Services,
-    *,
-    target: Target,
-    message: str,
-    session_key: str,
-    idempotency_key: str,
-    origin: Mapping[str, str],
-) -> tuple[str, bool]:
+def create(svc: Services, out: Outgoing) -> tuple[str, bool]:
     """Record a pending delivery; returns (id, created) — False when it already existed."""
-    delivery_id = delivery_id_for(idempotency_key)
+    delivery_id = out.delivery_id
     now = now_ms()
-    fields = _new_fields(delivery_id, target, message, session_key, idempotency_key, origin, now)
     ks = svc.store.ks
     keep_s = retention_s(svc)
     created = svc.store.redis.register_script(_CREATE)(
-        keys=[ks.delivery(delivery_id), ks.session_deliveries(session_key), ks.deliveries_due],
+        keys=[ks.delivery(delivery_id), ks.session_deliveries(out.session_key), ks.deliveries_due],
         args=[
-            codec.fields_json(fields),
+            codec.fields_json(out.new_fields(now)),
             delivery_id,
             now,
             keep_s,
@@ -217,56 +243,46 @@ def create(
     return delivery_id, bool(int(created))
 
 
-def create_local(
-    svc: Services,
-    *,
-    target: Target,
-    message: str,
-    session_key: str,
-    idempotency_key: str,
-    origin: Mapping[str, str],
-    policy: str | None,
-) -> tuple[str, str | None]:
+def create_local(svc: Services, out: Outgoing, *, policy: str | None) -> tuple[str, str | None]:
     """Record and settle a delivery to a channel served inside the product, in one step.
 
     ``policy`` is the send policy's decision (``allow``/``deny``), or None to go by the
     session's own override alone (no send-policy rules are configured). Returns (id,
     outcome): ``delivered`` or ``denied``, None when the delivery already existed."""
-    delivery_id = delivery_id_for(idempotency_key)
+    delivery_id = out.delivery_id
     now = now_ms()
-    fields = _new_fields(delivery_id, target, message, session_key, idempotency_key, origin, now)
     ks = svc.store.ks
     keep_s = retention_s(svc)
     webchat = ""
-    if target.channel == "webchat":
+    if out.target.channel == "webchat":
         webchat = codec.dumps(
             {
                 "deliveryId": delivery_id,
-                "sessionKey": session_key,
-                "channel": target.channel,
-                "to": target.to,
-                "threadId": target.thread_id,
-                "message": message,
+                "sessionKey": out.session_key,
+                "channel": out.target.channel,
+                "to": out.target.to,
+                "threadId": out.target.thread_id,
+                "message": out.message,
                 "ts": now,
             }
         )
     settled = {
         "deliveryId": delivery_id,
-        "sessionKey": session_key,
-        "channel": target.channel,
+        "sessionKey": out.session_key,
+        "channel": out.target.channel,
         "attempts": 1,
         "ts": now,
     }
     res = svc.store.redis.register_script(_CREATE_LOCAL)(
         keys=[
             ks.delivery(delivery_id),
-            ks.session_deliveries(session_key),
+            ks.session_deliveries(out.session_key),
             ks.events,
             ks.metrics,
-            ks.session(session_key),
+            ks.session(out.session_key),
         ],
         args=[
-            codec.fields_json(fields),
+            codec.fields_json(out.new_fields(now)),
             delivery_id,
             now,
             keep_s,
@@ -282,32 +298,6 @@ def create_local(
         ],
     )
     return delivery_id, {1: "delivered", 2: "denied"}.get(int(res))
-
-
-def _new_fields(
-    delivery_id: str,
-    target: Target,
-    message: str,
-    session_key: str,
-    idempotency_key: str,
-    origin: Mapping[str, str],
-    now: int,
-) -> dict[str, Any]:
-    return {
-        "deliveryId": delivery_id,
-        "channel": target.channel,
-        "to": target.to,
-        "accountId": target.account_id,
-        "threadId": target.thread_id,
-        "message": message,
-        "sessionKey": session_key,
-        "idempotencyKey": idempotency_key,
-        "origin": dict(origin),
-        "status": "pending",
-        "attempts": 0,
-        "createdAt": now,
-        "updatedAt": now,
-    }
 
 
 def lost_after_ms(svc: Services) -> int:
