@@ -6,6 +6,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -138,6 +139,36 @@ def test_recent_page_walks_deep_pages_through_ties(services: Services) -> None:
     # A lower bound on the score stops the walk early.
     page, cursor = sessions.recent_page(agent_ids=None, kinds=None, min_updated_ms=999, limit=50)
     assert len(page) == 8 and cursor is None
+
+
+def test_recent_entries_is_the_first_page_with_its_entries(services: Services) -> None:
+    """Across two kind indexes with tied scores: the same rows, order and cursor as
+    `recent_page`, each with its session entry (None where the entry is gone)."""
+    sessions = services.store.sessions
+    ks = services.store.ks
+    pipe = services.store.redis.pipeline()
+    for i in range(12):
+        kind = "cron" if i % 2 else "hook"
+        key = f"agent:main:{kind}:t-{i:02d}"
+        score = 5_000 - i // 3  # ties of three, mixed over both indexes
+        pipe.zadd(ks.updated_kind("main", kind), {key: score})
+        if i != 4:  # one index row whose entry is gone
+            pipe.hset(ks.session(key), mapping={"sessionId": f"s-{i}", "updatedAt": score})
+    pipe.execute()
+    for limit, floor in ((5, None), (12, None), (20, None), (4, 4_998)):
+        options: dict[str, Any] = {
+            "agent_ids": ["main"],
+            "kinds": ["cron", "hook"],
+            "min_updated_ms": floor,
+            "limit": limit,
+        }
+        page, cursor = sessions.recent_page(**options)
+        rows, entries, entries_cursor = sessions.recent_entries(**options)
+        assert rows == page and entries_cursor == cursor
+        assert [e.key if e else None for e in entries] == [
+            None if key.endswith("t-04") else key for key, _ in rows
+        ]
+        assert all(e.updated_at_ms == s for e, (_, s) in zip(entries, rows, strict=True) if e)
 
 
 def test_waiter_answers_from_the_run_ended_message(services: Services, redis_url: str) -> None:

@@ -328,6 +328,39 @@ return out
 """
 
 
+# The first page of the updatedAt indexes, newest first, with each listed session's hash:
+# what a listing needs, in one round trip. The indexes' rows (each newest first) are
+# merged by score, ties in index order then position, as `SessionStore.recent_page`
+# merges them. The session hashes are named from their keys (ARGV[4] is the session key
+# prefix), as the store keeps everything in one Redis.
+# KEYS: indexes. ARGV: max score, min score, how many, session key prefix.
+# Answers {member, score, flat HGETALL} per row, at most ARGV[3] rows.
+RECENT_ENTRIES = """
+local want = tonumber(ARGV[3])
+local lists, at = {}, {}
+for i, index in ipairs(KEYS) do
+  lists[i] = redis.call('ZREVRANGEBYSCORE', index, ARGV[1], ARGV[2], 'WITHSCORES',
+    'LIMIT', 0, want)
+  at[i] = 1
+end
+local out = {}
+while #out < want do
+  local best, best_score = nil, nil
+  for i = 1, #lists do
+    if at[i] <= #lists[i] then
+      local score = tonumber(lists[i][at[i] + 1])
+      if best == nil or score > best_score then best, best_score = i, score end
+    end
+  end
+  if best == nil then break end
+  local rows, j = lists[best], at[best]
+  out[#out + 1] = {rows[j], rows[j + 1], redis.call('HGETALL', ARGV[4] .. rows[j])}
+  at[best] = j + 2
+end
+return out
+"""
+
+
 class Scripts:
     """The registered scripts of one Redis client (EVALSHA with automatic reload)."""
 
@@ -342,6 +375,7 @@ class Scripts:
         self.requeue_run: Script = redis.register_script(REQUEUE_RUN)
         self.release_lane: Script = redis.register_script(RELEASE_LANE)
         self.get_hashes: Script = redis.register_script(GET_HASHES)
+        self.recent_entries: Script = redis.register_script(RECENT_ENTRIES)
 
 
 def as_text(value: Any) -> str:

@@ -83,6 +83,19 @@ class SessionEntry:
         return cls(key=key, fields=out)
 
 
+def _next_cursor(
+    page: list[tuple[str, int]], limit: int, after: IndexCursor | None
+) -> IndexCursor | None:
+    """Where the page after ``page`` starts (None when the indexes had fewer rows)."""
+    if len(page) < limit:
+        return None
+    last = page[-1][1]
+    ties = {key for key, score in page if score == last}
+    if after is not None and last == after.score:
+        ties |= after.keys
+    return IndexCursor(score=last, keys=frozenset(ties))
+
+
 class SessionStore:
     """Session entries in Redis hashes, plus the lookup and ordering indexes."""
 
@@ -261,13 +274,33 @@ class SessionStore:
             out.append((key, score))
             if len(out) >= limit:
                 break
-        if len(out) < limit:
-            return out, None
-        last = out[-1][1]
-        ties = {key for key, score in out if score == last}
-        if after is not None and last == after.score:
-            ties |= skip
-        return out, IndexCursor(score=last, keys=frozenset(ties))
+        return out, _next_cursor(out, limit, after)
+
+    def recent_entries(
+        self,
+        *,
+        agent_ids: Iterable[str] | None,
+        kinds: Iterable[str] | None,
+        min_updated_ms: int | None,
+        limit: int,
+    ) -> tuple[list[tuple[str, int]], list[SessionEntry | None], IndexCursor | None]:
+        """The first page of ``recent_page`` and each listed session's entry, in one round
+        trip: (key, updatedAt) pairs, their entries (None for a key whose entry is gone),
+        and the cursor of the next page."""
+        lo = "-inf" if min_updated_ms is None else str(min_updated_ms)
+        rows = self.scripts.recent_entries(
+            keys=self._indexes_for(agent_ids, kinds),
+            args=["+inf", lo, limit, self.ks.session("")],
+        )
+        page: list[tuple[str, int]] = []
+        entries: list[SessionEntry | None] = []
+        for member, score, flat in rows:
+            key = as_text(member)
+            page.append((key, int(float(as_text(score)))))
+            entries.append(
+                SessionEntry.from_hash(key, codec.decode_flat_hash(flat)) if flat else None
+            )
+        return page, entries, _next_cursor(page, limit, None)
 
     def _indexes_for(
         self, agent_ids: Iterable[str] | None, kinds: Iterable[str] | None

@@ -36,7 +36,7 @@ from switchboard.shared.policy.visibility import (
 )
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import now_ms
-from switchboard.shared.store.sessions import IndexCursor, SessionEntry
+from switchboard.shared.store.sessions import SessionEntry
 from switchboard.shared.tools.access import visibility_guard
 from switchboard.shared.tools.args import read_int, read_string_list
 from switchboard.shared.tools.registry import ToolContext, ToolSpec
@@ -165,13 +165,26 @@ def _from_indexes(
     kind_of = _kind_function(svc)
     kinds = sorted(query.kinds) if query.kinds is not None and agents is not None else None
     out: list[SessionEntry] = []
-    seen: set[str] = set()
     scanned = 0
     partial = False
-    cursor: IndexCursor | None = None
-    # The first page asks for just what is wanted (usually all visible); later ones more.
-    size = min(query.limit + 2, _PAGE_SIZE)
-    while len(out) < query.limit:
+    # The first page asks for just what is wanted (usually all visible), with the entries
+    # in the same round trip; later pages ask for more.
+    page, entries, cursor = svc.store.sessions.recent_entries(
+        agent_ids=agents,
+        kinds=kinds,
+        min_updated_ms=query.min_updated_ms,
+        limit=min(query.limit + 2, _PAGE_SIZE),
+    )
+    seen = {key for key, _ in page}
+    while True:
+        scanned += len(page)
+        for entry in entries:
+            if entry is None or not _listable(svc, entry.key):
+                continue
+            if query.accepts(entry, kind_of(entry.key)) and guard.check(entry.key, "list").allowed:
+                out.append(entry)
+        if cursor is None or len(out) >= query.limit:
+            break
         if scanned >= _SCAN_LIMIT:
             partial = True
             break
@@ -179,20 +192,12 @@ def _from_indexes(
             agent_ids=agents,
             kinds=kinds,
             min_updated_ms=query.min_updated_ms,
-            limit=size,
+            limit=_PAGE_SIZE,
             after=cursor,
         )
-        scanned += len(page)
         fresh = [key for key, _ in page if key not in seen]
         seen.update(fresh)
-        for entry in svc.store.sessions.get_many(fresh):
-            if entry is None or not _listable(svc, entry.key):
-                continue
-            if query.accepts(entry, kind_of(entry.key)) and guard.check(entry.key, "list").allowed:
-                out.append(entry)
-        if cursor is None:
-            break
-        size = _PAGE_SIZE
+        entries = svc.store.sessions.get_many(fresh)
     # Transcript appends move an entry's updatedAt ahead of its index score; show the truth.
     out.sort(key=lambda e: e.updated_at_ms, reverse=True)
     return _Found(out[: query.limit], partial=partial)
@@ -222,7 +227,9 @@ def _listable(svc: Services, key: str) -> bool:
 
 
 def list_row(svc: Services, entry: SessionEntry, requester_agent: str) -> dict[str, Any]:
-    """One `sessions_list` row (SPEC §3): known fields only, keys as the caller sees them."""
+    """One `sessions_list` row (SPEC §3): known fields only, keys as the caller sees them.
+
+    Built field by field, leaving out what is unset (a listing builds fifty per call)."""
     fields = entry.fields
     kind = sk.session_kind(entry.key, **key_options(svc))
     delivery = _delivery_context(fields.get("deliveryContext"))
@@ -234,23 +241,34 @@ def list_row(svc: Services, entry: SessionEntry, requester_agent: str) -> dict[s
         "key": display_key(svc, entry.key, requester_agent),
         "kind": kind,
         "channel": channel,
-        "displayName": _display_name(entry, kind, channel),
-        "lastChannel": last_channel,
-        "lastTo": _text(delivery.get("to")) or _text(fields.get("lastTo")),
-        "deliveryContext": delivery or None,
-        "status": _RUN_STATUS.get(str(fields.get("status"))),
     }
-    row.update({name: _text(fields.get(name)) for name in _STRING_FIELDS})
-    row.update({name: _number(fields.get(name)) for name in _NUMBER_FIELDS})
-    row.update({name: _flag(fields.get(name)) for name in _BOOL_FIELDS})
-    if row["sessionId"]:
-        row["transcriptPath"] = (
-            f"{_sessions_dir(str(svc.settings.data_dir))}/{row['sessionId']}.jsonl"
-        )
-    parent = _text(fields.get("spawnedBy"))
-    if parent:
+    if name := _display_name(entry, kind, channel):
+        row["displayName"] = name
+    if last_channel:
+        row["lastChannel"] = last_channel
+    if last_to := _text(delivery.get("to")) or _text(fields.get("lastTo")):
+        row["lastTo"] = last_to
+    if delivery:
+        row["deliveryContext"] = delivery
+    if status := _RUN_STATUS.get(str(fields.get("status"))):
+        row["status"] = status
+    for field in _STRING_FIELDS:
+        text = fields.get(field)
+        if isinstance(text, str) and (text := text.strip()):
+            row[field] = text
+    for field in _NUMBER_FIELDS:
+        number = fields.get(field)
+        if isinstance(number, (int, float)) and not isinstance(number, bool):
+            row[field] = number
+    for field in _BOOL_FIELDS:
+        flag = fields.get(field)
+        if isinstance(flag, bool):
+            row[field] = flag
+    if session_id := row.get("sessionId"):
+        row["transcriptPath"] = f"{_sessions_dir(str(svc.settings.data_dir))}/{session_id}.jsonl"
+    if parent := _text(fields.get("spawnedBy")):
         row["spawnedBy"] = display_key(svc, parent, requester_agent)
-    return {name: value for name, value in row.items() if value is not None}
+    return row
 
 
 @lru_cache(maxsize=8)
@@ -338,16 +356,6 @@ def _scope_note(visibility: Visibility, agent: str, reach: Collection[str] | Non
 
 def _text(value: Any) -> str | None:
     return value.strip() or None if isinstance(value, str) else None
-
-
-def _number(value: Any) -> int | float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return value
-
-
-def _flag(value: Any) -> bool | None:
-    return value if isinstance(value, bool) else None
 
 
 SPEC = ToolSpec(
