@@ -15,7 +15,7 @@ from typing import Any, cast
 
 import pytest
 from pydantic_ai import Agent, RunContext
-from pydantic_ai.exceptions import CallDeferred, UnexpectedModelBehavior
+from pydantic_ai.exceptions import CallDeferred, UnexpectedModelBehavior, UserError
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -257,3 +257,10 @@ def test_the_request_limit_ends_a_run_that_never_stops_calling_tools(
     with pytest.raises(Exception, match="request_limit of 3"):
         _ours(script, _history())
     assert len(script.sent) == 3
+
+
+def test_a_run_with_nothing_to_answer_is_refused_before_any_request() -> None:
+    script = Scripted([TextPart("never")])
+    with pytest.raises(UserError, match="no message to answer"):
+        _ours(script, [])
+    assert script.sent == []

@@ -34,7 +34,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic_ai.direct import model_request
-from pydantic_ai.exceptions import UnexpectedModelBehavior, UsageLimitExceeded
+from pydantic_ai.exceptions import UnexpectedModelBehavior, UsageLimitExceeded, UserError
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -104,6 +104,8 @@ async def run_model_loop(
             messages[-1] = replace(last, parts=[*last.parts, *tool_results])
         else:
             messages.append(resumed)
+    if not messages:
+        raise UserError("the run has no message to answer")
     usage = RunUsage()
     retries: dict[str, int] = {}
     for _ in range(REQUEST_LIMIT):
