@@ -5,8 +5,8 @@ loops of its own (`RUN_LOOPS`): a pool thread hands its run to one and waits for
 outcome. Model clients are bound to the loop that opened them, so a model has a client (and
 a connection pool) per loop, not one per pool thread; and a thousand runs waiting on their
 model cost a thousand idle coroutines rather than a thousand threads taking turns at the
-GIL. One worker process keeps as many runs in flight as it has pool
-threads. Deadlines are enforced by the product, not by Celery.
+GIL. One worker process keeps as many runs in flight as it has pool threads. Deadlines are
+enforced by the product, not by Celery.
 """
 
 from __future__ import annotations

@@ -102,18 +102,37 @@ def classify_status(status: int, body: str = "") -> SendResult:
     return SendResult(ok=False, error=error, permanent=permanent)
 
 
-def publish_webchat(svc: Services, delivery: Mapping[str, Any]) -> SendResult:
-    """Append a ``delivery`` event to the events stream (console and ``/events`` read it)."""
-    event = {
+def webchat_event(delivery: Mapping[str, Any], ts: int) -> dict[str, Any]:
+    """The data of the ``delivery`` event that carries a webchat message."""
+    return {
         "deliveryId": delivery.get("deliveryId"),
         "sessionKey": delivery.get("sessionKey"),
         "channel": delivery.get("channel"),
         "to": delivery.get("to"),
         "threadId": delivery.get("threadId"),
         "message": delivery.get("message"),
-        "ts": now_ms(),
+        "ts": ts,
     }
-    fields = {"type": "delivery", "data": codec.dumps(event)}
+
+
+def settled_event(
+    delivery: Mapping[str, Any], attempt: int, status: str, error: str | None
+) -> dict[str, Any]:
+    """The data of a ``delivery.settled`` event (the console follows it)."""
+    data = {
+        "deliveryId": delivery.get("deliveryId"),
+        "sessionKey": delivery.get("sessionKey"),
+        "channel": delivery.get("channel"),
+        "status": status,
+        "attempts": attempt,
+        "error": error,
+    }
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def publish_webchat(svc: Services, delivery: Mapping[str, Any]) -> SendResult:
+    """Append a ``delivery`` event to the events stream (console and ``/events`` read it)."""
+    fields = {"type": "delivery", "data": codec.dumps(webchat_event(delivery, now_ms()))}
     svc.store.redis.xadd(
         svc.store.ks.events,
         fields,  # type: ignore[arg-type]

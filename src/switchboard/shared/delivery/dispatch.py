@@ -191,15 +191,7 @@ def _publish_settled(
     svc: Services, delivery: Mapping[str, Any], attempt: int, status: str, error: str | None
 ) -> None:
     """A ``delivery.settled`` event on the events stream (the console follows it)."""
-    data = {
-        "deliveryId": delivery.get("deliveryId"),
-        "sessionKey": delivery.get("sessionKey"),
-        "channel": delivery.get("channel"),
-        "status": status,
-        "attempts": attempt,
-        "error": error,
-    }
-    event = {k: v for k, v in data.items() if v is not None}
+    event = adapters.settled_event(delivery, attempt, status, error)
     publish_event(svc.store.redis, svc.store.ks, "delivery.settled", event)
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from switchboard.shared import metrics
+from switchboard.shared.delivery import adapters
 from switchboard.shared.policy.send_policy import SEND_BLOCKED
 from switchboard.shared.services import Services
 from switchboard.shared.store import codec
@@ -225,22 +226,17 @@ def retention_s(svc: Services) -> int:
 
 def create(svc: Services, out: Outgoing) -> tuple[str, bool]:
     """Record a pending delivery; returns (id, created) — False when it already existed."""
-    delivery_id = out.delivery_id
     now = now_ms()
     ks = svc.store.ks
-    keep_s = retention_s(svc)
     created = svc.store.redis.register_script(_CREATE)(
-        keys=[ks.delivery(delivery_id), ks.session_deliveries(out.session_key), ks.deliveries_due],
-        args=[
-            codec.fields_json(out.new_fields(now)),
-            delivery_id,
-            now,
-            keep_s,
-            now - keep_s * 1000,
-            now + lost_after_ms(svc),
+        keys=[
+            ks.delivery(out.delivery_id),
+            ks.session_deliveries(out.session_key),
+            ks.deliveries_due,
         ],
+        args=[*_record_args(svc, out.new_fields(now), now), now + lost_after_ms(svc)],
     )
-    return delivery_id, bool(int(created))
+    return out.delivery_id, bool(int(created))
 
 
 def create_local(svc: Services, out: Outgoing, *, policy: str | None) -> tuple[str, str | None]:
@@ -249,55 +245,37 @@ def create_local(svc: Services, out: Outgoing, *, policy: str | None) -> tuple[s
     ``policy`` is the send policy's decision (``allow``/``deny``), or None to go by the
     session's own override alone (no send-policy rules are configured). Returns (id,
     outcome): ``delivered`` or ``denied``, None when the delivery already existed."""
-    delivery_id = out.delivery_id
     now = now_ms()
     ks = svc.store.ks
-    keep_s = retention_s(svc)
-    webchat = ""
-    if out.target.channel == "webchat":
-        webchat = codec.dumps(
-            {
-                "deliveryId": delivery_id,
-                "sessionKey": out.session_key,
-                "channel": out.target.channel,
-                "to": out.target.to,
-                "threadId": out.target.thread_id,
-                "message": out.message,
-                "ts": now,
-            }
-        )
-    settled = {
-        "deliveryId": delivery_id,
-        "sessionKey": out.session_key,
-        "channel": out.target.channel,
-        "attempts": 1,
-        "ts": now,
-    }
+    fields = out.new_fields(now)
+    webchat = adapters.webchat_event(fields, now) if out.target.channel == "webchat" else None
     res = svc.store.redis.register_script(_CREATE_LOCAL)(
         keys=[
-            ks.delivery(delivery_id),
+            ks.delivery(out.delivery_id),
             ks.session_deliveries(out.session_key),
             ks.events,
             ks.metrics,
             ks.session(out.session_key),
         ],
         args=[
-            codec.fields_json(out.new_fields(now)),
-            delivery_id,
-            now,
-            keep_s,
-            now - keep_s * 1000,
+            *_record_args(svc, fields, now),
             policy or "",
-            webchat,
+            codec.dumps(webchat) if webchat else "",
             EVENTS_MAXLEN,
-            codec.dumps({**settled, "status": "delivered"}),
-            codec.dumps({**settled, "status": "denied", "error": SEND_BLOCKED}),
+            codec.dumps({**adapters.settled_event(fields, 1, "delivered", None), "ts": now}),
+            codec.dumps({**adapters.settled_event(fields, 1, "denied", SEND_BLOCKED), "ts": now}),
             metrics.field_name(metrics.DELIVERIES, "delivered"),
             metrics.field_name(metrics.DELIVERIES, "denied"),
             SEND_BLOCKED,
         ],
     )
-    return delivery_id, {1: "delivered", 2: "denied"}.get(int(res))
+    return out.delivery_id, {1: "delivered", 2: "denied"}.get(int(res))
+
+
+def _record_args(svc: Services, fields: Mapping[str, Any], now: int) -> list[Any]:
+    """The arguments both create scripts start with: fields, id, now, retention, prune."""
+    keep_s = retention_s(svc)
+    return [codec.fields_json(fields), fields["deliveryId"], now, keep_s, now - keep_s * 1000]
 
 
 def lost_after_ms(svc: Services) -> int:

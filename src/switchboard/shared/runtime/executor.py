@@ -360,8 +360,8 @@ async def collect_follow_ups(work: Awaitable[None]) -> list[RunRecord]:
     """Await ``work`` (an `execute_run` or `resume_run`) and return the runs it ended that
     have an `onEnd` step, instead of enqueuing those steps.
 
-    The worker then runs each step in the task that ran the run (`run_follow_up`): a
-    run's follow-up costs no message of its own, and it never holds up the run loop."""
+    The worker then runs each step in the task that ran the run, on the same loop, as
+    soon as the run ends (`run_follow_up`): a run's follow-up costs no message of its own."""
     collected: list[RunRecord] = []
     token = _follow_ups.set(collected)
     try:
