@@ -251,6 +251,9 @@ def _openai_model(spec: _ModelSpec, settings: ModelSettings) -> Model:
         raise UserError("set OPENAI_API_KEY or models.providers.openai.apiKey")
     from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
 
+    from switchboard.shared.runtime import openai_body
+
+    openai_body.install()  # chat-completion bodies skip the SDK's per-request type walk
     provider = _openai_provider(spec)
     if spec.kind == "openai-responses":
         return OpenAIResponsesModel(spec.model, provider=provider, settings=settings)

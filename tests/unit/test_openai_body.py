@@ -1,0 +1,167 @@
+"""The chat-completion body shortcut gives exactly what the OpenAI SDK's transform gives."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from openai import NOT_GIVEN, omit
+from openai._utils import PropertyInfo, async_maybe_transform
+from openai.types.chat import completion_create_params as params
+
+from switchboard.shared.runtime import openai_body
+
+NON_STREAMING = params.CompletionCreateParamsNonStreaming
+STREAMING = params.CompletionCreateParamsStreaming
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "sessionKey": {"type": "string", "description": "the session"},
+        "limit": {"type": ["integer", "null"], "minimum": 1},
+        "kinds": {"type": "array", "items": {"enum": ["main", "group"]}},
+    },
+    "required": ["sessionKey"],
+    "additionalProperties": False,
+}
+
+BODIES: list[dict[str, Any]] = [
+    {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": False},
+    {  # every message kind, content parts, tools, and arguments left out
+        "model": "gpt-x",
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "developer", "content": [{"type": "text", "text": "rules"}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "look"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}},
+                    {"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}},
+                    {"type": "file", "file": {"file_data": "AA==", "filename": "a.pdf"}},
+                ],
+                "name": "alice",
+            },
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "sessions_list", "arguments": '{"limit": 5}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": '{"sessions": []}'},
+        ],
+        "tools": [
+            {
+                "type": "function",
+                "function": {"name": "sessions_list", "parameters": SCHEMA, "strict": True},
+            }
+        ],
+        "tool_choice": "auto",
+        "parallel_tool_calls": True,
+        "max_completion_tokens": 100,
+        "temperature": 0.2,
+        "stop": ["\n\n"],
+        "logit_bias": {"50256": -100},
+        "metadata": {"run": "r1"},
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "out", "schema": SCHEMA, "strict": True},
+        },
+        "stream": False,
+        "top_p": NOT_GIVEN,
+        "seed": omit,
+        "user": NOT_GIVEN,
+        "prediction": omit,
+    },
+]
+
+
+def sdk(body: dict[str, Any], expected: Any = NON_STREAMING) -> Any:
+    return asyncio.run(async_maybe_transform(body, expected))
+
+
+def shortcut(body: dict[str, Any], expected: Any = NON_STREAMING) -> Any:
+    async def original(data: Any, expected_type: Any) -> Any:
+        raise AssertionError("the shortcut should have answered")
+
+    return asyncio.run(openai_body.shortcut(original)(body, expected))
+
+
+def test_the_sdk_declares_no_alias_or_format_for_chat_completions() -> None:
+    # If an SDK release adds one, the shortcut switches itself off; this says it is on.
+    assert openai_body._shortcut_types() == frozenset({NON_STREAMING, STREAMING})
+
+
+@pytest.mark.parametrize("body", BODIES, ids=["minimal", "everything"])
+def test_plain_bodies_come_out_as_the_sdk_makes_them(body: dict[str, Any]) -> None:
+    assert shortcut(body) == sdk(body)
+    streaming = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    assert shortcut(streaming, STREAMING) == sdk(streaming, STREAMING)
+
+
+def test_omitted_arguments_are_dropped_and_none_is_kept() -> None:
+    body = {"model": "m", "messages": [], "top_p": NOT_GIVEN, "seed": omit, "user": None}
+    assert shortcut(body) == {"model": "m", "messages": [], "user": None}
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        ({"role": "user", "content": "tuple"},),  # a tuple: the SDK turns it into a list
+        [{"role": "user", "content": "x", "name": NOT_GIVEN}],  # omitted below the top
+        [{"role": "user", "content": b"bytes"}],
+        [{1: "non-string key"}],
+    ],
+)
+def test_anything_but_plain_json_is_left_to_the_sdk(odd: Any) -> None:
+    body = {"model": "m", "messages": odd}
+    assert openai_body.plain_body(body, NON_STREAMING) is None
+    calls: list[Any] = []
+
+    async def original(data: Any, expected_type: Any) -> Any:
+        calls.append(data)
+        return await async_maybe_transform(data, expected_type)
+
+    out: Any = asyncio.run(openai_body.shortcut(original)(body, NON_STREAMING))
+    assert calls == [body]
+    assert out == sdk(body)
+
+
+def test_other_request_types_are_left_to_the_sdk() -> None:
+    class Other(TypedDict):
+        name: str
+
+    assert openai_body.plain_body({"name": "x"}, Other) is None
+
+
+class _Leaf(TypedDict):
+    when: Annotated[str, PropertyInfo(format="iso8601")]
+
+
+class _Inner(TypedDict):
+    leaves: list[_Leaf | None]
+
+
+class _Outer(TypedDict):
+    inner: dict[str, _Inner]
+
+
+class _Aliased(TypedDict):
+    account: Annotated[str, PropertyInfo(alias="accountName")]
+
+
+class _Discriminated(TypedDict):
+    kind: Annotated[str, PropertyInfo(discriminator="type")]
+    values: list[dict[str, int | None]]
+
+
+def test_a_declared_alias_or_format_anywhere_is_found() -> None:
+    assert openai_body.declares_transforms(_Outer)  # a format three levels down
+    assert openai_body.declares_transforms(_Aliased)
+    assert not openai_body.declares_transforms(_Discriminated)
