@@ -20,6 +20,7 @@ from switchboard.shared.store.runs import RunRecord
 from switchboard.shared.tools.sessions_send import SELF_WAIT
 from switchboard.testing.fake_model import FakeModelServer
 from switchboard.testing.webhook_receiver import WebhookReceiver
+from switchboard.workers.tasks import RUNS_TAKEN_HERE
 
 pytestmark = pytest.mark.integration
 
@@ -382,6 +383,46 @@ def test_two_rounds_then_one_announce_delivered_once(
     assert request.body["message"] == ANNOUNCE_TEXT
     assert request.body["sessionKey"] == ROOM
     assert request.headers["idempotency-key"] == f"a2a:{result['flowId']}:announce"
+
+
+def record_messages(monkeypatch: pytest.MonkeyPatch, services: Services) -> list[str]:
+    """The names of the tasks sent as messages from now on (by the api and the worker)."""
+    inner = services.queue.inner  # type: ignore[attr-defined]
+    real = inner._send
+    sent: list[str] = []
+
+    def recording(task: str, *args: Any, **kwargs: Any) -> None:
+        sent.append(task)
+        real(task, *args, **kwargs)
+
+    monkeypatch.setattr(inner, "_send", recording)
+    return sent
+
+
+@pytest.mark.parametrize("extra_config", [_turns(5)])
+def test_the_rounds_and_announce_run_in_the_task_that_ran_the_target(
+    worker: Any,
+    client: httpx.Client,
+    services: Services,
+    webhook: WebhookReceiver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The runs a send's steps start are executed by the task whose run started them, up to
+    RUNS_TAKEN_HERE per task, and the announce step is no message of its own; the flow is
+    the same: five rounds, one announce, delivered once."""
+    sent = record_messages(monkeypatch, services)
+    result = send(client, sessionKey=ROOM, message="/reply hello requester", timeoutSeconds=0)
+    flow = finished_flow(services, result["flowId"])
+    assert [r["turn"] for r in flow["rounds"]] == [0, 1, 2, 3, 4, 5]
+    assert all(r["status"] == "ok" for r in flow["rounds"])
+    assert run_of(services, flow["announce"]["runId"]).status == "ok"
+    assert flow["announce"]["status"] == "delivered"
+    assert len(webhook.wait_for(1)) == 1
+    # The api's message runs the target, then rounds 1-4 (the limit of its task); round 5
+    # goes out as a message, and its task runs the announce run.
+    assert RUNS_TAKEN_HERE == 4
+    assert sent.count("switchboard.run") == 2
+    assert "switchboard.a2a_announce" not in sent and "switchboard.a2a_step" not in sent
 
 
 @pytest.mark.parametrize("extra_config", [_turns(5)])

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Protocol
 
 
@@ -20,3 +23,52 @@ class TaskQueue(Protocol):
 
     def enqueue(self, task: str, *args: str, countdown_s: float | None = None) -> None:
         """Any other named follow-up task (flows, announces, deliveries)."""
+
+
+# The runs a task is open to execute itself (see `RunsTakenHere`).
+_taken_here: ContextVar[RunsTakenHere | None] = ContextVar("runs_taken_here", default=None)
+
+
+class RunsTakenHere:
+    """Runs a task executes itself instead of a message each: the runs its follow-up steps
+    start (the announce run of a `sessions_send`, the next round of its reply-back loop),
+    up to ``limit`` in all.
+
+    Only while `collecting` is open: never a run started during a run (a spawned child, a
+    send's target), which must not wait for the run that started it to end. A run taken
+    is recorded and holds its lane like any other; only its message is not sent. If the
+    worker dies first, the lane's lease lapses and the sweep enqueues it; `release` sends
+    what the task did not run (call it in a ``finally``)."""
+
+    def __init__(self, queue: TaskQueue, limit: int) -> None:
+        self.queue = queue
+        self.limit = limit
+        self.taken = 0
+        self.runs: deque[tuple[str, str]] = deque()
+
+    @contextmanager
+    def collecting(self) -> Iterator[None]:
+        """Take the runs started in the current context (up to the limit) while open."""
+        token = _taken_here.set(self)
+        try:
+            yield
+        finally:
+            _taken_here.reset(token)
+
+    def take(self, run_id: str, session_key: str) -> bool:
+        if self.taken >= self.limit:
+            return False
+        self.taken += 1
+        self.runs.append((run_id, session_key))
+        return True
+
+    def release(self) -> None:
+        """Enqueue, as messages, the runs taken and not run."""
+        while self.runs:
+            self.queue.enqueue_run(*self.runs.popleft())
+
+
+def take_here(run_id: str, session_key: str) -> bool:
+    """Hand a run to the task open to run it (`RunsTakenHere.collecting`), if it has room."""
+    state = _taken_here.get()
+    return state is not None and state.take(run_id, session_key)

@@ -28,6 +28,7 @@ from celery.signals import worker_init, worker_ready, worker_shutdown
 
 from switchboard.shared.config import Settings
 from switchboard.shared.errors import Unavailable
+from switchboard.shared.queue import RunsTakenHere
 from switchboard.shared.runtime.executor import (
     collect_follow_ups,
     execute_run,
@@ -100,14 +101,34 @@ def submit(coro: Coroutine[Any, Any, T]) -> Future[T]:
     return asyncio.run_coroutine_threadsafe(coro, _run_loops.next())
 
 
+# How many runs started by a task's follow-up steps (an announce run, a reply-back round)
+# the task executes itself; past that they go out as messages, so one task never keeps a
+# long chain of rounds to itself.
+RUNS_TAKEN_HERE = 4
+
+
 async def _then_follow_up(svc: Services, work: Coroutine[Any, Any, None]) -> None:
-    """Execute a run (``work``), then its follow-up step right away on the same loop.
+    """Execute a run (``work``), then its follow-up step right away on the same loop, then
+    the runs its follow-up started (up to `RUNS_TAKEN_HERE`), each with its own follow-up.
 
     Handing the ended run back to the pool thread for its follow-up cost a wake-up across
     threads per run: with a batch in flight, the loop running the follow-up measured about
-    a tenth faster."""
-    for ended in await collect_follow_ups(work):
-        run_follow_up(svc, ended)
+    a tenth faster. A `sessions_send` starts its announce run from its follow-up: executed
+    here, it costs no message of its own (two fewer per send, with its announce step)."""
+    here = RunsTakenHere(svc.queue, RUNS_TAKEN_HERE)
+    try:
+        ended_runs = await collect_follow_ups(work)
+        while True:
+            with here.collecting():  # only the follow-ups' runs, never a run's own
+                for ended in ended_runs:
+                    run_follow_up(svc, ended)
+            if not here.runs:
+                return
+            run_id, session_key = here.runs[0]
+            ended_runs = await collect_follow_ups(execute_run(svc, run_id, session_key))
+            here.runs.popleft()
+    finally:
+        here.release()
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from redis import Redis
 
-from switchboard.shared.queue import TaskQueue
+from switchboard.shared.queue import TaskQueue, take_here
 from switchboard.shared.store import codec
 from switchboard.shared.store.keyspace import Keyspace
 from switchboard.shared.store.runs import now_ms
@@ -70,8 +70,10 @@ class PendingStepsQueue:
         self.lost_after_ms = lost_after_ms
 
     def enqueue_run(self, run_id: str, session_key: str) -> None:
-        """Execute a run that holds its session lane."""
-        self.inner.enqueue_run(run_id, session_key)
+        """Execute a run that holds its session lane (in the current task when it is open
+        for it: `runs_taken_here`)."""
+        if not take_here(run_id, session_key):
+            self.inner.enqueue_run(run_id, session_key)
 
     def enqueue_runs(self, runs: Sequence[tuple[str, str]]) -> None:
         """Execute several runs, each holding its lane."""

@@ -4,7 +4,8 @@
         ├─ round 1: a run in the requester's session (its reply goes to the target)
         │     ends ─▶ a2a_step(flow, 1) ─▶ round 2 in the target's session … (alternating)
         └─ loop over (REPLY_SKIP, no reply, failure, turn cap, or skipped)
-              ─▶ a2a_announce(flow): a run on the target session
+              ─▶ a2a_announce(flow): a run on the target session (started by the step
+                 that ends the loop, in the same task; a task of its own when recovering)
                     ends ─▶ a2a_deliver(flow): ANNOUNCE_SKIP → silent, else a delivery
                                                to the target's chat (``switchboard.deliver``)
 
@@ -108,7 +109,7 @@ def _after_run(svc: Services, flow: Flow, turn: int, rec: RunRecord | None) -> N
         fields["status"] = "announcing"
     fields["stopReason"] = move.reason
     if advance(svc, flow, fields) and move.kind == "announce":
-        svc.queue.enqueue(ANNOUNCE, flow.flow_id)
+        _announce(svc, flow.flow_id)
 
 
 def _primary_fields(svc: Services, flow: Flow, reply: str | None) -> dict[str, Any]:
@@ -205,7 +206,16 @@ def _end_loop(
         record["error"] = error
     fields = {f"round:{turn}": record, "status": "announcing", "stopReason": reason}
     if advance(svc, flow, fields):
-        svc.queue.enqueue(ANNOUNCE, flow.flow_id)
+        _announce(svc, flow.flow_id)
+
+
+def _announce(svc: Services, flow_id: str) -> None:
+    """Go on to the announce step in the step that decided it, not a message of its own.
+
+    The flow is already "announcing": if this fails or the worker dies before the announce
+    run is recorded, the step that called it is still pending (or in its run's outbox) and
+    runs again, and `_rekick` enqueues the announce step."""
+    a2a_announce(svc, flow_id)
 
 
 def _provenance(source_key: str | None, source_channel: str | None) -> dict[str, str]:
