@@ -12,6 +12,8 @@ from openai.types.chat import completion_create_params as params
 
 from switchboard.shared.runtime import openai_body
 
+pytestmark = pytest.mark.unit
+
 NON_STREAMING = params.CompletionCreateParamsNonStreaming
 STREAMING = params.CompletionCreateParamsStreaming
 

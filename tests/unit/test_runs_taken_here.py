@@ -11,6 +11,8 @@ from switchboard.shared.flows.pending import PendingStepsQueue
 from switchboard.shared.queue import RunsTakenHere, take_here
 from switchboard.shared.store.keyspace import Keyspace
 
+pytestmark = pytest.mark.unit
+
 
 class Recorder:
     """A TaskQueue that keeps what it is asked to send."""

@@ -26,7 +26,7 @@ from switchboard.shared.delivery import enqueue_delivery, resolve_announce_targe
 from switchboard.shared.errors import SwitchboardError, Unavailable
 from switchboard.shared.flows import a2a_rules as rules
 from switchboard.shared.flows.a2a_flow import Flow, advance, load_flow, record_once
-from switchboard.shared.flows.steps import flow_step
+from switchboard.shared.flows.steps import flow_step, run_of
 from switchboard.shared.gateway.agent import RunRequest, SendBlocked, check_send_policy, start_run
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import RunRecord, now_ms
@@ -66,7 +66,7 @@ def a2a_step(svc: Services, flow_id: str, turn_text: str) -> None:
     run_id = flow.run_id(turn)
     if run_id is None:  # sessions_send has not recorded the run yet: retry shortly
         raise Unavailable(f"a2a flow {flow_id}: run of turn {turn} not recorded yet")
-    rec = svc.store.runs.get(run_id)
+    rec = run_of(svc, run_id)
     if rec is not None and not rec.terminal:
         log.warning("a2a flow %s: run %s has not ended; ignoring early step", flow_id, run_id)
         return
@@ -278,7 +278,7 @@ def a2a_deliver(svc: Services, flow_id: str) -> None:
     run_id = flow.get("announceRunId")
     if run_id is None:
         raise Unavailable(f"a2a flow {flow_id}: announce run not recorded yet")
-    rec = svc.store.runs.get(run_id)
+    rec = run_of(svc, run_id)
     if rec is not None and not rec.terminal:
         return
     if rec is None or rec.status != "ok":

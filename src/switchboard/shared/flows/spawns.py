@@ -242,16 +242,18 @@ class SpawnRecords:
         expected: str,
         new: str,
         now_ms: int,
-    ) -> int:
+        client: Pipeline | None = None,
+    ) -> int | None:
         """Append ``message`` to a transcript while moving ``field`` expected → new.
 
         Returns the message's sequence number, 0 when the field had moved already, -1
-        when the hash is gone."""
+        when the hash is gone; None when queued on ``client``."""
         res = self.scripts.append_once(
             keys=[hash_key, self.ks.session(session_key), self.ks.transcript(session_key)],
             args=[field, expected, new, codec.dumps(dict(message)), now_ms],
+            client=client,
         )
-        return int(res)
+        return None if client is not None else int(res)
 
     def claim_label(self, label: str, session_key: str, *, client: Pipeline) -> None:
         """Queue on ``client``: a new session takes ``label`` unless another holds it."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 import redis
@@ -22,6 +23,7 @@ from switchboard.shared.errors import Unavailable
 
 if TYPE_CHECKING:
     from switchboard.shared.services import Services
+    from switchboard.shared.store.runs import RunRecord
 
 log = logging.getLogger("switchboard.flow")
 
@@ -65,13 +67,33 @@ def run_step(services: Services, name: str, *args: str) -> None:
     pending.mark_done(services, name, args, started)
 
 
-def run_step_inline(services: Services, name: str, *args: str) -> None:
+def run_step_inline(
+    services: Services, name: str, *args: str, following: RunRecord | None = None
+) -> None:
     """Run a registered step in the calling task, with its ids bound for logging.
 
     For a step that was never enqueued (a run's follow-up, run by the task of the run):
     the caller keeps its own record of it until it returns, so no pending entry is kept.
-    Errors propagate to the caller."""
+    ``following`` is the run the step follows, as its end step stored it: the step reads
+    it from there (`run_of`) instead of the store. Errors propagate to the caller."""
     ids = dict(zip(_LOG_IDS.get(name, ()), args, strict=False))
-    with log_context(step=name, **ids):
-        log.debug("flow step %s (inline)", name)
-        FLOW_STEPS[name](services, *args)
+    token = _following.set(following)
+    try:
+        with log_context(step=name, **ids):
+            log.debug("flow step %s (inline)", name)
+            FLOW_STEPS[name](services, *args)
+    finally:
+        _following.reset(token)
+
+
+# The run whose follow-up step is running inline (see `run_step_inline`).
+_following: ContextVar[RunRecord | None] = ContextVar("following", default=None)
+
+
+def run_of(services: Services, run_id: str) -> RunRecord | None:
+    """The run ``run_id`` as a step reads it: the ended run the step follows when it is
+    that one (terminal runs do not change), else from the store."""
+    known = _following.get()
+    if known is not None and known.run_id == run_id:
+        return known
+    return services.store.runs.get(run_id)

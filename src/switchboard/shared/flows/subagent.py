@@ -305,8 +305,8 @@ def _append_once(
     *,
     source_key: str,
 ) -> None:
-    """Append the announce to the requester's transcript unless this flow already did."""
-    svc.store.sessions.ensure(requester)
+    """Append the announce to the requester's transcript unless this flow already did,
+    creating or touching the requester's entry first, in one round trip."""
     message = {
         "role": "user",
         "content": text,
@@ -318,9 +318,19 @@ def _append_once(
             "sourceTool": "subagent_announce",
         },
     }
+    pipe = records.redis.pipeline(transaction=False)
+    svc.store.sessions.touch(requester, client=pipe)
     records.append_once(
-        hash_key, requester, message, field="announce", expected="", new="appended", now_ms=now_ms()
+        hash_key,
+        requester,
+        message,
+        field="announce",
+        expected="",
+        new="appended",
+        now_ms=now_ms(),
+        client=pipe,
     )
+    pipe.execute()
 
 
 def announce_target(svc: Services, spawn: Record) -> Target:

@@ -381,7 +381,7 @@ def run_follow_up(svc: Services, rec: RunRecord) -> None:
     assert rec.on_end is not None
     task, args = str(rec.on_end["task"]), [str(a) for a in rec.on_end.get("args", [])]
     try:
-        run_step_inline(svc, task, *args)
+        run_step_inline(svc, task, *args, following=rec)
     except Unavailable:  # not ready yet: a task of its own, retried with backoff
         enqueue_follow_up(svc, rec)
         return

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis import Redis
+from redis.client import Pipeline
 
 from switchboard.shared import keys as sk
 from switchboard.shared.errors import Conflict
@@ -125,20 +126,35 @@ class SessionStore:
         A ``label`` among the fields goes through the label index (labels are unique)."""
         on_create = dict(on_create or {})
         label = on_create.pop("label", None)
-        res = self.scripts.ensure_session(
+        res = self._ensure(key, on_create, always or {})
+        created = bool(int(res[0]))
+        if created and label:
+            self.patch(key, {"label": label})
+        return as_text(res[1]), created
+
+    def touch(self, key: str, *, client: Pipeline) -> None:
+        """Queue on ``client``: create the entry if missing (no label) and touch it, as
+        `ensure` does, for a caller that needs no answer."""
+        self._ensure(key, {}, {}, client=client)
+
+    def _ensure(
+        self,
+        key: str,
+        on_create: Mapping[str, Any],
+        always: Mapping[str, Any],
+        client: Pipeline | None = None,
+    ) -> Any:
+        return self.scripts.ensure_session(
             keys=[self.ks.session(key), self.ks.session_ids, *self._index_keys(key)],
             args=[
                 key,
                 now_ms(),
                 sk.new_session_id(),
                 codec.fields_json(on_create),
-                codec.fields_json(always or {}),
+                codec.fields_json(always),
             ],
+            client=client,
         )
-        created = bool(int(res[0]))
-        if created and label:
-            self.patch(key, {"label": label})
-        return as_text(res[1]), created
 
     def get(self, key: str) -> SessionEntry | None:
         """The entry, or None."""

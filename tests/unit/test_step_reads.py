@@ -1,0 +1,55 @@
+"""A follow-up step run inline reads the run it follows from its end step, not the store."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from switchboard.shared.flows import steps
+from switchboard.shared.store.runs import RunRecord
+
+pytestmark = pytest.mark.unit
+
+
+class Runs:
+    def __init__(self) -> None:
+        self.reads: list[str] = []
+
+    def get(self, run_id: str) -> RunRecord:
+        self.reads.append(run_id)
+        return RunRecord(run_id=run_id, session_key="agent:main:x", status="ok", reply="stored")
+
+
+@pytest.fixture
+def probe(monkeypatch: pytest.MonkeyPatch) -> list[RunRecord | None]:
+    """A registered step that reads runs r1 and r2 through `run_of`."""
+    seen: list[RunRecord | None] = []
+
+    def step(svc: Any) -> None:
+        seen.extend([steps.run_of(svc, "r1"), steps.run_of(svc, "r2")])
+
+    monkeypatch.setitem(steps.FLOW_STEPS, "test.probe", step)
+    return seen
+
+
+def test_the_run_followed_is_not_read_again(probe: list[RunRecord | None]) -> None:
+    runs = Runs()
+    svc: Any = SimpleNamespace(store=SimpleNamespace(runs=runs))
+    ended = RunRecord(run_id="r1", session_key="agent:main:x", status="ok", reply="ended")
+    steps.run_step_inline(svc, "test.probe", following=ended)
+    assert probe[0] is ended
+    assert probe[1] is not None and probe[1].reply == "stored"
+    assert runs.reads == ["r2"]  # only the other run came from the store
+    assert steps.run_of(svc, "r1") is not ended  # outside the step: the store again
+    assert runs.reads == ["r2", "r1"]
+
+
+def test_without_a_run_followed_every_read_goes_to_the_store(
+    probe: list[RunRecord | None],
+) -> None:
+    runs = Runs()
+    svc: Any = SimpleNamespace(store=SimpleNamespace(runs=runs))
+    steps.run_step_inline(svc, "test.probe")
+    assert runs.reads == ["r1", "r2"]
