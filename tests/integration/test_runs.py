@@ -11,7 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
+from switchboard.shared.gateway.agent import RunRequest, start_run
+from switchboard.shared.queue import RunsTakenHere
+from switchboard.shared.runtime import sweeper
 from switchboard.shared.services import Services
+from switchboard.shared.store.runs import now_ms
 
 pytestmark = pytest.mark.integration
 
@@ -227,3 +231,29 @@ def test_run_started_event_comes_from_the_claim(
     assert data["sessionKey"] == "agent:main:main"
     assert (data["kind"], data["attempt"]) == ("agent", 1)
     assert isinstance(data["ts"], int) and data["ts"] <= mine[1][1]["ts"]
+
+
+def test_a_run_taken_by_a_task_that_died_runs_once_its_lease_lapses(
+    worker: Any, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run handed to the task whose follow-up started it sends no message; if that task
+    dies before running it, the lane's lease lapses and the sweep enqueues it."""
+    key = "agent:main:taken-then-lost"
+    here = RunsTakenHere(services.queue, limit=1)
+    with here.collecting():
+        started = start_run(services, RunRequest(session_key=key, message="still here"))
+    run_id = str(started["runId"])
+    assert list(here.runs) == [(run_id, key)]
+    # The task dies here: it neither runs the run nor releases it.
+    time.sleep(0.5)
+    rec = services.store.runs.get(run_id)
+    assert rec is not None and rec.status == "queued"  # no message reached the worker
+    lapsed = now_ms() + int(services.settings.lane_lease_s * 1000) + 1000
+    monkeypatch.setattr(sweeper, "now_ms", lambda: lapsed)
+    report = sweeper.sweep(services)
+    assert report.resent == 1  # a queued run whose message never came
+    deadline = time.monotonic() + 15
+    while (rec := services.store.runs.get(run_id)) is None or not rec.terminal:
+        assert time.monotonic() < deadline, f"run stayed {rec.status if rec else None}"
+        time.sleep(0.05)
+    assert (rec.status, rec.reply) == ("ok", "still here")
