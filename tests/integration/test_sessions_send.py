@@ -13,7 +13,11 @@ import httpx
 import pytest
 
 from switchboard.shared.delivery import records
-from switchboard.shared.flows.a2a_flow import get_flow
+from switchboard.shared.errors import Unavailable
+from switchboard.shared.flows.a2a_flow import create_flow, get_flow, load_flow
+from switchboard.shared.flows.a2a_rules import ping_pong_skip_reason
+from switchboard.shared.flows.reply_back import STEP
+from switchboard.shared.flows.steps import run_step_inline
 from switchboard.shared.policy.send_policy import SEND_BLOCKED
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import RunRecord
@@ -399,7 +403,7 @@ def record_messages(monkeypatch: pytest.MonkeyPatch, services: Services) -> list
     return sent
 
 
-@pytest.mark.parametrize("extra_config", [_turns(5)])
+@pytest.mark.parametrize("extra_config", [_turns(3)])
 def test_the_rounds_and_announce_run_in_the_task_that_ran_the_target(
     worker: Any,
     client: httpx.Client,
@@ -407,22 +411,56 @@ def test_the_rounds_and_announce_run_in_the_task_that_ran_the_target(
     webhook: WebhookReceiver,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The runs a send's steps start are executed by the task whose run started them, up to
-    RUNS_TAKEN_HERE per task, and the announce step is no message of its own; the flow is
-    the same: five rounds, one announce, delivered once."""
+    """The runs a send's steps start (three rounds and the announce run, RUNS_TAKEN_HERE
+    in all) are executed by the task that ran the target, and the announce step is no
+    message of its own: the api's message and the webhook delivery are all that is sent.
+    The flow is the same: three rounds, one announce, delivered once."""
     sent = record_messages(monkeypatch, services)
     result = send(client, sessionKey=ROOM, message="/reply hello requester", timeoutSeconds=0)
     flow = finished_flow(services, result["flowId"])
-    assert [r["turn"] for r in flow["rounds"]] == [0, 1, 2, 3, 4, 5]
+    assert [r["turn"] for r in flow["rounds"]] == [0, 1, 2, 3]
     assert all(r["status"] == "ok" for r in flow["rounds"])
     assert run_of(services, flow["announce"]["runId"]).status == "ok"
     assert flow["announce"]["status"] == "delivered"
     assert len(webhook.wait_for(1)) == 1
-    # The api's message runs the target, then rounds 1-4 (the limit of its task); round 5
-    # goes out as a message, and its task runs the announce run.
     assert RUNS_TAKEN_HERE == 4
-    assert sent.count("switchboard.run") == 2
-    assert "switchboard.a2a_announce" not in sent and "switchboard.a2a_step" not in sent
+    assert sent == ["switchboard.run", "switchboard.deliver"]
+
+
+def test_a_step_following_its_run_inline_does_not_wait_for_the_run_to_be_recorded(
+    services: Services,
+) -> None:
+    """sessions_send records the target's run on the flow just after starting it; a worker
+    may end the run first. Its follow-up step, run inline, knows the run it follows and goes
+    on (recording it) instead of waiting to be retried as a message of its own."""
+    flow_id = create_flow(
+        services,
+        requester_key=MAIN,
+        requester_channel="webchat",
+        target_key=ROOM,
+        target_display=ROOM,
+        message="hello",
+        max_turns=0,
+        skip_reason=ping_pong_skip_reason(MAIN, ROOM, 0),  # as sessions_send records it
+    )
+    ended = RunRecord(
+        run_id="run-not-recorded-yet",
+        session_key=ROOM,
+        status="ok",
+        reply="hi back",
+        meta={"flowId": flow_id, "a2a": "primary"},
+    )
+    with pytest.raises(Unavailable):  # a run it does not follow: wait for the record
+        run_step_inline(services, STEP, flow_id, "0")
+    other = RunRecord(run_id="r2", session_key=ROOM, status="ok", meta={"flowId": flow_id})
+    with pytest.raises(Unavailable):  # a run of the flow, but not its primary run
+        run_step_inline(services, STEP, flow_id, "0", following=other)
+    run_step_inline(services, STEP, flow_id, "0", following=ended)
+    flow = load_flow(services, flow_id)
+    assert flow is not None
+    assert flow.run_id(0) == "run-not-recorded-yet"
+    assert flow.get("roundOneReply") == "hi back"
+    assert flow.status == "announcing" and flow.get("announceRunId")
 
 
 @pytest.mark.parametrize("extra_config", [_turns(5)])

@@ -26,7 +26,7 @@ from switchboard.shared.delivery import enqueue_delivery, resolve_announce_targe
 from switchboard.shared.errors import SwitchboardError, Unavailable
 from switchboard.shared.flows import a2a_rules as rules
 from switchboard.shared.flows.a2a_flow import Flow, advance, load_flow, record_once
-from switchboard.shared.flows.steps import flow_step, run_of
+from switchboard.shared.flows.steps import flow_step, following, run_of
 from switchboard.shared.gateway.agent import RunRequest, SendBlocked, check_send_policy, start_run
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import RunRecord, now_ms
@@ -63,7 +63,7 @@ def a2a_step(svc: Services, flow_id: str, turn_text: str) -> None:
         return
     if _rekick(svc, flow, turn) or flow.status != "running" or flow.turn != turn:
         return
-    run_id = flow.run_id(turn)
+    run_id = flow.run_id(turn) or _followed_run_id(svc, flow, turn)
     if run_id is None:  # sessions_send has not recorded the run yet: retry shortly
         raise Unavailable(f"a2a flow {flow_id}: run of turn {turn} not recorded yet")
     rec = run_of(svc, run_id)
@@ -71,6 +71,19 @@ def a2a_step(svc: Services, flow_id: str, turn_text: str) -> None:
         log.warning("a2a flow %s: run %s has not ended; ignoring early step", flow_id, run_id)
         return
     _after_run(svc, flow, turn, rec)
+
+
+def _followed_run_id(svc: Services, flow: Flow, turn: int) -> str | None:
+    """The run of round ``turn`` when this step follows it (run inline after it) and the
+    step that started it has not recorded it on the flow yet: recorded here (first writer
+    wins, and both write the same id)."""
+    rec = following()
+    if rec is None or rec.meta.get("flowId") != flow.flow_id:
+        return None
+    primary = rec.meta.get("a2a") == "primary"
+    if primary != (turn == 0) or (not primary and rec.meta.get("turn") != turn):
+        return None
+    return record_once(svc, flow.flow_id, f"run:{turn}", rec.run_id)
 
 
 def _rekick(svc: Services, flow: Flow, turn: int) -> bool:

@@ -90,6 +90,11 @@ def run_step_inline(
 _following: ContextVar[RunRecord | None] = ContextVar("following", default=None)
 
 
+def following() -> RunRecord | None:
+    """The ended run whose follow-up step is running inline, if any."""
+    return _following.get()
+
+
 def run_of(services: Services, run_id: str) -> RunRecord | None:
     """The run ``run_id`` as a step reads it: the ended run the step follows when it is
     that one (terminal runs do not change), else from the store."""
