@@ -71,7 +71,7 @@ class PendingStepsQueue:
 
     def enqueue_run(self, run_id: str, session_key: str) -> None:
         """Execute a run that holds its session lane (in the current task when it is open
-        for it: `runs_taken_here`)."""
+        for it: `RunsTakenHere.collecting`)."""
         if not take_here(run_id, session_key):
             self.inner.enqueue_run(run_id, session_key)
 
