@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import typing
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from functools import cache
 from typing import Any
 
@@ -75,7 +75,7 @@ def _shortcut_types() -> frozenset[type]:
     return frozenset(types)
 
 
-def plain_body(data: Mapping[str, Any], expected_type: Any) -> dict[str, Any] | None:
+def plain_body(data: Any, expected_type: Any) -> dict[str, Any] | None:
     """The body as the SDK's transform would return it, or None when only the SDK can say."""
     from openai._utils import is_given
 
@@ -92,7 +92,7 @@ def shortcut(original: Transform) -> Transform:
     """``original`` (the SDK's async transform) with the shortcut in front of it."""
 
     async def transform(data: Any, expected_type: Any) -> Any:
-        body = plain_body(data, expected_type) if isinstance(data, Mapping) else None
+        body = plain_body(data, expected_type)
         return body if body is not None else await original(data, expected_type)
 
     transform.__wrapped__ = original  # type: ignore[attr-defined]

@@ -253,8 +253,7 @@ def list_row(svc: Services, entry: SessionEntry, requester_agent: str) -> dict[s
     if status := _RUN_STATUS.get(str(fields.get("status"))):
         row["status"] = status
     for field in _STRING_FIELDS:
-        text = fields.get(field)
-        if isinstance(text, str) and (text := text.strip()):
+        if text := _text(fields.get(field)):
             row[field] = text
     for field in _NUMBER_FIELDS:
         number = fields.get(field)
