@@ -189,10 +189,9 @@ def _product_rate(
                         "timeoutSeconds": 0,
                     },
                 }
-                async with gate:
-                    resp = await http.post("/tools/invoke", json=body)
-                resp.raise_for_status()
-                return str(resp.json()["result"]["runId"])
+                async with gate, http.post("/tools/invoke", json=body) as resp:
+                    resp.raise_for_status()
+                    return str((await resp.json())["result"]["runId"])
 
             return await asyncio.gather(*(one(i) for i in range(n)))
 
@@ -359,10 +358,9 @@ def _start_waiting_runs(st: Stack, n: int, wait_s: int) -> list[str]:
                     "method": "agent",
                     "params": {"sessionKey": f"agent:a:bench:p-{i}", "message": message},
                 }
-                async with gate:
-                    resp = await http.post("/rpc", json=body)
-                resp.raise_for_status()
-                return str(resp.json()["runId"])
+                async with gate, http.post("/rpc", json=body) as resp:
+                    resp.raise_for_status()
+                    return str((await resp.json())["runId"])
 
             return await asyncio.gather(*(one(i) for i in range(n)))
 
