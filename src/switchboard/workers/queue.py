@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
-from typing import Any
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
 
 from celery import Celery
 
@@ -14,15 +15,77 @@ from switchboard.workers.app import FLOWS_QUEUE, RUNS_QUEUE
 RUNS_PER_MESSAGE = 20
 
 
+T = TypeVar("T")
+
+
+class _Batch(Generic[T]):
+    """The items one publish sends, and how it went."""
+
+    __slots__ = ("error", "items", "sent")
+
+    def __init__(self) -> None:
+        self.items: list[T] = []
+        self.sent = False
+        self.error: BaseException | None = None
+
+
+class GroupCommit(Generic[T]):
+    """Items added from many threads go out together: the ones added while a publish is
+    under way make the next publish, as a database groups the commits that arrive during
+    a disk write. ``add`` returns once its item is published (or raises what publishing
+    it raised), so a caller that returns has its message in the broker.
+
+    An item added to an idle publisher goes out at once, alone: nothing waits for company,
+    and a lone request costs what it did. Under load a message carries every run that
+    arrived during the previous publish, and the worker pays Celery's per-message cost
+    (receive, ack, hand to a pool thread) once for all of them."""
+
+    def __init__(self, publish: Callable[[list[T]], None]) -> None:
+        self._publish = publish
+        self._cond = threading.Condition()
+        self._open: _Batch[T] = _Batch()
+        self._busy = False
+
+    def add(self, item: T) -> None:
+        """Publish ``item``, with whatever else is waiting when its turn comes."""
+        with self._cond:
+            batch = self._open
+            batch.items.append(item)
+            while self._busy and not batch.sent:
+                self._cond.wait()
+            if not batch.sent:  # the publisher is idle: this thread publishes the batch
+                self._busy = True
+                self._open = _Batch()
+        if not batch.sent:
+            try:
+                self._publish(batch.items)
+            except BaseException as exc:
+                batch.error = exc
+            with self._cond:
+                batch.sent = True
+                self._busy = False
+                self._cond.notify_all()
+        if batch.error is not None:
+            raise batch.error
+
+
 class CeleryQueue:
     """Sends tasks by name with ids only; results are never stored."""
 
     def __init__(self, app: Celery) -> None:
         self.app = app
+        self._runs: GroupCommit[tuple[str, str]] = GroupCommit(self._publish_runs)
 
     def enqueue_run(self, run_id: str, session_key: str) -> None:
-        """Execute a run that holds its session lane."""
-        self._send("switchboard.run", [run_id, session_key], RUNS_QUEUE)
+        """Execute a run that holds its session lane. Runs enqueued from several threads at
+        once share messages (`GroupCommit`)."""
+        self._runs.add((run_id, session_key))
+
+    def _publish_runs(self, runs: list[tuple[str, str]]) -> None:
+        if len(runs) == 1:
+            self._send("switchboard.run", list(runs[0]), RUNS_QUEUE)
+        else:
+            self.enqueue_runs(runs)
 
     def enqueue_runs(self, runs: Sequence[tuple[str, str]]) -> None:
         """Execute several runs (a batch spawn), `RUNS_PER_MESSAGE` to a message: a worker
