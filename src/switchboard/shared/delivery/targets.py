@@ -9,22 +9,30 @@ A platform channel needs a ``to``; ``webchat`` does not (the console shows the s
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import EllipsisType
 from typing import Any
 
 from switchboard.shared import keys as sk
 from switchboard.shared.delivery.records import Target
 from switchboard.shared.services import Services
+from switchboard.shared.store.sessions import SessionEntry
 
 _CONVERSATION_KINDS = frozenset({"group", "channel"})
 _THREAD_MARKERS = frozenset({"thread", "topic"})
 
 
-def resolve_announce_target(svc: Services, session_key: str) -> Target | None:
-    """The chat a session's announces are delivered to, or None when it has none."""
+def resolve_announce_target(
+    svc: Services, session_key: str, *, entry: SessionEntry | EllipsisType | None = ...
+) -> Target | None:
+    """The chat a session's announces are delivered to, or None when it has none.
+
+    ``entry`` is the session's entry when the caller has just read it (``...``: read it
+    here, if the key itself names no chat)."""
     from_key = target_from_key(session_key)
     if from_key is not None:
         return from_key
-    entry = svc.store.sessions.get(session_key)
+    if isinstance(entry, EllipsisType):
+        entry = svc.store.sessions.get(session_key)
     return target_from_entry(entry.fields) if entry is not None else None
 
 

@@ -13,7 +13,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
+
+from redis import Redis
+from redis.commands.core import Script
 
 from switchboard.shared import metrics
 from switchboard.shared.delivery import Target, get_delivery
@@ -22,8 +26,9 @@ from switchboard.shared.store import codec
 from switchboard.shared.store.runs import now_ms
 from switchboard.shared.store.scripts import LUA_SET_FIELDS
 
-# Advance a flow that is still where the caller saw it.
-# KEYS: flow. ARGV: expected status, expected turn ('' = any), JSON fields, TTL s
+# Advance a flow that is still where the caller saw it, counting its outcome if it has one.
+# KEYS: flow, metrics. ARGV: expected status, expected turn ('' = any), JSON fields, TTL s,
+# metrics field to add one to ('' = none)
 _ADVANCE = (
     LUA_SET_FIELDS
     + """
@@ -31,6 +36,7 @@ if redis.call('HGET', KEYS[1], 'status') ~= ARGV[1] then return 0 end
 if ARGV[2] ~= '' and redis.call('HGET', KEYS[1], 'turn') ~= ARGV[2] then return 0 end
 set_fields(KEYS[1], ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
+if ARGV[5] ~= '' then redis.call('HINCRBY', KEYS[2], ARGV[5], 1) end
 return 1
 """
 )
@@ -79,6 +85,17 @@ class Flow:
     def run_id(self, turn: int) -> str | None:
         """The run of round ``turn``, once started."""
         return self.get(f"run:{turn}")
+
+    def with_fields(self, fields: Mapping[str, Any]) -> Flow:
+        """The flow once ``fields`` are written over it (as `advance` stores them: a None
+        value removes the field)."""
+        merged = dict(self.fields)
+        for name, value in _encode(fields).items():
+            if value is None:
+                merged.pop(name, None)
+            else:
+                merged[name] = value
+        return Flow(self.flow_id, merged)
 
     def announce_target(self) -> Target | None:
         """Where the announce goes, resolved when the primary run ended."""
@@ -156,20 +173,28 @@ def advance(
     """Write ``fields`` if the flow is still at the status (and turn) ``flow`` shows."""
     final = fields.get("status") == "done"
     ttl = retention_s(svc) if final else 2 * retention_s(svc)
-    res = svc.store.redis.register_script(_ADVANCE)(
-        keys=[svc.store.ks.flow(flow.flow_id)],
+    counted = ""
+    if fields.get("announceStatus"):
+        outcome = str(fields["announceStatus"])
+        counted = metrics.field_name(
+            metrics.ANNOUNCES, "a2a", _ANNOUNCE_OUTCOMES.get(outcome, outcome)
+        )
+    res = _advance_script(svc.store.redis)(
+        keys=[svc.store.ks.flow(flow.flow_id), svc.store.ks.metrics],
         args=[
             flow.status,
             str(flow.turn) if expect_turn else "",
             codec.fields_json({**fields, "updatedAt": now_ms()}),
             ttl,
+            counted,
         ],
     )
-    applied = bool(int(res))
-    if applied and fields.get("announceStatus"):
-        outcome = str(fields["announceStatus"])
-        metrics.count(svc, metrics.ANNOUNCES, "a2a", _ANNOUNCE_OUTCOMES.get(outcome, outcome))
-    return applied
+    return bool(int(res))
+
+
+@lru_cache(maxsize=16)
+def _advance_script(redis: Redis) -> Script:
+    return redis.register_script(_ADVANCE)
 
 
 def record_once(svc: Services, flow_id: str, name: str, value: str) -> str:

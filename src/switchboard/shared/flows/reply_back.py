@@ -19,6 +19,7 @@ twice starts nothing twice. Every outcome is written on the flow (``get_flow``).
 from __future__ import annotations
 
 import logging
+from types import EllipsisType
 from typing import Any
 
 from switchboard.shared import metrics
@@ -30,6 +31,7 @@ from switchboard.shared.flows.steps import flow_step, following, run_of
 from switchboard.shared.gateway.agent import RunRequest, SendBlocked, check_send_policy, start_run
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import RunRecord, now_ms
+from switchboard.shared.store.sessions import SessionEntry
 
 log = logging.getLogger("switchboard.a2a")
 
@@ -44,10 +46,13 @@ def step_after(flow_id: str, turn: int) -> dict[str, Any]:
     return {"task": STEP, "args": [flow_id, str(turn)]}
 
 
-def send_allowed(svc: Services, session_key: str) -> bool:
-    """Whether the session's send policy lets a run be started there."""
+def send_allowed(
+    svc: Services, session_key: str, *, entry: SessionEntry | EllipsisType | None = ...
+) -> bool:
+    """Whether the session's send policy lets a run be started there (``entry``: the
+    session's entry when the caller has just read it)."""
     try:
-        check_send_policy(svc, session_key)
+        check_send_policy(svc, session_key, entry=entry)
     except SendBlocked:
         return False
     return True
@@ -108,8 +113,11 @@ def _after_run(svc: Services, flow: Flow, turn: int, rec: RunRecord | None) -> N
         reply=reply,
     )
     fields: dict[str, Any] = {f"round:{turn}": _round_record(flow, turn, rec, status, reply)}
+    # The target's entry, read once: where its announce goes, and whether it may run.
+    target_entry: SessionEntry | EllipsisType | None = ...
     if turn == 0:
-        fields.update(_primary_fields(svc, flow, reply))
+        target_entry = svc.store.sessions.get(flow.target_key)
+        fields.update(_primary_fields(svc, flow, reply, target_entry))
     elif move.kind == "round":
         fields["latestReply"] = (reply or "").strip()
     if move.kind == "round":
@@ -122,13 +130,15 @@ def _after_run(svc: Services, flow: Flow, turn: int, rec: RunRecord | None) -> N
         fields["status"] = "announcing"
     fields["stopReason"] = move.reason
     if advance(svc, flow, fields) and move.kind == "announce":
-        _announce(svc, flow.flow_id)
+        _announce(svc, flow.with_fields(fields), target_entry)
 
 
-def _primary_fields(svc: Services, flow: Flow, reply: str | None) -> dict[str, Any]:
+def _primary_fields(
+    svc: Services, flow: Flow, reply: str | None, target_entry: SessionEntry | None
+) -> dict[str, Any]:
     """What the end of the primary run fixes: round-1 reply and the announce route."""
     first = rules.visible_reply(reply)
-    target = resolve_announce_target(svc, flow.target_key)
+    target = resolve_announce_target(svc, flow.target_key, entry=target_entry)
     route = None
     if target is not None:
         route = {
@@ -190,7 +200,7 @@ def _start_round(svc: Services, flow: Flow, turn: int) -> None:
         target_channel=flow.get("targetChannel") or "unknown",
     )
     try:
-        res = start_run(
+        start_run(
             svc,
             RunRequest(
                 session_key=session,
@@ -201,12 +211,12 @@ def _start_round(svc: Services, flow: Flow, turn: int) -> None:
                 provenance=_provenance(other, other_channel),
                 meta={"flowId": flow.flow_id, "a2a": "reply", "turn": turn},
                 on_end=step_after(flow.flow_id, turn),
+                link=(svc.store.ks.flow(flow.flow_id), f"run:{turn}"),
             ),
         )
     except SwitchboardError as exc:
         _end_loop(svc, flow, turn, "round_error", status="error", error=exc.message)
         return
-    record_once(svc, flow.flow_id, f"run:{turn}", str(res["runId"]))
     metrics.count(svc, metrics.A2A_ROUNDS)
 
 
@@ -219,16 +229,20 @@ def _end_loop(
         record["error"] = error
     fields = {f"round:{turn}": record, "status": "announcing", "stopReason": reason}
     if advance(svc, flow, fields):
-        _announce(svc, flow.flow_id)
+        _announce(svc, flow.with_fields(fields))
 
 
-def _announce(svc: Services, flow_id: str) -> None:
-    """Go on to the announce step in the step that decided it, not a message of its own.
+def _announce(
+    svc: Services, flow: Flow, target_entry: SessionEntry | EllipsisType | None = ...
+) -> None:
+    """Go on to the announce step in the step that decided it, not a message of its own,
+    from the flow as that step advanced it (its compare-and-set just held, so the flow is
+    exactly that), with the target's entry if the step read it.
 
     The flow is already "announcing": if this fails or the worker dies before the announce
     run is recorded, the step that called it is still pending (or in its run's outbox) and
     runs again, and `_rekick` enqueues the announce step."""
-    a2a_announce(svc, flow_id)
+    _start_announce(svc, flow, target_entry)
 
 
 def _provenance(source_key: str | None, source_channel: str | None) -> dict[str, str]:
@@ -248,9 +262,17 @@ def _done_fields(announce_status: str, **extra: Any) -> dict[str, Any]:
 def a2a_announce(svc: Services, flow_id: str) -> None:
     """Start the announce run on the target session (once)."""
     flow = load_flow(svc, flow_id)
-    if flow is None or flow.status != "announcing" or flow.get("announceRunId"):
+    if flow is not None:
+        _start_announce(svc, flow)
+
+
+def _start_announce(
+    svc: Services, flow: Flow, target_entry: SessionEntry | EllipsisType | None = ...
+) -> None:
+    if flow.status != "announcing" or flow.get("announceRunId"):
         return
-    if not send_allowed(svc, flow.target_key):
+    flow_id = flow.flow_id
+    if not send_allowed(svc, flow.target_key, entry=target_entry):
         advance(svc, flow, _done_fields("denied", announceError="send blocked by session policy"))
         return
     prompt = rules.announce_prompt(
@@ -263,7 +285,7 @@ def a2a_announce(svc: Services, flow_id: str) -> None:
         latest_reply=flow.get("latestReply"),
     )
     try:
-        res = start_run(
+        start_run(
             svc,
             RunRequest(
                 session_key=flow.target_key,
@@ -274,12 +296,12 @@ def a2a_announce(svc: Services, flow_id: str) -> None:
                 provenance=_provenance(flow.requester_key, flow.get("requesterChannel")),
                 meta={"flowId": flow_id, "a2a": "announce"},
                 on_end={"task": DELIVER, "args": [flow_id]},
+                entry=target_entry,
+                link=(svc.store.ks.flow(flow_id), "announceRunId"),
             ),
         )
     except SwitchboardError as exc:
         advance(svc, flow, _done_fields("error", announceError=exc.message))
-        return
-    record_once(svc, flow_id, "announceRunId", str(res["runId"]))
 
 
 @flow_step(DELIVER, log_ids=("flowId",))

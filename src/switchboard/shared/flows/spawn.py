@@ -26,9 +26,7 @@ from switchboard.shared.gateway.agent import SendBlocked
 from switchboard.shared.policy.send_policy import SEND_BLOCKED, resolve_send_policy
 from switchboard.shared.policy.tool_policy import subagent_role
 from switchboard.shared.services import Services
-from switchboard.shared.store import codec
 from switchboard.shared.store.runs import NewRun, now_ms
-from switchboard.shared.store.runs import _run_fields as run_fields
 from switchboard.shared.store.scripts import as_text
 from switchboard.shared.tools.registry import ToolContext
 
@@ -317,33 +315,7 @@ def _record(
     for start in starts:
         records.create(start.child.spawn_id, start.spawn, client=pipe)
     for start in starts:
-        key, run_id = start.child.key, start.run.run_id
-        agent_id = sk.agent_id_of(key)
-        runs.scripts.start_run(
-            keys=[
-                ks.session(key),
-                ks.session_ids,
-                ks.updated_all,
-                ks.updated_agent(agent_id),
-                ks.updated_kind(agent_id, svc.store.sessions.kind_of(key)),
-                ks.run(run_id),
-                ks.lane(key),
-                ks.lane_queue(key),
-                ks.lane_leases,
-                ks.run(run_id),  # no idempotency key
-            ],
-            args=[
-                key,
-                now,
-                sk.new_session_id(),
-                codec.fields_json(start.session),
-                run_id,
-                now + runs.lease_s * 1000,
-                codec.fields_json(run_fields(start.run, now)),
-                "",
-            ],
-            client=pipe,
-        )
+        runs.start_in(pipe, start.run, on_create=start.session, now=now)
     labelled = [s for s in starts if s.child.plan.label]
     for start in labelled:
         records.claim_label(str(start.child.plan.label), start.child.key, client=pipe)

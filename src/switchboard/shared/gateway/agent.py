@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from types import EllipsisType
 from typing import Any
 
 from switchboard.shared import keys as sk
@@ -19,6 +20,7 @@ from switchboard.shared.policy.send_policy import (
 from switchboard.shared.runtime.models import validate_model_ref
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import NewRun, RunRecord, now_ms
+from switchboard.shared.store.sessions import SessionEntry
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,11 @@ class RunRequest:
     on_end: Mapping[str, Any] | None = None
     # True for callers holding the gateway token (they may use `/send on|off|inherit`).
     owner: bool = False
+    # The session's entry as the caller read it in the same step (None: no entry), so the
+    # send policy is judged without reading it again; ``...``: not read.
+    entry: SessionEntry | EllipsisType | None = ...
+    # (hash key, field) naming the run once recorded, unless set (see `NewRun.link`).
+    link: tuple[str, str] | None = None
 
 
 def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
@@ -60,7 +67,7 @@ def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
         return _apply_send_command(svc, req, command)
     if req.model:
         validate_model_ref(req.model, svc.config.models.providers)
-    check_send_policy(svc, key, channel=req.channel)
+    check_send_policy(svc, key, channel=req.channel, entry=req.entry)
     run_id = str(uuid.uuid4())
     message: dict[str, Any] = {"role": "user", "content": text, "timestamp": now_ms()}
     if req.provenance:
@@ -78,6 +85,7 @@ def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
         kind=req.kind,
         meta=req.meta,
         on_end=req.on_end,
+        link=req.link,
     )
     existing: str | None = None
     if req.label or _delivery_route(req):
@@ -88,6 +96,8 @@ def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
             named = svc.store.runs.remember_idempotency(key, req.idempotency_key, run_id)
             existing = named if named != run_id else None
         took_lane = existing is None and svc.store.runs.submit(run)
+        if req.link:
+            svc.store.redis.hsetnx(req.link[0], req.link[1], existing or run_id)
     else:
         started = svc.store.runs.start(
             run, on_create=_on_create(req), idempotency_key=req.idempotency_key
@@ -104,12 +114,20 @@ class SendBlocked(Forbidden):
     """The target session's send policy denies starting a run or delivering to it."""
 
 
-def check_send_policy(svc: Services, key: str, *, channel: str | None = None) -> None:
+def check_send_policy(
+    svc: Services,
+    key: str,
+    *,
+    channel: str | None = None,
+    entry: SessionEntry | EllipsisType | None = ...,
+) -> None:
     """Raise SendBlocked when the session's send policy (override, rules) says deny.
 
     Rules match the target session's own channel; the request's ``channel`` counts only
-    for a session that does not exist yet (it becomes that session's channel)."""
-    entry = svc.store.sessions.get(key)
+    for a session that does not exist yet (it becomes that session's channel). ``entry``
+    is the session's entry when the caller has just read it (``...``: read it here)."""
+    if isinstance(entry, EllipsisType):
+        entry = svc.store.sessions.get(key)
     decision = resolve_send_policy(
         svc.config,
         session_key=key,

@@ -371,8 +371,10 @@ async def collect_follow_ups(work: Awaitable[None]) -> list[RunRecord]:
     return collected
 
 
-def run_follow_up(svc: Services, rec: RunRecord) -> None:
-    """Run an ended run's `onEnd` step here and now, then clear it from the outbox.
+def run_follow_up(svc: Services, rec: RunRecord) -> bool:
+    """Run an ended run's `onEnd` step here and now; True when its outbox entry is to be
+    cleared (`RunStore.outbox_done`, which the caller does for all the runs it followed
+    up at once), False when the step is left to the sweep.
 
     Until it is cleared the outbox holds it: if this worker dies first, or the store is
     away, the sweep enqueues the step (steps are idempotent)."""
@@ -383,14 +385,13 @@ def run_follow_up(svc: Services, rec: RunRecord) -> None:
     try:
         run_step_inline(svc, task, *args, following=rec)
     except Unavailable:  # not ready yet: a task of its own, retried with backoff
-        enqueue_follow_up(svc, rec)
-        return
+        svc.queue.enqueue(task, *args)
     except RedisError:
         log.warning("run %s: its follow-up %s is left to the sweep", rec.run_id, task)
-        return
+        return False
     except Exception:
         log.exception("run %s: its follow-up %s failed", rec.run_id, task)
-    svc.store.runs.outbox_done(rec.run_id)
+    return True
 
 
 def enqueue_follow_up(svc: Services, rec: RunRecord) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from redis import Redis
+from redis.client import Pipeline
 
 from switchboard.shared import keys as sk
 from switchboard.shared.store import codec
@@ -121,6 +122,9 @@ class NewRun:
     # A follow-up task enqueued (durably, via the outbox) when the run ends:
     # {"task": "<celery task name>", "args": ["<id>", ...]}.
     on_end: Mapping[str, Any] | None = None
+    # (hash key, field): where the run's id is recorded as it is recorded, unless that
+    # field is set already (a flow's ``run:<turn>`` or ``announceRunId``).
+    link: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -294,13 +298,36 @@ class RunStore:
     ) -> Started:
         """Create the session entry if missing and touch it, then record the run (unless
         ``idempotency_key`` already names a run), in one step."""
+        res = self._start(run, on_create, idempotency_key, now_ms(), self.redis)
+        verdict = as_text(res[2])
+        return Started(
+            took_lane=verdict == "lane",
+            session_id=as_text(res[1]),
+            session_created=bool(int(res[0])),
+            existing_run_id=as_text(res[3]) if verdict == "duplicate" else None,
+        )
+
+    def start_in(
+        self, pipe: Pipeline, run: NewRun, *, on_create: Mapping[str, Any], now: int
+    ) -> None:
+        """Queue `start` (no idempotency key) in ``pipe``; its reply there is
+        ``[created, sessionId, 'lane' | 'queued', '']``."""
+        self._start(run, on_create, None, now, pipe)
+
+    def _start(
+        self,
+        run: NewRun,
+        on_create: Mapping[str, Any] | None,
+        idempotency_key: str | None,
+        now: int,
+        client: Redis | Pipeline,
+    ) -> Any:
         from switchboard.shared.store.keyspace import IDEMPOTENCY_TTL_S
 
         key = run.session_key
         agent_id = sk.agent_id_of(key)
-        now = now_ms()
         idem = self.ks.idempotency(key, idempotency_key) if idempotency_key else ""
-        res = self.scripts.start_run(
+        return self.scripts.start_run(
             keys=[
                 self.ks.session(key),
                 self.ks.session_ids,
@@ -312,6 +339,7 @@ class RunStore:
                 self.ks.lane_queue(key),
                 self.ks.lane_leases,
                 idem or self.ks.run(run.run_id),
+                run.link[0] if run.link else self.ks.run(run.run_id),
             ],
             args=[
                 key,
@@ -322,14 +350,9 @@ class RunStore:
                 now + self.lease_s * 1000,
                 codec.fields_json(_run_fields(run, now)),
                 IDEMPOTENCY_TTL_S if idem else "",
+                run.link[1] if run.link else "",
             ],
-        )
-        verdict = as_text(res[2])
-        return Started(
-            took_lane=verdict == "lane",
-            session_id=as_text(res[1]),
-            session_created=bool(int(res[0])),
-            existing_run_id=as_text(res[3]) if verdict == "duplicate" else None,
+            client=client,
         )
 
     def claim(self, run_id: str, session_key: str, *, history: int = 0) -> Claim | str:
@@ -569,9 +592,9 @@ class RunStore:
         rows = self.redis.zrangebyscore(self.ks.outbox, "-inf", before_ms, start=0, num=limit)
         return [as_text(r) for r in rows]
 
-    def outbox_done(self, run_id: str) -> None:
-        """The run's follow-up is enqueued."""
-        self.redis.zrem(self.ks.outbox, run_id)
+    def outbox_done(self, *run_ids: str) -> None:
+        """These runs' follow-ups are enqueued (or have run)."""
+        self.redis.zrem(self.ks.outbox, *run_ids)
 
     def outbox_retry_later(self, run_id: str, at_ms: int) -> None:
         """Look at an outbox entry again at ``at_ms``."""

@@ -87,22 +87,30 @@ return 0
 # Start a run in one step: create the session entry if missing and touch it (as
 # ENSURE_SESSION); map the idempotency key to the run unless it already names one (then
 # record nothing); record the run and take the lane or queue behind the holder (as
-# SUBMIT_RUN). Answers {created, sessionId, 'lane' | 'queued' | 'duplicate', run id named
-# by the idempotency key}.
+# SUBMIT_RUN). With a link, name the run (or the one the idempotency key names) in a
+# field of another hash unless that field is set (first writer wins): a flow's round.
+# Answers {created, sessionId, 'lane' | 'queued' | 'duplicate', run id named by the
+# idempotency key}.
 # KEYS: session, sid index, idx_all, idx_agent, idx_kind, run, lane, lane queue, leases,
-#       idempotency key (any key when there is none)
+#       idempotency key (any key when there is none), link hash (any key when no link)
 # ARGV: key, now, new session id, JSON fields for a new entry, run id, lease expiry ms,
-#       JSON run fields, idempotency TTL s ('' = no idempotency key)
+#       JSON run fields, idempotency TTL s ('' = no idempotency key), link field ('' = none)
 START_RUN = (
     _COMMON
     + """
+local function link(run_id)
+  if ARGV[9] ~= '' then redis.call('HSETNX', KEYS[11], ARGV[9], run_id) end
+end
 local created = create_session(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 touch(KEYS[1], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2])
 local sid = redis.call('HGET', KEYS[1], 'sessionId')
 if ARGV[8] ~= '' and not redis.call('SET', KEYS[10], ARGV[5], 'NX', 'EX', ARGV[8]) then
-  return {created, sid, 'duplicate', redis.call('GET', KEYS[10]) or ARGV[5]}
+  local existing = redis.call('GET', KEYS[10]) or ARGV[5]
+  link(existing)
+  return {created, sid, 'duplicate', existing}
 end
 set_fields(KEYS[6], ARGV[7])
+link(ARGV[5])
 if redis.call('SET', KEYS[7], ARGV[5], 'NX') then
   redis.call('ZADD', KEYS[9], ARGV[6], ARGV[1])
   return {created, sid, 'lane', ''}

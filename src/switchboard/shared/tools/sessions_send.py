@@ -17,7 +17,7 @@ from typing import Any
 from switchboard.shared import keys as sk
 from switchboard.shared.errors import SwitchboardError
 from switchboard.shared.flows import a2a_rules as rules
-from switchboard.shared.flows.a2a_flow import advance, create_flow, load_flow, record_once
+from switchboard.shared.flows.a2a_flow import advance, create_flow, load_flow
 from switchboard.shared.flows.reply_back import SOURCE_TOOL, send_allowed, step_after
 from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.shared.gateway.resolve import display_key, resolve_label, resolve_session_ref
@@ -29,6 +29,7 @@ from switchboard.shared.policy.visibility import (
     spawned_closure,
 )
 from switchboard.shared.store.runs import RunRecord
+from switchboard.shared.store.sessions import SessionEntry
 from switchboard.shared.tools.access import visibility_guard
 from switchboard.shared.tools.args import read_int, read_string
 from switchboard.shared.tools.registry import ToolContext, ToolSpec, WaitFor
@@ -109,10 +110,14 @@ def handle(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     except SwitchboardError as exc:
         return _error(run_id, exc.message)
     shown = display_key(ctx.services, target, ctx.agent_id)
-    refusal = _refusal(ctx, target, raw_key, via_label=label is not None, waits=timeout_s > 0)
+    # The target's entry, read once for its send policy here and where its run starts.
+    entry = ctx.services.store.sessions.get(target)
+    refusal = _refusal(
+        ctx, target, raw_key, entry, via_label=label is not None, waits=timeout_s > 0
+    )
     if refusal is not None:
         return {"runId": run_id, **refusal, "sessionKey": shown}
-    return _send(ctx, target, shown, message, timeout_s)
+    return _send(ctx, target, shown, message, timeout_s, entry)
 
 
 def _error(run_id: str, error: str, **extra: Any) -> dict[str, Any]:
@@ -159,7 +164,13 @@ def _resolve_label(ctx: ToolContext, label: str, agent_arg: str | None) -> str |
 
 
 def _refusal(
-    ctx: ToolContext, target: str, raw_key: str, *, via_label: bool, waits: bool
+    ctx: ToolContext,
+    target: str,
+    raw_key: str,
+    entry: SessionEntry | None,
+    *,
+    via_label: bool,
+    waits: bool,
 ) -> dict[str, Any] | None:
     """Why this send may not happen (sandbox, visibility, self-wait, send policy), or None."""
     if (
@@ -175,13 +186,18 @@ def _refusal(
         return _forbidden(verdict.error or "forbidden")
     if waits and target == ctx.session_key:
         return {"status": "error", "error": SELF_WAIT}
-    if not send_allowed(ctx.services, target):
+    if not send_allowed(ctx.services, target, entry=entry):
         return {"status": "error", "error": SEND_BLOCKED}
     return None
 
 
 def _send(
-    ctx: ToolContext, target: str, shown: str, message: str, timeout_s: int
+    ctx: ToolContext,
+    target: str,
+    shown: str,
+    message: str,
+    timeout_s: int,
+    entry: SessionEntry | None,
 ) -> dict[str, Any]:
     """Record the flow, start the target's run, then answer (or wait)."""
     svc = ctx.services
@@ -213,13 +229,14 @@ def _send(
                 provenance=provenance,
                 meta={"flowId": flow_id, "a2a": "primary"},
                 on_end=step_after(flow_id, 0),
+                entry=entry,
+                link=(svc.store.ks.flow(flow_id), "run:0"),
             ),
         )
     except SwitchboardError as exc:
         _abandon(ctx, flow_id)
         return _error(str(uuid.uuid4()), exc.message, sessionKey=shown)
     run_id = str(started["runId"])
-    record_once(svc, flow_id, "run:0", run_id)
     if timeout_s == 0:
         return {
             "runId": run_id,
