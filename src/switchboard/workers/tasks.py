@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Coroutine
-from concurrent.futures import Future, as_completed
+from concurrent.futures import Future
 from functools import cache
 from typing import Any, TypeVar
 
@@ -146,6 +146,19 @@ def _clear_outbox(svc: Services, run_ids: list[str]) -> None:
         log.warning("outbox entries of %d run(s) left to the sweep: %s", len(run_ids), exc)
 
 
+async def _run_together(svc: Services, pairs: list[list[str]]) -> None:
+    """Execute runs side by side on one loop (one hand-over from the pool thread for the
+    message, not one per run); if any failed, raise the first failure once all have ended
+    (the message is retried; runs that ended are not run again)."""
+    outcomes = await asyncio.gather(
+        *(_then_follow_up(svc, execute_run(svc, rid, key)) for rid, key in pairs),
+        return_exceptions=True,
+    )
+    failed = next((o for o in outcomes if isinstance(o, BaseException)), None)
+    if failed is not None:
+        raise failed
+
+
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine on one of the process's run loops; wait for its outcome here."""
     return submit(coro).result()
@@ -188,18 +201,10 @@ def register_tasks(app: Celery, settings: Settings) -> None:
 
     @app.task(name="switchboard.runs", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
     def runs(pairs: list[list[str]]) -> None:
-        """Execute the runs of one message of a batch together, each in its own session,
-        then each one's follow-up step as it ends."""
+        """Execute the runs of one message (a batch, or runs enqueued together) together,
+        each in its own session, then each one's follow-up step as it ends."""
         svc = services()
-        pending = [submit(_then_follow_up(svc, execute_run(svc, rid, key))) for rid, key in pairs]
-        failed: BaseException | None = None
-        for done in as_completed(pending):
-            try:
-                done.result()
-            except Exception as exc:  # the others still run; then the message is retried
-                failed = failed or exc
-        if failed is not None:
-            raise failed
+        run_async(_run_together(svc, pairs))
 
     @app.task(name="switchboard.resume", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
     def resume(run_id: str, session_key: str) -> None:

@@ -18,9 +18,12 @@ from switchboard.shared.metrics import LUA_RUN_METRICS
 LUA_SET_FIELDS = """
 local function set_fields(key, json)
   if json == '' then return end
+  local set, gone = {}, {}
   for k, v in pairs(cjson.decode(json)) do
-    if v == cjson.null then redis.call('HDEL', key, k) else redis.call('HSET', key, k, v) end
+    if v == cjson.null then gone[#gone + 1] = k else set[#set + 1] = k; set[#set + 1] = v end
   end
+  if #set > 0 then redis.call('HSET', key, unpack(set)) end
+  if #gone > 0 then redis.call('HDEL', key, unpack(gone)) end
 end
 """
 

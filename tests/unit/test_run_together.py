@@ -1,0 +1,47 @@
+"""The `switchboard.runs` task body: a message's runs side by side on one loop."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from switchboard.workers import tasks
+
+pytestmark = pytest.mark.unit
+
+
+def _fake_runs(monkeypatch: pytest.MonkeyPatch, failing: set[str]) -> list[str]:
+    """Replace the run and its follow-ups: each run yields once, then ends (or raises)."""
+    ended: list[str] = []
+
+    async def execute_run(svc: Any, run_id: str, session_key: str) -> None:
+        await asyncio.sleep(0)
+        if run_id in failing:
+            raise RuntimeError(f"{run_id} failed")
+        ended.append(run_id)
+
+    async def then_follow_up(svc: Any, work: Any) -> None:
+        await work
+
+    monkeypatch.setattr(tasks, "execute_run", execute_run)
+    monkeypatch.setattr(tasks, "_then_follow_up", then_follow_up)
+    return ended
+
+
+def test_every_run_of_a_message_runs() -> None:
+    """All the runs of one message execute, each once."""
+    with pytest.MonkeyPatch.context() as mp:
+        ended = _fake_runs(mp, failing=set())
+        asyncio.run(tasks._run_together(None, [["r1", "k1"], ["r2", "k2"], ["r3", "k3"]]))  # type: ignore[arg-type]
+    assert sorted(ended) == ["r1", "r2", "r3"]
+
+
+def test_a_failed_run_does_not_stop_the_others_and_is_raised_once_all_ended() -> None:
+    """One run failing leaves the others to finish; the task then raises that failure."""
+    with pytest.MonkeyPatch.context() as mp:
+        ended = _fake_runs(mp, failing={"r2"})
+        with pytest.raises(RuntimeError, match="r2 failed"):
+            asyncio.run(tasks._run_together(None, [["r1", "k1"], ["r2", "k2"], ["r3", "k3"]]))  # type: ignore[arg-type]
+    assert sorted(ended) == ["r1", "r3"]
