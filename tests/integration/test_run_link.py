@@ -1,0 +1,187 @@
+"""A run names itself on its flow as it is recorded (`NewRun.link`), spawn's pipelined start
+(`RunStore.start_in`), `Flow.with_fields` against a real `advance`, and clearing several
+outbox entries at once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from switchboard.shared.flows.a2a_flow import advance, create_flow, load_flow
+from switchboard.shared.gateway.agent import RunRequest, start_run
+from switchboard.shared.services import Services
+from switchboard.shared.store.runs import NewRun, now_ms
+from switchboard.shared.store.scripts import as_text
+
+pytestmark = pytest.mark.integration
+
+FLOW = "test-link-hash"  # a plain hash standing in for a flow
+
+
+def _new_run(
+    run_id: str,
+    key: str,
+    *,
+    link: tuple[str, str] | None = None,
+    on_end: dict[str, Any] | None = None,
+) -> NewRun:
+    return NewRun(
+        run_id=run_id,
+        session_key=key,
+        message={"role": "user", "content": "hi", "timestamp": 1},
+        timeout_s=30,
+        link=link,
+        on_end=on_end,
+    )
+
+
+def _field(services: Services, name: str) -> str | None:
+    value = services.store.redis.hget(FLOW, name)
+    return as_text(value) if value is not None else None
+
+
+# ---- RunStore.start ------------------------------------------------------------------------
+
+
+def test_a_started_run_names_itself_in_its_link(services: Services) -> None:
+    """(a) The start script writes the new run's id into the link's hash field."""
+    started = services.store.runs.start(
+        _new_run("run-a", "agent:main:link-a", link=(FLOW, "run:0")), on_create={}
+    )
+    assert started.took_lane and started.existing_run_id is None
+    assert _field(services, "run:0") == "run-a"
+    assert services.store.runs.get("run-a") is not None
+
+
+def test_the_first_run_linked_stays_linked(services: Services) -> None:
+    """(b) A second run started with the same link leaves the first run's id there."""
+    runs = services.store.runs
+    runs.start(_new_run("run-1", "agent:main:link-b", link=(FLOW, "run:1")), on_create={})
+    second = runs.start(_new_run("run-2", "agent:main:link-b", link=(FLOW, "run:1")))
+    assert runs.get("run-2") is not None and not second.took_lane  # recorded, queued
+    assert _field(services, "run:1") == "run-1"
+
+
+def test_a_duplicate_links_the_run_its_idempotency_key_names(services: Services) -> None:
+    """(c) A start whose idempotency key names an earlier run records nothing new and links
+    that earlier run into an unset field."""
+    runs, key = services.store.runs, "agent:main:link-c"
+    runs.start(_new_run("run-x", key, link=(FLOW, "run:0")), idempotency_key="idem")
+    again = runs.start(_new_run("run-y", key, link=(FLOW, "announceRunId")), idempotency_key="idem")
+    assert again.existing_run_id == "run-x"
+    assert runs.get("run-y") is None
+    assert _field(services, "announceRunId") == "run-x"
+    assert _field(services, "run:0") == "run-x"
+
+
+def test_start_in_records_the_run_in_a_pipeline(services: Services) -> None:
+    """(d) `start_in` queues the start script in a pipeline: the session is created, the
+    run recorded holding its lane (reply `[1, sessionId, 'lane', '']`), and linked."""
+    runs, key = services.store.runs, "agent:main:link-d"
+    pipe = services.store.redis.pipeline(transaction=False)
+    runs.start_in(
+        pipe,
+        _new_run("run-p", key, link=(FLOW, "run:0")),
+        on_create={"chatType": "direct"},
+        now=now_ms(),
+    )
+    (reply,) = pipe.execute()
+    entry = services.store.sessions.get(key)
+    assert entry is not None and entry.get("chatType") == "direct"
+    assert int(reply[0]) == 1 and as_text(reply[1]) == entry.session_id
+    assert as_text(reply[2]) == "lane"
+    rec = runs.get("run-p")
+    assert rec is not None and rec.status == "queued"
+    assert runs.lane_holder(key) == "run-p"
+    assert _field(services, "run:0") == "run-p"
+
+
+# ---- start_run's label / route branch ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "route",
+    [{"label": "linked-label"}, {"channel": "relay", "to": "group:room9"}],
+    ids=["label", "route"],
+)
+def test_start_run_links_the_run_on_its_label_or_route_branch(
+    services: Services, route: dict[str, str]
+) -> None:
+    """(e) A request with a label or a delivery route (started in separate steps, not the
+    start script) links its run too, and a duplicate links the run its key names."""
+    key = "agent:main:link-e"
+    first = start_run(
+        services,
+        RunRequest(
+            session_key=key, message="hi", idempotency_key="k", link=(FLOW, "run:0"), **route
+        ),
+    )
+    assert _field(services, "run:0") == first["runId"]
+    assert services.store.runs.get(first["runId"]) is not None
+    again = start_run(
+        services,
+        RunRequest(
+            session_key=key,
+            message="hi",
+            idempotency_key="k",
+            link=(FLOW, "announceRunId"),
+            **route,
+        ),
+    )
+    assert again["deduplicated"] and again["runId"] == first["runId"]
+    assert _field(services, "announceRunId") == first["runId"]
+
+
+# ---- Flow.with_fields against advance ------------------------------------------------------
+
+
+def test_with_fields_is_the_flow_advance_stores(services: Services) -> None:
+    """(f) `with_fields(fields)` equals what `load_flow` reads after `advance(fields)`,
+    `updatedAt` aside: ints, dicts, a removed field and the fields left alone."""
+    flow_id = create_flow(
+        services,
+        requester_key="agent:main:main",
+        requester_channel="webchat",
+        target_key="agent:main:hook:t",
+        target_display="hook:t",
+        message="hello",
+        max_turns=2,
+        skip_reason="disabled",
+    )
+    flow = load_flow(services, flow_id)
+    assert flow is not None
+    fields: dict[str, Any] = {
+        "round:0": {"turn": 0, "status": "ok", "reply": "hi", "nested": {"a": [1, 2]}},
+        "turn": 1,
+        "status": "announcing",
+        "skipReason": None,
+        "announceTarget": None,
+        "latestReply": "hi",
+    }
+    expected = flow.with_fields(fields)
+    assert advance(services, flow, fields)
+    stored = load_flow(services, flow_id)
+    assert stored is not None
+    without_time = {k: v for k, v in stored.fields.items() if k != "updatedAt"}
+    assert {k: v for k, v in expected.fields.items() if k != "updatedAt"} == without_time
+    assert "skipReason" not in stored.fields
+
+
+# ---- the outbox ----------------------------------------------------------------------------
+
+
+def test_outbox_done_clears_several_runs_at_once(services: Services) -> None:
+    """`outbox_done(*run_ids)` removes every run named, and only those."""
+    runs = services.store.runs
+    ids = ["run-o1", "run-o2", "run-o3"]
+    for run_id in ids:
+        key = f"agent:main:{run_id}"
+        runs.start(_new_run(run_id, key, on_end={"task": "test.none", "args": []}))
+        claim = runs.claim(run_id, key)
+        assert not isinstance(claim, str)
+        assert runs.finish(run_id, key, claim.attempt, status="ok", reply="x").applied
+    far = now_ms() + 3_600_000
+    assert sorted(runs.outbox_due(far)) == ids
+    runs.outbox_done("run-o1", "run-o3")
+    assert runs.outbox_due(far) == ["run-o2"]

@@ -1,0 +1,132 @@
+"""A flow step at the end of the primary run reads the target's entry and the flow once,
+announce start included; `sessions_send` reads the target's entry once."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from switchboard.shared.flows.a2a_flow import create_flow, load_flow
+from switchboard.shared.flows.a2a_rules import ping_pong_skip_reason
+from switchboard.shared.flows.reply_back import STEP, step_after
+from switchboard.shared.flows.steps import run_step_inline
+from switchboard.shared.services import Services
+from switchboard.shared.store.runs import NewRun, RunRecord
+from switchboard.shared.tools.registry import ToolContext
+from switchboard.shared.tools.sessions_send import handle
+
+pytestmark = pytest.mark.integration
+
+MAIN = "agent:main:main"
+TARGET = "agent:main:hook:once"  # a key naming no chat: its announce route is on the entry
+
+
+@pytest.fixture
+def config_data() -> dict[str, Any]:
+    """Same-agent visibility, no ping-pong rounds: the primary run goes to the announce."""
+    return {
+        "tools": {"sessions": {"visibility": "agent"}},
+        "session": {"agentToAgent": {"maxPingPongTurns": 0}},
+    }
+
+
+@pytest.fixture
+def target_entry(services: Services) -> str:
+    """The target's session entry, with the chat its announces go to."""
+    services.store.sessions.ensure(TARGET, on_create={"chatType": "direct"})
+    services.store.sessions.patch(
+        TARGET, {"deliveryContext": {"channel": "relay", "to": "group:room7"}}
+    )
+    return TARGET
+
+
+@pytest.fixture
+def reads(services: Services, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Counts of session entries read (`sessions.get`, by session key) and of hashes read
+    with HGETALL (by Redis key), from here on."""
+    counts: Counter[str] = Counter()
+    sessions, client = services.store.sessions, services.store.redis
+    real_get, real_hgetall = sessions.get, client.hgetall
+
+    def get(key: str) -> Any:
+        counts[f"entry:{key}"] += 1
+        return real_get(key)
+
+    def hgetall(name: Any) -> Any:
+        counts[f"hgetall:{name.decode() if isinstance(name, bytes) else name}"] += 1
+        return real_hgetall(name)
+
+    monkeypatch.setattr(sessions, "get", get)
+    monkeypatch.setattr(client, "hgetall", hgetall)
+    return counts
+
+
+def _ended_primary_run(services: Services, flow_id: str) -> RunRecord:
+    """Start the flow's primary run (linked as `run:0`), claim it and end it `ok`."""
+    runs = services.store.runs
+    runs.start(
+        NewRun(
+            run_id="primary-run",
+            session_key=TARGET,
+            message={"role": "user", "content": "hello", "timestamp": 1},
+            timeout_s=30,
+            meta={"flowId": flow_id, "a2a": "primary"},
+            on_end=step_after(flow_id, 0),
+            link=(services.store.ks.flow(flow_id), "run:0"),
+        ),
+        on_create={},
+    )
+    claim = runs.claim("primary-run", TARGET)
+    assert not isinstance(claim, str)
+    done = runs.finish("primary-run", TARGET, claim.attempt, status="ok", reply="hi back")
+    assert done.applied and done.run is not None
+    return done.run
+
+
+def test_the_primary_runs_step_reads_the_target_entry_and_the_flow_once(
+    services: Services, target_entry: str, reads: Counter[str]
+) -> None:
+    """At turn 0 with maxPingPongTurns 0, the step reads the target's entry once (announce
+    route, send policy and the announce run's start) and the flow once, and the announce
+    run it starts is recorded and linked as `announceRunId`."""
+    flow_id = create_flow(
+        services,
+        requester_key=MAIN,
+        requester_channel="webchat",
+        target_key=target_entry,
+        target_display=target_entry,
+        message="hello",
+        max_turns=0,
+        skip_reason=ping_pong_skip_reason(MAIN, target_entry, 0),
+    )
+    ended = _ended_primary_run(services, flow_id)
+    reads.clear()
+    run_step_inline(services, STEP, flow_id, "0", following=ended)
+    assert reads[f"entry:{target_entry}"] == 1
+    assert reads[f"hgetall:{services.store.ks.flow(flow_id)}"] == 1
+    flow = load_flow(services, flow_id)
+    assert flow is not None
+    assert flow.status == "announcing" and flow.get("roundOneReply") == "hi back"
+    assert flow.get("announceTarget") == '{"channel":"relay","to":"group:room7"}'
+    announce_id = flow.get("announceRunId")
+    assert announce_id is not None and announce_id != "primary-run"
+    announce = services.store.runs.get(announce_id)
+    assert announce is not None and announce.session_key == target_entry
+    assert announce.meta == {"flowId": flow_id, "a2a": "announce"}
+
+
+def test_sessions_send_reads_the_target_entry_once(
+    services: Services, target_entry: str, reads: Counter[str]
+) -> None:
+    """The tool reads the target's entry once for its policy check and the run's start,
+    and the run it starts is linked on the flow as `run:0`."""
+    ctx = ToolContext(services=services, session_key=MAIN, agent_id="main")
+    result = handle(ctx, {"sessionKey": target_entry, "message": "hello", "timeoutSeconds": 0})
+    assert result["status"] == "accepted"
+    assert reads[f"entry:{target_entry}"] == 1
+    flow = load_flow(services, result["flowId"])
+    assert flow is not None and flow.run_id(0) == result["runId"]
+    rec = services.store.runs.get(result["runId"])
+    assert rec is not None and rec.session_key == target_entry
