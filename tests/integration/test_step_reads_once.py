@@ -1,5 +1,6 @@
 """A flow step at the end of the primary run reads the target's entry and the flow once,
-announce start included; `sessions_send` reads the target's entry once."""
+announce start included, and not at all when the run's end step read them for it;
+`sessions_send` reads the target's entry once."""
 
 from __future__ import annotations
 
@@ -63,8 +64,9 @@ def reads(services: Services, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     return counts
 
 
-def _ended_primary_run(services: Services, flow_id: str) -> RunRecord:
-    """Start the flow's primary run (linked as `run:0`), claim it and end it `ok`."""
+def _ended_primary_run(services: Services, flow_id: str, *, read_at_end: bool = False) -> RunRecord:
+    """Start the flow's primary run (linked as `run:0`), claim it and end it `ok` (with
+    ``read_at_end``, its end step reads the flow and the session for the follow-up)."""
     runs = services.store.runs
     runs.start(
         NewRun(
@@ -80,7 +82,10 @@ def _ended_primary_run(services: Services, flow_id: str) -> RunRecord:
     )
     claim = runs.claim("primary-run", TARGET)
     assert not isinstance(claim, str)
-    done = runs.finish("primary-run", TARGET, claim.attempt, status="ok", reply="hi back")
+    follow = services.store.ks.flow(flow_id) if read_at_end else None
+    done = runs.finish(
+        "primary-run", TARGET, claim.attempt, status="ok", reply="hi back", follow_up_reads=follow
+    )
     assert done.applied and done.run is not None
     return done.run
 
@@ -104,8 +109,43 @@ def test_the_primary_runs_step_reads_the_target_entry_and_the_flow_once(
     ended = _ended_primary_run(services, flow_id)
     reads.clear()
     run_step_inline(services, STEP, flow_id, "0", following=ended)
-    assert reads[f"entry:{target_entry}"] == 1
+    entry_reads = reads[f"entry:{target_entry}"]
+    entry_reads += reads[f"hgetall:{services.store.ks.session(target_entry)}"]
+    assert entry_reads == 1
     assert reads[f"hgetall:{services.store.ks.flow(flow_id)}"] == 1
+    _assert_announce_started(services, flow_id, target_entry)
+
+
+def test_a_step_takes_the_flow_and_entry_its_runs_end_step_read(
+    services: Services, target_entry: str, reads: Counter[str]
+) -> None:
+    """When the primary run's end step read the flow and the session for its follow-up,
+    the step reads neither from the store, and goes on to the same announce."""
+    flow_id = create_flow(
+        services,
+        requester_key=MAIN,
+        requester_channel="webchat",
+        target_key=target_entry,
+        target_display=target_entry,
+        message="hello",
+        max_turns=0,
+        skip_reason=ping_pong_skip_reason(MAIN, target_entry, 0),
+    )
+    ended = _ended_primary_run(services, flow_id, read_at_end=True)
+    assert ended.read_at_end[services.store.ks.flow(flow_id)]["status"] == "running"
+    reads.clear()
+    run_step_inline(services, STEP, flow_id, "0", following=ended)
+    assert reads[f"entry:{target_entry}"] == 0
+    assert reads[f"hgetall:{services.store.ks.session(target_entry)}"] == 0
+    assert reads[f"hgetall:{services.store.ks.flow(flow_id)}"] == 0
+    _assert_announce_started(services, flow_id, target_entry)
+    # Outside the step, reads go to the store.
+    reads.clear()
+    assert load_flow(services, flow_id) is not None
+    assert reads[f"hgetall:{services.store.ks.flow(flow_id)}"] == 1
+
+
+def _assert_announce_started(services: Services, flow_id: str, target_entry: str) -> None:
     flow = load_flow(services, flow_id)
     assert flow is not None
     assert flow.status == "announcing" and flow.get("roundOneReply") == "hi back"

@@ -53,3 +53,32 @@ def test_without_a_run_followed_every_read_goes_to_the_store(
     svc: Any = SimpleNamespace(store=SimpleNamespace(runs=runs))
     steps.run_step_inline(svc, "test.probe")
     assert runs.reads == ["r1", "r2"]
+
+
+def test_a_hash_read_at_the_runs_end_is_taken_once_then_read_from_the_store() -> None:
+    """Inside an inline step, the first read of a hash the followed run's end step read is
+    served from there; the second read of it goes to the store."""
+    store_reads: list[str] = []
+
+    class _Redis:
+        def hgetall(self, key: str) -> dict[bytes, bytes]:
+            store_reads.append(key)
+            return {b"status": b"done"}
+
+    svc = SimpleNamespace(store=SimpleNamespace(redis=_Redis()))
+    rec = RunRecord(run_id="r1", session_key="agent:main:x", status="ok")
+    rec.read_at_end = {"sb:flow:f1": {"status": "running"}}
+    seen: list[dict[str, str]] = []
+
+    def step(services: Any, *args: str) -> None:
+        seen.append(steps.read_hash(services, "sb:flow:f1"))
+        seen.append(steps.read_hash(services, "sb:flow:f1"))
+
+    steps.FLOW_STEPS["test.read_twice"] = step
+    try:
+        steps.run_step_inline(svc, "test.read_twice", following=rec)  # type: ignore[arg-type]
+    finally:
+        del steps.FLOW_STEPS["test.read_twice"]
+    assert seen == [{"status": "running"}, {"status": "done"}]
+    assert store_reads == ["sb:flow:f1"]
+    assert rec.read_at_end == {"sb:flow:f1": {"status": "running"}}  # the run keeps its copy

@@ -21,6 +21,7 @@ from redis.commands.core import Script
 
 from switchboard.shared import metrics
 from switchboard.shared.delivery import Target, get_delivery
+from switchboard.shared.flows.steps import read_hash
 from switchboard.shared.services import Services
 from switchboard.shared.store import codec
 from switchboard.shared.store.runs import now_ms
@@ -158,9 +159,9 @@ def create_flow(
 
 
 def load_flow(svc: Services, flow_id: str) -> Flow | None:
-    """The stored flow, or None when unknown or expired."""
-    raw = svc.store.redis.hgetall(svc.store.ks.flow(flow_id))
-    return Flow(flow_id, codec.decode_hash(raw)) if raw else None
+    """The stored flow, or None when unknown or expired (in a step: `steps.read_hash`)."""
+    fields = read_hash(svc, svc.store.ks.flow(flow_id))
+    return Flow(flow_id, fields) if fields else None
 
 
 def advance(

@@ -27,7 +27,7 @@ from switchboard.shared.delivery import enqueue_delivery, resolve_announce_targe
 from switchboard.shared.errors import SwitchboardError, Unavailable
 from switchboard.shared.flows import a2a_rules as rules
 from switchboard.shared.flows.a2a_flow import Flow, advance, load_flow, record_once
-from switchboard.shared.flows.steps import flow_step, following, run_of
+from switchboard.shared.flows.steps import flow_step, following, run_of, session_entry
 from switchboard.shared.gateway.agent import RunRequest, SendBlocked, check_send_policy, start_run
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import RunRecord, now_ms
@@ -116,7 +116,7 @@ def _after_run(svc: Services, flow: Flow, turn: int, rec: RunRecord | None) -> N
     # The target's entry, read once: where its announce goes, and whether it may run.
     target_entry: SessionEntry | EllipsisType | None = ...
     if turn == 0:
-        target_entry = svc.store.sessions.get(flow.target_key)
+        target_entry = session_entry(svc, flow.target_key)
         fields.update(_primary_fields(svc, flow, reply, target_entry))
     elif move.kind == "round":
         fields["latestReply"] = (reply or "").strip()

@@ -12,7 +12,7 @@ while the step runs carries them, with the step's name.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
@@ -20,6 +20,8 @@ import redis
 
 from switchboard.logs import log_context
 from switchboard.shared.errors import Unavailable
+from switchboard.shared.store import codec
+from switchboard.shared.store.sessions import SessionEntry
 
 if TYPE_CHECKING:
     from switchboard.shared.services import Services
@@ -75,14 +77,17 @@ def run_step_inline(
     For a step that was never enqueued (a run's follow-up, run by the task of the run):
     the caller keeps its own record of it until it returns, so no pending entry is kept.
     ``following`` is the run the step follows, as its end step stored it: the step reads
-    it from there (`run_of`) instead of the store. Errors propagate to the caller."""
+    it from there (`run_of`) instead of the store, and takes the hashes its end step read
+    for it (`read_hash`). Errors propagate to the caller."""
     ids = dict(zip(_LOG_IDS.get(name, ()), args, strict=False))
     token = _following.set(following)
+    reads = _read_at_end.set(dict(following.read_at_end) if following is not None else None)
     try:
         with log_context(step=name, **ids):
             log.debug("flow step %s (inline)", name)
             FLOW_STEPS[name](services, *args)
     finally:
+        _read_at_end.reset(reads)
         _following.reset(token)
 
 
@@ -93,6 +98,29 @@ _following: ContextVar[RunRecord | None] = ContextVar("following", default=None)
 def following() -> RunRecord | None:
     """The ended run whose follow-up step is running inline, if any."""
     return _following.get()
+
+
+# What the followed run's end step read for this step (see `read_hash`); taken once each.
+_read_at_end: ContextVar[dict[str, Mapping[str, str]] | None] = ContextVar(
+    "read_at_end", default=None
+)
+
+
+def read_hash(services: Services, key: str) -> dict[str, str]:
+    """A hash's fields ({} when absent), as a step reads it: the first read of a hash the
+    followed run's end step read for it is taken from there (read in the same atomic step
+    that ended the run, so as fresh as a read now: the step's writes compare-and-set
+    anyway); any later read, or any other hash, comes from the store."""
+    reads = _read_at_end.get()
+    if reads is not None and key in reads:
+        return dict(reads.pop(key))
+    return codec.decode_hash(services.store.redis.hgetall(key))
+
+
+def session_entry(services: Services, session_key: str) -> SessionEntry | None:
+    """A session's entry as a step reads it (`read_hash`)."""
+    raw = read_hash(services, services.store.ks.session(session_key))
+    return SessionEntry.from_hash(session_key, raw) if raw else None
 
 
 def run_of(services: Services, run_id: str) -> RunRecord | None:

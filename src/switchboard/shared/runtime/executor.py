@@ -311,12 +311,20 @@ def _finish(
         session_fields=fields,
         session_incr=session_incr,
         event=("run.ended", {**ended, "ts": now_ms()}, EVENTS_MAXLEN),
+        follow_up_reads=_follow_up_reads(svc, rec),
     )
     if not res.applied:
         log.warning("run %s outcome not applied (superseded attempt)", rec.run_id)
         return
     log.info("run %s ended: %s", rec.run_id, status, extra={"status": status, "error": error})
     after_run_end(svc, rec.run_id, res.next_run_id, res.waiters, ended=res.run)
+
+
+def _follow_up_reads(svc: Services, rec: RunRecord) -> str | None:
+    """The hash a run's follow-up step reads first, read in its end step: the flow of a
+    run in a reply-back flow (its step also takes the session, read there too)."""
+    flow_id = rec.meta.get("flowId") if rec.on_end else None
+    return svc.store.ks.flow(str(flow_id)) if flow_id else None
 
 
 def after_run_end(

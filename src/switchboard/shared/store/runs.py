@@ -55,6 +55,11 @@ class RunRecord:
     parked: list[dict[str, Any]] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     on_end: dict[str, Any] | None = None
+    # Hashes the run's end step read for its follow-up step (Redis key -> decoded fields;
+    # an absent hash is {}): the step takes them instead of reading them again.
+    read_at_end: Mapping[str, Mapping[str, str]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @property
     def terminal(self) -> bool:
@@ -463,10 +468,13 @@ class RunStore:
         session_fields: Mapping[str, Any] | None = None,
         session_incr: Mapping[str, int] | None = None,
         event: tuple[str, Mapping[str, Any], int] | None = None,
+        follow_up_reads: str | None = None,
     ) -> FinishResult:
         """End a run: append messages, store the outcome, hand the lane on, wake waiters.
 
-        ``event`` (type, data, stream cap) goes to the events stream if the end applies."""
+        ``event`` (type, data, stream cap) goes to the events stream if the end applies.
+        ``follow_up_reads`` names the hash the run's follow-up step reads first: it and the
+        session hash are read in the same step (`RunRecord.read_at_end`)."""
         agent_id = sk.agent_id_of(session_key)
         run_fields = {
             "status": status,
@@ -492,6 +500,7 @@ class RunStore:
                 self.ks.outbox,
                 self.ks.metrics,
                 self.ks.events,
+                follow_up_reads or self.ks.run(run_id),
             ],
             args=[
                 run_id,
@@ -505,16 +514,23 @@ class RunStore:
                 now_ms() + self.lease_s * 1000,
                 self.ks.run_events,
                 *((event[0], codec.dumps(event[1]), event[2]) if event else ("", "", 0)),
+                "1" if follow_up_reads else "",
                 *[codec.dumps(m) for m in messages],
             ],
         )
         if as_text(res[0]) != "ok":
             return FinishResult(applied=False)
+        run = RunRecord.from_hash(run_id, codec.decode_flat_hash(res[2]))
+        if follow_up_reads:
+            run.read_at_end = {
+                self.ks.session(session_key): codec.decode_flat_hash(res[3]),
+                follow_up_reads: codec.decode_flat_hash(res[4]),
+            }
         return FinishResult(
             applied=True,
             next_run_id=as_text(res[1]) or None,
-            waiters=tuple(as_text(w) for w in res[3:]),
-            run=RunRecord.from_hash(run_id, codec.decode_flat_hash(res[2])),
+            waiters=tuple(as_text(w) for w in res[5:]),
+            run=run,
         )
 
     def park(

@@ -201,11 +201,15 @@ return out
 # The ended run's hash is answered and published on the run-ended channel (as JSON
 # {runId, run}), so neither the worker nor a waiting api reads it again. An event
 # (type and JSON data, '' for none) is added to the events stream in the same step.
+# With ARGV[14] set, the session hash and one more hash (what the run's follow-up step
+# reads first: its flow) are answered too, so the step reads neither again.
+# Answers {'ok', next run, run hash, session hash, follow-up hash, waiters...}.
 # KEYS: run, lane, lane queue, leases, active, session, transcript, idx_all, idx_agent,
-#       idx_kind, waiters, outbox, metrics, events stream
+#       idx_kind, waiters, outbox, metrics, events stream, follow-up hash (any key if none)
 # ARGV: run id, session key, now, attempt, JSON run fields, JSON session fields,
 #       JSON session increments, retention s, lease expiry for the next run, channel,
-#       event type, event data, events stream cap, messages...
+#       event type, event data, events stream cap, '1' to answer the follow-up's hashes
+#       ('' not), messages...
 FINISH_RUN = (
     _COMMON
     + LUA_RUN_METRICS
@@ -213,7 +217,7 @@ FINISH_RUN = (
 local st = redis.call('HGET', KEYS[1], 'status')
 local att = redis.call('HGET', KEYS[1], 'attempt')
 if st ~= 'running' or att ~= ARGV[4] then return {'stale'} end
-for i = 14, #ARGV do append(KEYS[6], KEYS[7], ARGV[i]) end
+for i = 15, #ARGV do append(KEYS[6], KEYS[7], ARGV[i]) end
 set_fields(KEYS[1], ARGV[5])
 redis.call('HSET', KEYS[1], 'endedAt', ARGV[3])
 local ended = redis.call('HMGET', KEYS[1], 'status', 'startedAt')
@@ -247,7 +251,11 @@ redis.call('PUBLISH', ARGV[10], cjson.encode({runId = ARGV[1], run = run}))
 if ARGV[11] ~= '' then
   redis.call('XADD', KEYS[14], 'MAXLEN', '~', ARGV[13], '*', 'type', ARGV[11], 'data', ARGV[12])
 end
-local out = {'ok', nxt, flat}
+local out = {'ok', nxt, flat, {}, {}}
+if ARGV[14] ~= '' then
+  out[4] = redis.call('HGETALL', KEYS[6])
+  out[5] = redis.call('HGETALL', KEYS[15])
+end
 for _, w in ipairs(waiters) do table.insert(out, w) end
 return out
 """
