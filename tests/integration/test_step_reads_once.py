@@ -64,6 +64,20 @@ def reads(services: Services, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     return counts
 
 
+def _new_flow(services: Services, target: str) -> str:
+    """A send's flow from main to ``target`` with no ping-pong rounds."""
+    return create_flow(
+        services,
+        requester_key=MAIN,
+        requester_channel="webchat",
+        target_key=target,
+        target_display=target,
+        message="hello",
+        max_turns=0,
+        skip_reason=ping_pong_skip_reason(MAIN, target, 0),
+    )
+
+
 def _ended_primary_run(services: Services, flow_id: str, *, read_at_end: bool = False) -> RunRecord:
     """Start the flow's primary run (linked as `run:0`), claim it and end it `ok` (with
     ``read_at_end``, its end step reads the flow and the session for the follow-up)."""
@@ -96,16 +110,7 @@ def test_the_primary_runs_step_reads_the_target_entry_and_the_flow_once(
     """At turn 0 with maxPingPongTurns 0, the step reads the target's entry once (announce
     route, send policy and the announce run's start) and the flow once, and the announce
     run it starts is recorded and linked as `announceRunId`."""
-    flow_id = create_flow(
-        services,
-        requester_key=MAIN,
-        requester_channel="webchat",
-        target_key=target_entry,
-        target_display=target_entry,
-        message="hello",
-        max_turns=0,
-        skip_reason=ping_pong_skip_reason(MAIN, target_entry, 0),
-    )
+    flow_id = _new_flow(services, target_entry)
     ended = _ended_primary_run(services, flow_id)
     reads.clear()
     run_step_inline(services, STEP, flow_id, "0", following=ended)
@@ -121,16 +126,7 @@ def test_a_step_takes_the_flow_and_entry_its_runs_end_step_read(
 ) -> None:
     """When the primary run's end step read the flow and the session for its follow-up,
     the step reads neither from the store, and goes on to the same announce."""
-    flow_id = create_flow(
-        services,
-        requester_key=MAIN,
-        requester_channel="webchat",
-        target_key=target_entry,
-        target_display=target_entry,
-        message="hello",
-        max_turns=0,
-        skip_reason=ping_pong_skip_reason(MAIN, target_entry, 0),
-    )
+    flow_id = _new_flow(services, target_entry)
     ended = _ended_primary_run(services, flow_id, read_at_end=True)
     assert ended.read_at_end[services.store.ks.flow(flow_id)]["status"] == "running"
     reads.clear()
