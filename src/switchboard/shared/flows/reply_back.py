@@ -232,19 +232,6 @@ def _end_loop(
         _announce(svc, flow.with_fields(fields))
 
 
-def _announce(
-    svc: Services, flow: Flow, target_entry: SessionEntry | EllipsisType | None = ...
-) -> None:
-    """Go on to the announce step in the step that decided it, not a message of its own,
-    from the flow as that step advanced it (its compare-and-set just held, so the flow is
-    exactly that), with the target's entry if the step read it.
-
-    The flow is already "announcing": if this fails or the worker dies before the announce
-    run is recorded, the step that called it is still pending (or in its run's outbox) and
-    runs again, and `_rekick` enqueues the announce step."""
-    _start_announce(svc, flow, target_entry)
-
-
 def _provenance(source_key: str | None, source_channel: str | None) -> dict[str, str]:
     out = {"kind": "inter_session", "sourceTool": SOURCE_TOOL}
     if source_key:
@@ -263,12 +250,20 @@ def a2a_announce(svc: Services, flow_id: str) -> None:
     """Start the announce run on the target session (once)."""
     flow = load_flow(svc, flow_id)
     if flow is not None:
-        _start_announce(svc, flow)
+        _announce(svc, flow)
 
 
-def _start_announce(
+def _announce(
     svc: Services, flow: Flow, target_entry: SessionEntry | EllipsisType | None = ...
 ) -> None:
+    """Start the announce run on the target session (once): from `a2a_announce`, or in
+    the step that decided the announce, not a message of its own, from the flow as that
+    step advanced it (its compare-and-set just held, so the flow is exactly that), with
+    the target's entry if the step read it.
+
+    The flow is already "announcing": if this fails or the worker dies before the announce
+    run is recorded, the step that called it is still pending (or in its run's outbox) and
+    runs again, and `_rekick` enqueues the announce step."""
     if flow.status != "announcing" or flow.get("announceRunId"):
         return
     flow_id = flow.flow_id
