@@ -20,6 +20,7 @@ from switchboard.api.limits import BodySizeLimit
 from switchboard.api.mcp import mount_mcp, serving_mcp
 from switchboard.shared.config import Settings, SwitchboardConfig, get_config, get_settings
 from switchboard.shared.errors import Unavailable
+from switchboard.shared.redis_conn import DRIVER_INFO
 from switchboard.shared.services import Services
 from switchboard.shared.store.waiter import RunWaiter
 
@@ -52,7 +53,10 @@ def create_app(
         svc = services or _build_services(settings, config)
         app.state.services = svc
         async_redis = aioredis.Redis.from_url(
-            settings.redis_url or "", socket_keepalive=True, health_check_interval=25
+            settings.redis_url or "",
+            socket_keepalive=True,
+            health_check_interval=25,
+            driver_info=DRIVER_INFO,
         )
         app.state.waiter = RunWaiter(async_redis, svc.store.ks)
         await app.state.waiter.start()

@@ -29,6 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from switchboard.api.errors import error_response, openai_error_response
 from switchboard.shared.config import Settings
+from switchboard.shared.redis_conn import DRIVER_INFO
 from switchboard.shared.store.keyspace import Keyspace
 
 log = logging.getLogger("switchboard.api")
@@ -143,7 +144,9 @@ class AuthGate:
 
     def _client(self) -> aioredis.Redis | None:
         if self._redis is None and self.redis_url:
-            self._redis = aioredis.Redis.from_url(self.redis_url, socket_timeout=5)
+            self._redis = aioredis.Redis.from_url(
+                self.redis_url, socket_timeout=5, driver_info=DRIVER_INFO
+            )
         return self._redis
 
     async def _locked_for(self, client: str) -> int | None:

@@ -35,6 +35,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from switchboard.api.auth import require_token
 from switchboard.shared.errors import InvalidInput
 from switchboard.shared.gateway.resolve import resolve_session_ref
+from switchboard.shared.redis_conn import DRIVER_INFO
 from switchboard.shared.services import Services
 from switchboard.shared.store import codec
 from switchboard.shared.store.events import decode_entry
@@ -66,6 +67,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         socket_keepalive=True,
         health_check_interval=25,
         socket_timeout=_READ_BLOCK_MS / 1000 + _READ_MARGIN_S,
+        driver_info=DRIVER_INFO,
     )
     app.state.events_redis = client
     try:

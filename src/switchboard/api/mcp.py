@@ -35,6 +35,7 @@ from switchboard.api.auth import require_token
 from switchboard.api.errors import error_response
 from switchboard.api.tools import RunWait, app_run_wait, call_tool, tool_context
 from switchboard.shared.errors import SwitchboardError
+from switchboard.shared.redis_conn import DRIVER_INFO
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import RunRecord
 from switchboard.shared.store.waiter import RunWaiter
@@ -167,7 +168,10 @@ async def serving_mcp(app: FastAPI) -> AsyncIterator[None]:
 async def serve_stdio(services: Services, session_ref: str | None) -> None:
     """Serve MCP over stdin/stdout acting for ``session_ref`` until the client disconnects."""
     async_redis = aioredis.Redis.from_url(
-        services.settings.redis_url or "", socket_keepalive=True, health_check_interval=25
+        services.settings.redis_url or "",
+        socket_keepalive=True,
+        health_check_interval=25,
+        driver_info=DRIVER_INFO,
     )
     waiter = RunWaiter(async_redis, services.store.ks)
     await waiter.start()

@@ -27,6 +27,7 @@ from starlette.concurrency import run_in_threadpool
 
 from switchboard.api.auth import require_token
 from switchboard.shared import metrics as m
+from switchboard.shared.redis_conn import DRIVER_INFO
 from switchboard.shared.services import Services
 from switchboard.workers.app import ALL_QUEUES
 
@@ -146,7 +147,9 @@ def _broker_client(svc: Services) -> redis.Redis | None:
         return svc.store.redis
     if urlsplit(url).scheme not in _REDIS_SCHEMES:
         return None
-    return redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+    return redis.Redis.from_url(
+        url, socket_timeout=10, socket_connect_timeout=5, driver_info=DRIVER_INFO
+    )
 
 
 def _registry(request: Request) -> CollectorRegistry:

@@ -19,6 +19,8 @@ from typing import Any
 
 from kombu.transport import redis as kombu_redis
 
+from switchboard.shared.redis_conn import DRIVER_INFO
+
 log = logging.getLogger("switchboard.worker")
 
 
@@ -57,7 +59,8 @@ class QoS(kombu_redis.QoS):
 
 
 class Channel(kombu_redis.Channel):
-    """The Redis channel with the tolerant QoS, and one client object for its pool.
+    """The Redis channel with the tolerant QoS, one client object for its pool, and the
+    product's connection options.
 
     kombu builds a new redis-py client for every publish, ack and unacked-index write;
     with redis-py 8 that constructor is a sizeable share of a message's cost. A client is
@@ -66,6 +69,11 @@ class Channel(kombu_redis.Channel):
 
     QoS = QoS
     _shared_client: Any = None
+
+    def _connparams(self, asynchronous: bool = False) -> Any:
+        params = super()._connparams(asynchronous=asynchronous)  # type: ignore[no-untyped-call]
+        params["driver_info"] = DRIVER_INFO  # see `switchboard.shared.redis_conn`
+        return params
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         if asynchronous:
