@@ -8,7 +8,7 @@ from switchboard.shared.config import Settings, SwitchboardConfig, get_config
 from switchboard.shared.errors import Unavailable
 from switchboard.shared.flows import pending
 from switchboard.shared.queue import TaskQueue
-from switchboard.shared.redis_conn import DRIVER_INFO
+from switchboard.shared.redis_conn import DRIVER_INFO, ThreadHeldRedis
 from switchboard.shared.services import Services
 from switchboard.shared.store import Store
 from switchboard.shared.tools.catalog import register_session_tools
@@ -29,7 +29,7 @@ def redis_client(url: str) -> redis.Redis:
         timeout=20,
         driver_info=DRIVER_INFO,
     )
-    return redis.Redis.from_pool(pool)
+    return ThreadHeldRedis.from_pool(pool)
 
 
 def build_services(

@@ -251,7 +251,9 @@ class RunStore:
         return RunRecord.from_hash(run_id, codec.decode_hash(raw))
 
     def get_many(self, run_ids: Sequence[str]) -> list[RunRecord | None]:
-        """Several runs in one round trip."""
+        """Several runs in one round trip (none for none)."""
+        if not run_ids:
+            return []
         pipe = self.redis.pipeline(transaction=False)
         for rid in run_ids:
             pipe.hgetall(self.ks.run(rid))
