@@ -79,7 +79,7 @@ class ThreadHeldRedis(redis.Redis):
                 raise redis.ConnectionError("connection has unread data")
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             conn.disconnect()  # sending the command reconnects it
-        return self._execute_command(*args, **options)
+        return self._execute_command(*args, **options)  # type: ignore[no-untyped-call]
 
     def close(self) -> None:
         """Hand this thread's connection back; close the pool if the client owns it."""
