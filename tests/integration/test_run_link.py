@@ -133,6 +133,122 @@ def test_start_run_links_the_run_on_its_label_or_route_branch(
     assert _field(services, "announceRunId") == first["runId"]
 
 
+# ---- a link record: the flow written in its first run's start ------------------------------
+
+
+def _flow_args(target: str) -> dict[str, Any]:
+    return {
+        "requester_key": "agent:main:main",
+        "requester_channel": "webchat",
+        "target_key": target,
+        "target_display": target,
+        "message": "hello",
+        "max_turns": 1,
+        "skip_reason": None,
+    }
+
+
+def _flow_state(services: Services, flow_id: str, target: str) -> dict[str, Any]:
+    """The flow hash, its TTL and its score in both sessions' flow indexes."""
+    r, ks = services.store.redis, services.store.ks
+    return {
+        "fields": {as_text(k): as_text(v) for k, v in r.hgetall(ks.flow(flow_id)).items()},
+        "ttl": r.ttl(ks.flow(flow_id)),
+        "indexed": [
+            r.zscore(ks.session_flows(key), flow_id) for key in ("agent:main:main", target)
+        ],
+        "index_ttl": [r.ttl(ks.session_flows(key)) for key in ("agent:main:main", target)],
+    }
+
+
+@pytest.mark.parametrize("route", [{}, {"label": "flow-label"}], ids=["script", "label"])
+def test_a_link_record_is_written_as_create_flow_writes_it(
+    services: Services, route: dict[str, str]
+) -> None:
+    """(g) A flow handed to `start_run` as a link record is stored with the run, linked,
+    exactly as `create_flow` stores a flow on its own: fields, TTL, both sessions'
+    indexes (on the start script and on the label branch's separate steps)."""
+    from switchboard.shared.flows.a2a_flow import new_flow
+
+    target = "agent:main:link-g"
+    flow_id, record = new_flow(services, **_flow_args(target))
+    started = start_run(
+        services,
+        RunRequest(
+            session_key=target,
+            message="hi",
+            link=(services.store.ks.flow(flow_id), "run:0"),
+            link_record=record,
+            **route,
+        ),
+    )
+    alone = create_flow(services, **_flow_args("agent:main:link-g2"))
+    mine = _flow_state(services, flow_id, target)
+    theirs = _flow_state(services, alone, "agent:main:link-g2")
+    assert mine["fields"].pop("run:0") == started["runId"]
+    for state, fid in ((mine, flow_id), (theirs, alone)):
+        assert state["fields"].pop("flowId") == fid
+        state["fields"].pop("targetKey"), state["fields"].pop("targetDisplay")
+        state["fields"].pop("createdAt"), state["fields"].pop("updatedAt")
+    assert (
+        mine["fields"]
+        == theirs["fields"]
+        == {
+            "status": "running",
+            "turn": "0",
+            "requesterKey": "agent:main:main",
+            "requesterChannel": "webchat",
+            "message": "hello",
+            "maxTurns": "1",
+        }
+    )
+    for state in (mine, theirs):
+        assert 0 < state["ttl"] <= record.ttl_s
+        assert all(score is not None for score in state["indexed"])
+        assert all(0 < ttl <= record.ttl_s for ttl in state["index_ttl"])
+
+
+def test_a_refused_start_writes_no_link_record(services: Services) -> None:
+    """(h) A start refused before anything is recorded (an empty message) leaves no flow."""
+    from switchboard.shared.errors import InvalidInput
+    from switchboard.shared.flows.a2a_flow import new_flow
+
+    flow_id, record = new_flow(services, **_flow_args("agent:main:link-h"))
+    with pytest.raises(InvalidInput):
+        start_run(
+            services,
+            RunRequest(
+                session_key="agent:main:link-h",
+                message="  ",
+                link=(services.store.ks.flow(flow_id), "run:0"),
+                link_record=record,
+            ),
+        )
+    assert load_flow(services, flow_id) is None
+    assert services.store.redis.exists(services.store.ks.session_flows("agent:main:main")) == 0
+
+
+def test_the_link_record_trims_old_index_entries(services: Services) -> None:
+    """(i) Index members scored at or below the record's trim score are dropped."""
+    from switchboard.shared.flows.a2a_flow import new_flow
+
+    target = "agent:main:link-i"
+    index = services.store.ks.session_flows(target)
+    flow_id, record = new_flow(services, **_flow_args(target))
+    services.store.redis.zadd(index, {"old-flow": record.trim_to, "newer": record.trim_to + 1})
+    start_run(
+        services,
+        RunRequest(
+            session_key=target,
+            message="hi",
+            link=(services.store.ks.flow(flow_id), "run:0"),
+            link_record=record,
+        ),
+    )
+    members = {as_text(m) for m in services.store.redis.zrange(index, 0, -1)}
+    assert members == {"newer", flow_id}
+
+
 # ---- Flow.with_fields against advance ------------------------------------------------------
 
 

@@ -24,7 +24,7 @@ from switchboard.shared.delivery import Target, get_delivery
 from switchboard.shared.flows.steps import read_hash
 from switchboard.shared.services import Services
 from switchboard.shared.store import codec
-from switchboard.shared.store.runs import now_ms
+from switchboard.shared.store.runs import LinkRecord, now_ms
 from switchboard.shared.store.scripts import LUA_SET_FIELDS
 
 # Advance a flow that is still where the caller saw it, counting its outcome if it has one.
@@ -116,7 +116,7 @@ def retention_s(svc: Services) -> int:
     return max(60, int(svc.config.runs.retention_hours * 3600))
 
 
-def create_flow(
+def new_flow(
     svc: Services,
     *,
     requester_key: str | None,
@@ -126,8 +126,9 @@ def create_flow(
     message: str,
     max_turns: int,
     skip_reason: str | None,
-) -> str:
-    """Record a new flow waiting for the target's primary run; returns its id."""
+) -> tuple[str, LinkRecord]:
+    """A new flow waiting for the target's primary run, not yet written: its id, and the
+    record its primary run's start writes in the same step (`LinkRecord`)."""
     flow_id = str(uuid.uuid4())
     now = now_ms()
     fields = {
@@ -144,17 +145,22 @@ def create_flow(
         "createdAt": now,
         "updatedAt": now,
     }
-    key = svc.store.ks.flow(flow_id)
-    pipe = svc.store.redis.pipeline(transaction=True)
-    mapping = {k: v for k, v in _encode(fields).items() if v is not None}
-    pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
-    pipe.expire(key, 2 * retention_s(svc))
-    for session_key in {target_key, requester_key} - {None}:
-        index = svc.store.ks.session_flows(str(session_key))
-        pipe.zadd(index, {flow_id: now})
-        pipe.zremrangebyscore(index, "-inf", now - 2 * retention_s(svc) * 1000)
-        pipe.expire(index, 2 * retention_s(svc))
-    pipe.execute()
+    keep_s = 2 * retention_s(svc)
+    sessions = sorted({key for key in (target_key, requester_key) if key})
+    return flow_id, LinkRecord(
+        fields={k: v for k, v in _encode(fields).items() if v is not None},
+        ttl_s=keep_s,
+        indexes=tuple(svc.store.ks.session_flows(str(key)) for key in sessions),
+        member=flow_id,
+        score=now,
+        trim_to=now - keep_s * 1000,
+    )
+
+
+def create_flow(svc: Services, **flow: Any) -> str:
+    """Record a new flow (as `new_flow` makes it) on its own; returns its id."""
+    flow_id, record = new_flow(svc, **flow)
+    svc.store.runs.write_link_record(svc.store.ks.flow(flow_id), record)
     return flow_id
 
 

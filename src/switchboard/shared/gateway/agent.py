@@ -19,7 +19,7 @@ from switchboard.shared.policy.send_policy import (
 )
 from switchboard.shared.runtime.models import validate_model_ref
 from switchboard.shared.services import Services
-from switchboard.shared.store.runs import NewRun, RunRecord, now_ms
+from switchboard.shared.store.runs import LinkRecord, NewRun, RunRecord, now_ms
 from switchboard.shared.store.sessions import SessionEntry
 
 
@@ -50,6 +50,9 @@ class RunRequest:
     entry: SessionEntry | EllipsisType | None = ...
     # (hash key, field) naming the run once recorded, unless set (see `NewRun.link`).
     link: tuple[str, str] | None = None
+    # A record created at the link's hash with the run (see `NewRun.link_record`); when
+    # no run is recorded (a refused start), none is written.
+    link_record: LinkRecord | None = None
 
 
 def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
@@ -86,12 +89,15 @@ def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
         meta=req.meta,
         on_end=req.on_end,
         link=req.link,
+        link_record=req.link_record,
     )
     existing: str | None = None
     if req.label or _delivery_route(req):
         # A label may be refused (labels are unique) and a route patches the entry:
         # both before the run is recorded, in separate steps.
         _ensure_session(svc, req)
+        if req.link and req.link_record:
+            svc.store.runs.write_link_record(req.link[0], req.link_record)
         if req.idempotency_key:
             named = svc.store.runs.remember_idempotency(key, req.idempotency_key, run_id)
             existing = named if named != run_id else None

@@ -130,6 +130,23 @@ class NewRun:
     # (hash key, field): where the run's id is recorded as it is recorded, unless that
     # field is set already (a flow's ``run:<turn>`` or ``announceRunId``).
     link: tuple[str, str] | None = None
+    # A new record at the link's hash, written in the same step as the run (a new flow).
+    link_record: LinkRecord | None = None
+
+
+@dataclass(frozen=True)
+class LinkRecord:
+    """A record created in the step that records the run linking to it (a new flow and
+    its first run: one round trip, not two). ``fields`` are text values; the hash is kept
+    ``ttl_s``; ``member`` is added at ``score`` to each of ``indexes`` (sorted sets kept
+    ``ttl_s`` too), whose members scored at or below ``trim_to`` are dropped."""
+
+    fields: Mapping[str, str]
+    ttl_s: int
+    indexes: tuple[str, ...] = ()
+    member: str = ""
+    score: int = 0
+    trim_to: int = 0
 
 
 @dataclass(frozen=True)
@@ -314,6 +331,17 @@ class RunStore:
             existing_run_id=as_text(res[3]) if verdict == "duplicate" else None,
         )
 
+    def write_link_record(self, key: str, rec: LinkRecord) -> None:
+        """Write a link record at hash ``key`` on its own (not with a run's start)."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(key, mapping=dict(rec.fields))  # type: ignore[arg-type]
+        pipe.expire(key, rec.ttl_s)
+        for index in rec.indexes:
+            pipe.zadd(index, {rec.member: rec.score})
+            pipe.zremrangebyscore(index, "-inf", rec.trim_to)
+            pipe.expire(index, rec.ttl_s)
+        pipe.execute()
+
     def start_in(
         self, pipe: Pipeline, run: NewRun, *, on_create: Mapping[str, Any], now: int
     ) -> None:
@@ -334,6 +362,7 @@ class RunStore:
         key = run.session_key
         agent_id = sk.agent_id_of(key)
         idem = self.ks.idempotency(key, idempotency_key) if idempotency_key else ""
+        rec = run.link_record if run.link else None
         return self.scripts.start_run(
             keys=[
                 self.ks.session(key),
@@ -347,6 +376,7 @@ class RunStore:
                 self.ks.lane_leases,
                 idem or self.ks.run(run.run_id),
                 run.link[0] if run.link else self.ks.run(run.run_id),
+                *(rec.indexes if rec else ()),
             ],
             args=[
                 key,
@@ -358,6 +388,11 @@ class RunStore:
                 codec.fields_json(_run_fields(run, now)),
                 IDEMPOTENCY_TTL_S if idem else "",
                 run.link[1] if run.link else "",
+                codec.fields_json(rec.fields) if rec else "",
+                rec.ttl_s if rec else "",
+                rec.score if rec else "",
+                rec.member if rec else "",
+                rec.trim_to if rec else "",
             ],
             client=client,
         )

@@ -92,17 +92,31 @@ return 0
 # record nothing); record the run and take the lane or queue behind the holder (as
 # SUBMIT_RUN). With a link, name the run (or the one the idempotency key names) in a
 # field of another hash unless that field is set (first writer wins): a flow's round.
+# With a link record, first write that hash's fields (a new flow) and add its member to
+# the record's indexes (KEYS past the 11th), trimmed, all kept for the record's TTL.
 # Answers {created, sessionId, 'lane' | 'queued' | 'duplicate', run id named by the
 # idempotency key}.
 # KEYS: session, sid index, idx_all, idx_agent, idx_kind, run, lane, lane queue, leases,
-#       idempotency key (any key when there is none), link hash (any key when no link)
+#       idempotency key (any key when there is none), link hash (any key when no link),
+#       link record indexes...
 # ARGV: key, now, new session id, JSON fields for a new entry, run id, lease expiry ms,
-#       JSON run fields, idempotency TTL s ('' = no idempotency key), link field ('' = none)
+#       JSON run fields, idempotency TTL s ('' = no idempotency key), link field ('' = none),
+#       JSON link record fields ('' = no record), record TTL s, index score, index member,
+#       index trim score (members at or below it go)
 START_RUN = (
     _COMMON
     + """
 local function link(run_id)
   if ARGV[9] ~= '' then redis.call('HSETNX', KEYS[11], ARGV[9], run_id) end
+end
+if ARGV[10] ~= '' then
+  set_fields(KEYS[11], ARGV[10])
+  redis.call('EXPIRE', KEYS[11], ARGV[11])
+  for i = 12, #KEYS do
+    redis.call('ZADD', KEYS[i], ARGV[12], ARGV[13])
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', ARGV[14])
+    redis.call('EXPIRE', KEYS[i], ARGV[11])
+  end
 end
 local created = create_session(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 touch(KEYS[1], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2])

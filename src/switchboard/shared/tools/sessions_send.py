@@ -17,7 +17,7 @@ from typing import Any
 from switchboard.shared import keys as sk
 from switchboard.shared.errors import SwitchboardError
 from switchboard.shared.flows import a2a_rules as rules
-from switchboard.shared.flows.a2a_flow import advance, create_flow, load_flow
+from switchboard.shared.flows.a2a_flow import advance, load_flow, new_flow
 from switchboard.shared.flows.reply_back import SOURCE_TOOL, send_allowed, step_after
 from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.shared.gateway.resolve import display_key, resolve_label, resolve_session_ref
@@ -203,7 +203,8 @@ def _send(
     svc = ctx.services
     max_turns = svc.config.session.agent_to_agent.max_ping_pong_turns
     requester = ctx.session_key or None
-    flow_id = create_flow(
+    # The flow is written by the primary run's start, in the same step.
+    flow_id, flow_record = new_flow(
         svc,
         requester_key=requester,
         requester_channel=ctx.channel,
@@ -231,6 +232,7 @@ def _send(
                 on_end=step_after(flow_id, 0),
                 entry=entry,
                 link=(svc.store.ks.flow(flow_id), "run:0"),
+                link_record=flow_record,
             ),
         )
     except SwitchboardError as exc:
@@ -250,6 +252,8 @@ def _send(
 
 
 def _abandon(ctx: ToolContext, flow_id: str) -> None:
+    """End a flow whose primary run was recorded but could not be enqueued (a refused
+    start records neither, so there is nothing to end)."""
     flow = load_flow(ctx.services, flow_id)
     if flow is not None:
         advance(
