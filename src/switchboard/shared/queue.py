@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from switchboard.shared.store.runs import Claim
 
 
 class TaskQueue(Protocol):
@@ -38,13 +41,27 @@ class RunsTakenHere:
     send's target), which must not wait for the run that started it to end. A run taken
     is recorded and holds its lane like any other; only its message is not sent. If the
     worker dies first, the lane's lease lapses and the sweep enqueues it; `release` sends
-    what the task did not run (call it in a ``finally``)."""
+    what the task did not run (call it in a ``finally``).
 
-    def __init__(self, queue: TaskQueue, limit: int) -> None:
+    A run to be taken here can be claimed in the step that starts it (`claim_history`,
+    then `take_claimed`): the task then executes it without a claim step of its own.
+    ``requeue(run_id, attempt)`` puts such a run back to queued if it is released unrun."""
+
+    def __init__(
+        self,
+        queue: TaskQueue,
+        limit: int,
+        *,
+        history: int = 0,
+        requeue: Callable[[str, int], object] | None = None,
+    ) -> None:
         self.queue = queue
         self.limit = limit
+        self.history = history
+        self.requeue = requeue
         self.taken = 0
         self.runs: deque[tuple[str, str]] = deque()
+        self.claims: dict[str, Claim] = {}
 
     @contextmanager
     def collecting(self) -> Iterator[None]:
@@ -63,9 +80,31 @@ class RunsTakenHere:
         return True
 
     def release(self) -> None:
-        """Enqueue, as messages, the runs taken and not run."""
+        """Enqueue, as messages, the runs taken and not run (claimed ones queued again)."""
         while self.runs:
-            self.queue.enqueue_run(*self.runs.popleft())
+            run_id, session_key = self.runs.popleft()
+            claim = self.claims.pop(run_id, None)
+            if claim is not None and self.requeue is not None:
+                self.requeue(run_id, claim.attempt)
+            self.queue.enqueue_run(run_id, session_key)
+
+
+def claim_history() -> int | None:
+    """How many messages a run started now should be claimed with, to be taken by the task
+    open for it (`RunsTakenHere`); None when no task would take it (no claim then)."""
+    state = _taken_here.get()
+    if state is None or state.requeue is None or state.taken >= state.limit:
+        return None
+    return state.history
+
+
+def take_claimed(run_id: str, session_key: str, claim: Claim) -> bool:
+    """Hand a run claimed as it started to the task open to run it (see `claim_history`)."""
+    state = _taken_here.get()
+    if state is None or not state.take(run_id, session_key):
+        return False
+    state.claims[run_id] = claim
+    return True
 
 
 def take_here(run_id: str, session_key: str) -> bool:

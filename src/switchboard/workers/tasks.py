@@ -30,6 +30,7 @@ from switchboard.shared.config import Settings
 from switchboard.shared.errors import Unavailable
 from switchboard.shared.queue import RunsTakenHere
 from switchboard.shared.runtime.executor import (
+    HISTORY_LIMIT,
     collect_follow_ups,
     execute_run,
     resume_run,
@@ -118,7 +119,9 @@ async def _then_follow_up(svc: Services, work: Coroutine[Any, Any, None]) -> Non
     threads per run: with a batch in flight, the loop running the follow-up measured about
     a tenth faster. A `sessions_send` starts its announce run from its follow-up: executed
     here, it costs no message of its own (two fewer per send, with its announce step)."""
-    here = RunsTakenHere(svc.queue, RUNS_TAKEN_HERE)
+    here = RunsTakenHere(
+        svc.queue, RUNS_TAKEN_HERE, history=HISTORY_LIMIT, requeue=svc.store.runs.requeue
+    )
     followed: list[str] = []  # runs whose outbox entries are cleared at the end, together
     try:
         ended_runs = await collect_follow_ups(work)
@@ -128,7 +131,10 @@ async def _then_follow_up(svc: Services, work: Coroutine[Any, Any, None]) -> Non
             if not here.runs:
                 return
             run_id, session_key = here.runs[0]
-            ended_runs = await collect_follow_ups(execute_run(svc, run_id, session_key))
+            claim = here.claims.pop(run_id, None)  # claimed as it started: no claim step
+            ended_runs = await collect_follow_ups(
+                execute_run(svc, run_id, session_key, claim=claim)
+            )
             here.runs.popleft()
     finally:
         here.release()

@@ -17,9 +17,10 @@ from switchboard.shared.policy.send_policy import (
     parse_send_command,
     resolve_send_policy,
 )
+from switchboard.shared.queue import claim_history, take_claimed
 from switchboard.shared.runtime.models import validate_model_ref
 from switchboard.shared.services import Services
-from switchboard.shared.store.runs import LinkRecord, NewRun, RunRecord, now_ms
+from switchboard.shared.store.runs import Claim, LinkRecord, NewRun, RunRecord, now_ms
 from switchboard.shared.store.sessions import SessionEntry
 
 
@@ -105,10 +106,20 @@ def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
         if req.link:
             svc.store.redis.hsetnx(req.link[0], req.link[1], existing or run_id)
     else:
+        # A run a task will execute itself (an announce, a reply-back round) is claimed in
+        # its start step: one round trip, not two.
         started = svc.store.runs.start(
-            run, on_create=_on_create(req), idempotency_key=req.idempotency_key
+            run,
+            on_create=_on_create(req),
+            idempotency_key=req.idempotency_key,
+            claim_history=claim_history(),
         )
         existing, took_lane = started.existing_run_id, started.took_lane
+        if isinstance(started.claim, Claim):
+            if take_claimed(run_id, key, started.claim):
+                took_lane = False  # taken, claimed: nothing to enqueue
+            else:  # not taken after all: queued again for whoever takes its message
+                svc.store.runs.requeue(run_id, started.claim.attempt)
     if existing is not None:
         return {"runId": existing, "status": "accepted", "deduplicated": True}
     if took_lane:

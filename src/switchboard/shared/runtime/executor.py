@@ -41,27 +41,34 @@ log = logging.getLogger("switchboard.run")
 HISTORY_LIMIT = 200
 
 
-async def execute_run(svc: Services, run_id: str, session_key: str | None = None) -> None:
+async def execute_run(
+    svc: Services, run_id: str, session_key: str | None = None, *, claim: Claim | None = None
+) -> None:
     """Claim and execute a queued run that holds its session lane.
 
     ``session_key`` is the one the run was enqueued with: the claim then reads the run,
-    its session and its history in the same step."""
+    its session and its history in the same step. ``claim``: the run was claimed as it
+    started (`RunStore.start` with ``claim_history``); execute it as claimed."""
+    if claim is not None and claim.run is not None:
+        bind_run(claim.run)
+        await _execute(svc, claim.run, claim, deferred=None)
+        return
     if session_key is None:
         found = svc.store.runs.get(run_id)
         if found is None:
             log.warning("run %s not found; nothing to do", run_id)
             return
         session_key = found.session_key
-    claim = svc.store.runs.claim(run_id, session_key, history=HISTORY_LIMIT)
-    if isinstance(claim, str):
-        if claim.startswith("missing:"):
+    claimed = svc.store.runs.claim(run_id, session_key, history=HISTORY_LIMIT)
+    if isinstance(claimed, str):
+        if claimed.startswith("missing:"):
             log.warning("run %s not found; nothing to do", run_id)
         else:
-            log.info("run %s not executed (%s)", run_id, claim)
+            log.info("run %s not executed (%s)", run_id, claimed)
         return
-    assert claim.run is not None
-    bind_run(claim.run)  # this run's ids on every log line until it ends
-    await _execute(svc, claim.run, claim, deferred=None)
+    assert claimed.run is not None
+    bind_run(claimed.run)  # this run's ids on every log line until it ends
+    await _execute(svc, claimed.run, claimed, deferred=None)
 
 
 async def resume_run(svc: Services, run_id: str) -> None:

@@ -175,6 +175,8 @@ class Started:
     session_id: str
     session_created: bool
     existing_run_id: str | None = None
+    # The run claimed in the same step (`start` with ``claim_history``), or why not.
+    claim: Claim | str | None = None
 
 
 @dataclass(frozen=True)
@@ -236,6 +238,29 @@ def _run_fields(run: NewRun, created_at_ms: int | None = None) -> dict[str, Any]
         "meta": dict(run.meta) if run.meta else None,
         "onEnd": dict(run.on_end) if run.on_end else None,
     }
+
+
+def _claim_of(run_id: str, res: Any) -> Claim | str:
+    """A claim script's answer (CLAIM_RUN, or START_RUN's fifth element) as a `Claim`, or
+    the reason string when the run must not run."""
+    verdict = as_text(res[0])
+    if verdict == "exhausted":
+        return Claim(
+            attempt=int(as_text(res[1])),
+            deadline_at_ms=0,
+            exhausted=True,
+            run=RunRecord.from_hash(run_id, codec.decode_flat_hash(res[3])),
+        )
+    if verdict != "ok":
+        return f"{verdict}:{as_text(res[1])}"
+    return Claim(
+        attempt=int(as_text(res[1])),
+        deadline_at_ms=int(float(as_text(res[2]))),
+        run=RunRecord.from_hash(run_id, codec.decode_flat_hash(res[3])),
+        session=codec.decode_flat_hash(res[4]),
+        history=decode_entries(res[5], newest_first=True) if len(res) > 5 else [],
+        started_published=True,
+    )
 
 
 class RunStore:
@@ -319,16 +344,20 @@ class RunStore:
         *,
         on_create: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
+        claim_history: int | None = None,
     ) -> Started:
         """Create the session entry if missing and touch it, then record the run (unless
-        ``idempotency_key`` already names a run), in one step."""
-        res = self._start(run, on_create, idempotency_key, now_ms(), self.redis)
+        ``idempotency_key`` already names a run), in one step. With ``claim_history``, a
+        run that took its lane is claimed in that step too (as `claim` with that
+        ``history``), for the caller to execute at once."""
+        res = self._start(run, on_create, idempotency_key, now_ms(), self.redis, claim_history)
         verdict = as_text(res[2])
         return Started(
             took_lane=verdict == "lane",
             session_id=as_text(res[1]),
             session_created=bool(int(res[0])),
             existing_run_id=as_text(res[3]) if verdict == "duplicate" else None,
+            claim=_claim_of(run.run_id, res[4]) if len(res) > 4 else None,
         )
 
     def write_link_record(self, key: str, rec: LinkRecord) -> None:
@@ -356,6 +385,7 @@ class RunStore:
         idempotency_key: str | None,
         now: int,
         client: Redis | Pipeline,
+        claim_history: int | None = None,
     ) -> Any:
         from switchboard.shared.store.keyspace import IDEMPOTENCY_TTL_S
 
@@ -376,6 +406,10 @@ class RunStore:
                 self.ks.lane_leases,
                 idem or self.ks.run(run.run_id),
                 run.link[0] if run.link else self.ks.run(run.run_id),
+                self.ks.active_runs,
+                self.ks.transcript(key),
+                self.ks.metrics,
+                self.ks.events,
                 *(rec.indexes if rec else ()),
             ],
             args=[
@@ -393,6 +427,10 @@ class RunStore:
                 rec.score if rec else "",
                 rec.member if rec else "",
                 rec.trim_to if rec else "",
+                "" if claim_history is None else claim_history,
+                self.max_attempts,
+                600_000,
+                EVENTS_MAXLEN,
             ],
             client=client,
         )
@@ -406,26 +444,10 @@ class RunStore:
         res = self._claim(run_id, session_key, history)
         if as_text(res[0]) == "session":
             res = self._claim(run_id, as_text(res[1]), history)
-        verdict = as_text(res[0])
-        if verdict == "exhausted":
-            return Claim(
-                attempt=int(as_text(res[1])),
-                deadline_at_ms=0,
-                exhausted=True,
-                run=RunRecord.from_hash(run_id, codec.decode_flat_hash(res[3])),
-            )
-        if verdict != "ok":
-            return f"{verdict}:{as_text(res[1])}"
-        return Claim(
-            attempt=int(as_text(res[1])),
-            deadline_at_ms=int(float(as_text(res[2]))),
-            run=RunRecord.from_hash(run_id, codec.decode_flat_hash(res[3])),
-            session=codec.decode_flat_hash(res[4]),
-            history=decode_entries(res[5], newest_first=True) if len(res) > 5 else [],
-            started_published=True,
-        )
+        return _claim_of(run_id, res)
 
     def _claim(self, run_id: str, session_key: str, history: int) -> Any:
+        # KEYS and ARGV as `LUA_CLAIM` takes them; `_start` passes the same to its claim.
         agent_id = sk.agent_id_of(session_key)
         kind = self._kind_of(session_key)
         now = now_ms()

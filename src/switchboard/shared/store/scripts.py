@@ -87,24 +87,102 @@ return 0
 """
 )
 
+# Claim a run for execution: it must be in the expected state and hold its lane.
+# On the first claim, append the run's user message to the transcript (exactly once).
+# The first claim counts the run as started (metrics).
+# Answers what the run needs to start, so the worker makes no other read: the run hash,
+# the session hash and the transcript's last messages (newest first).
+# A successful claim adds the run.started event to the events stream in the same step.
+# K: run, lane, leases, active, session, transcript, idx_all, idx_agent, idx_kind, metrics,
+#    events stream
+# A: run id, session key, now, lease expiry, expected status, max attempts,
+#    default timeout ms (used when the run has no timeoutS of its own), history count,
+#    events stream cap
+LUA_CLAIM = """
+local function claim_run(K, A)
+  local st = redis.call('HGET', K[1], 'status')
+  if not st then return {'missing', ''} end
+  local owner = redis.call('HGET', K[1], 'sessionKey')
+  if owner and owner ~= A[2] then return {'session', owner} end
+  if st ~= A[5] then return {'skip', st} end
+  local holder = redis.call('GET', K[2])
+  if holder ~= A[1] then return {'not_holder', holder or ''} end
+  local attempt = redis.call('HINCRBY', K[1], 'attempt', 1)
+  redis.call('HSET', K[1], 'status', 'running')
+  if attempt > tonumber(A[6]) then
+    return {'exhausted', tostring(attempt), '', redis.call('HGETALL', K[1])}
+  end
+  local deadline = redis.call('HGET', K[1], 'deadlineAt')
+  if not deadline then
+    local timeout_s = redis.call('HGET', K[1], 'timeoutS')
+    local timeout_ms = timeout_s and math.floor(tonumber(timeout_s) * 1000) or tonumber(A[7])
+    deadline = tostring(tonumber(A[3]) + timeout_ms)
+    redis.call('HSET', K[1], 'startedAt', A[3], 'deadlineAt', deadline)
+    count_run_start(K[10])
+  end
+  redis.call('ZADD', K[4], deadline, A[1])
+  redis.call('ZADD', K[3], A[4], A[2])
+  redis.call('HSET', K[5], 'status', 'running', 'lastRunId', A[1])
+  if not redis.call('HGET', K[1], 'userSeq') then
+    local msg = redis.call('HGET', K[1], 'message')
+    if msg then
+      local seq = append(K[5], K[6], msg)
+      redis.call('HSET', K[1], 'userSeq', seq)
+    end
+    touch(K[5], K[7], K[8], K[9], A[2], A[3])
+  end
+  -- The run.started event, in the same step (data as `events.run_event` shapes it).
+  local f = redis.call('HMGET', K[1], 'kind', 'meta')
+  local ev = {runId = A[1], sessionKey = A[2], kind = f[1] or 'agent',
+    attempt = attempt, ts = tonumber(A[3])}
+  if f[2] then
+    local ok, meta = pcall(cjson.decode, f[2])
+    if ok and type(meta) == 'table' then
+      for _, name in ipairs({'flowId', 'spawnId', 'batchId'}) do
+        local v = meta[name]
+        if v and v ~= cjson.null and v ~= '' and v ~= false then ev[name] = v end
+      end
+    end
+  end
+  redis.call('XADD', K[11], 'MAXLEN', '~', A[9], '*', 'type', 'run.started',
+    'data', cjson.encode(ev))
+  local out = {'ok', tostring(attempt), deadline, redis.call('HGETALL', K[1])}
+  out[5] = redis.call('HGETALL', K[5])
+  if tonumber(A[8]) > 0 then
+    out[6] = redis.call('XREVRANGE', K[6], '+', '-', 'COUNT', A[8])
+  end
+  return out
+end
+"""
+
+# KEYS and ARGV as `claim_run` takes them (above).
+CLAIM_RUN = _COMMON + LUA_RUN_METRICS + LUA_CLAIM + "return claim_run(KEYS, ARGV)\n"
+
 # Start a run in one step: create the session entry if missing and touch it (as
 # ENSURE_SESSION); map the idempotency key to the run unless it already names one (then
 # record nothing); record the run and take the lane or queue behind the holder (as
 # SUBMIT_RUN). With a link, name the run (or the one the idempotency key names) in a
 # field of another hash unless that field is set (first writer wins): a flow's round.
 # With a link record, first write that hash's fields (a new flow) and add its member to
-# the record's indexes (KEYS past the 11th), trimmed, all kept for the record's TTL.
+# the record's indexes (KEYS past the 15th), trimmed, all kept for the record's TTL.
+# With a history count, a run that took the lane is claimed in the same step (as
+# CLAIM_RUN claims it) for the caller to execute at once: the claim's answer is the fifth
+# element.
 # Answers {created, sessionId, 'lane' | 'queued' | 'duplicate', run id named by the
-# idempotency key}.
+# idempotency key[, claim]}.
 # KEYS: session, sid index, idx_all, idx_agent, idx_kind, run, lane, lane queue, leases,
 #       idempotency key (any key when there is none), link hash (any key when no link),
+#       active, transcript, metrics, events stream (any keys when not claiming),
 #       link record indexes...
 # ARGV: key, now, new session id, JSON fields for a new entry, run id, lease expiry ms,
 #       JSON run fields, idempotency TTL s ('' = no idempotency key), link field ('' = none),
 #       JSON link record fields ('' = no record), record TTL s, index score, index member,
-#       index trim score (members at or below it go)
+#       index trim score (members at or below it go), claim's history count ('' = no
+#       claim), max attempts, default timeout ms, events stream cap
 START_RUN = (
     _COMMON
+    + LUA_RUN_METRICS
+    + LUA_CLAIM
     + """
 local function link(run_id)
   if ARGV[9] ~= '' then redis.call('HSETNX', KEYS[11], ARGV[9], run_id) end
@@ -112,7 +190,7 @@ end
 if ARGV[10] ~= '' then
   set_fields(KEYS[11], ARGV[10])
   redis.call('EXPIRE', KEYS[11], ARGV[11])
-  for i = 12, #KEYS do
+  for i = 16, #KEYS do
     redis.call('ZADD', KEYS[i], ARGV[12], ARGV[13])
     redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', ARGV[14])
     redis.call('EXPIRE', KEYS[i], ARGV[11])
@@ -130,80 +208,17 @@ set_fields(KEYS[6], ARGV[7])
 link(ARGV[5])
 if redis.call('SET', KEYS[7], ARGV[5], 'NX') then
   redis.call('ZADD', KEYS[9], ARGV[6], ARGV[1])
+  if ARGV[15] ~= '' then
+    local claim = claim_run(
+      {KEYS[6], KEYS[7], KEYS[9], KEYS[12], KEYS[1], KEYS[13], KEYS[3], KEYS[4], KEYS[5],
+       KEYS[14], KEYS[15]},
+      {ARGV[5], ARGV[1], ARGV[2], ARGV[6], 'queued', ARGV[16], ARGV[17], ARGV[15], ARGV[18]})
+    return {created, sid, 'lane', '', claim}
+  end
   return {created, sid, 'lane', ''}
 end
 redis.call('RPUSH', KEYS[8], ARGV[5])
 return {created, sid, 'queued', ''}
-"""
-)
-
-# Claim a run for execution: it must be in the expected state and hold its lane.
-# On the first claim, append the run's user message to the transcript (exactly once).
-# The first claim counts the run as started (metrics).
-# Answers what the run needs to start, so the worker makes no other read: the run hash,
-# the session hash and the transcript's last messages (newest first).
-# KEYS: run, lane, leases, active, session, transcript, idx_all, idx_agent, idx_kind, metrics,
-#       events stream
-# ARGV: run id, session key, now, lease expiry, expected status, max attempts,
-#       default timeout ms (used when the run has no timeoutS of its own), history count,
-#       events stream cap
-# A successful claim adds the run.started event to the events stream in the same step.
-CLAIM_RUN = (
-    _COMMON
-    + LUA_RUN_METRICS
-    + """
-local st = redis.call('HGET', KEYS[1], 'status')
-if not st then return {'missing', ''} end
-local owner = redis.call('HGET', KEYS[1], 'sessionKey')
-if owner and owner ~= ARGV[2] then return {'session', owner} end
-if st ~= ARGV[5] then return {'skip', st} end
-local holder = redis.call('GET', KEYS[2])
-if holder ~= ARGV[1] then return {'not_holder', holder or ''} end
-local attempt = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
-redis.call('HSET', KEYS[1], 'status', 'running')
-if attempt > tonumber(ARGV[6]) then
-  return {'exhausted', tostring(attempt), '', redis.call('HGETALL', KEYS[1])}
-end
-local deadline = redis.call('HGET', KEYS[1], 'deadlineAt')
-if not deadline then
-  local timeout_s = redis.call('HGET', KEYS[1], 'timeoutS')
-  local timeout_ms = timeout_s and math.floor(tonumber(timeout_s) * 1000) or tonumber(ARGV[7])
-  deadline = tostring(tonumber(ARGV[3]) + timeout_ms)
-  redis.call('HSET', KEYS[1], 'startedAt', ARGV[3], 'deadlineAt', deadline)
-  count_run_start(KEYS[10])
-end
-redis.call('ZADD', KEYS[4], deadline, ARGV[1])
-redis.call('ZADD', KEYS[3], ARGV[4], ARGV[2])
-redis.call('HSET', KEYS[5], 'status', 'running', 'lastRunId', ARGV[1])
-if not redis.call('HGET', KEYS[1], 'userSeq') then
-  local msg = redis.call('HGET', KEYS[1], 'message')
-  if msg then
-    local seq = append(KEYS[5], KEYS[6], msg)
-    redis.call('HSET', KEYS[1], 'userSeq', seq)
-  end
-  touch(KEYS[5], KEYS[7], KEYS[8], KEYS[9], ARGV[2], ARGV[3])
-end
--- The run.started event, in the same step (data as `events.run_event` shapes it).
-local f = redis.call('HMGET', KEYS[1], 'kind', 'meta')
-local ev = {runId = ARGV[1], sessionKey = ARGV[2], kind = f[1] or 'agent',
-  attempt = attempt, ts = tonumber(ARGV[3])}
-if f[2] then
-  local ok, meta = pcall(cjson.decode, f[2])
-  if ok and type(meta) == 'table' then
-    for _, name in ipairs({'flowId', 'spawnId', 'batchId'}) do
-      local v = meta[name]
-      if v and v ~= cjson.null and v ~= '' and v ~= false then ev[name] = v end
-    end
-  end
-end
-redis.call('XADD', KEYS[11], 'MAXLEN', '~', ARGV[9], '*', 'type', 'run.started',
-  'data', cjson.encode(ev))
-local out = {'ok', tostring(attempt), deadline, redis.call('HGETALL', KEYS[1])}
-out[5] = redis.call('HGETALL', KEYS[5])
-if tonumber(ARGV[8]) > 0 then
-  out[6] = redis.call('XREVRANGE', KEYS[6], '+', '-', 'COUNT', ARGV[8])
-end
-return out
 """
 )
 
