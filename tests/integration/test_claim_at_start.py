@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ from switchboard.shared.runtime.executor import execute_run
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import Claim, NewRun
 from switchboard.shared.store.scripts import as_text
+from switchboard.testing.queues import RecordingQueue
 from switchboard.workers.tasks import _then_follow_up
 
 pytestmark = pytest.mark.integration
@@ -98,30 +98,11 @@ def test_a_sends_announce_run_is_executed_on_its_start_claim(
     assert fields["announceReply"] == announce.reply
 
 
-class Recorder:
-    """A TaskQueue keeping the runs it is asked to send."""
-
-    def __init__(self) -> None:
-        self.runs: list[tuple[str, str]] = []
-
-    def enqueue_run(self, run_id: str, session_key: str) -> None:
-        self.runs.append((run_id, session_key))
-
-    def enqueue_runs(self, runs: Sequence[tuple[str, str]]) -> None:
-        self.runs.extend(runs)
-
-    def enqueue_resume(self, run_id: str, session_key: str) -> None:
-        raise AssertionError("not expected")
-
-    def enqueue(self, task: str, *args: str, countdown_s: float | None = None) -> None:
-        raise AssertionError("not expected")
-
-
 def test_a_claimed_run_released_unrun_is_queued_again_and_sent(services: Services) -> None:
     """A task that stops before running a run it claimed at start puts it back to queued
     and sends its message, so any worker can claim it."""
     runs, key = services.store.runs, "agent:main:claim-d"
-    sent = Recorder()
+    sent = RecordingQueue()
     here = RunsTakenHere(sent, limit=4, history=10, requeue=runs.requeue)
     with here.collecting():
         from switchboard.shared.queue import claim_history, take_claimed

@@ -148,6 +148,22 @@ def _flow_args(target: str) -> dict[str, Any]:
     }
 
 
+def _start_linked(
+    services: Services, target: str, flow_id: str, record: Any, **route: str
+) -> dict[str, Any]:
+    """Start a run in ``target`` that writes the flow ``record`` and names itself `run:0`."""
+    return start_run(
+        services,
+        RunRequest(
+            session_key=target,
+            message="hi",
+            link=(services.store.ks.flow(flow_id), "run:0"),
+            link_record=record,
+            **route,  # type: ignore[arg-type]
+        ),
+    )
+
+
 def _flow_state(services: Services, flow_id: str, target: str) -> dict[str, Any]:
     """The flow hash, its TTL and its score in both sessions' flow indexes."""
     r, ks = services.store.redis, services.store.ks
@@ -172,16 +188,7 @@ def test_a_link_record_is_written_as_create_flow_writes_it(
 
     target = "agent:main:link-g"
     flow_id, record = new_flow(services, **_flow_args(target))
-    started = start_run(
-        services,
-        RunRequest(
-            session_key=target,
-            message="hi",
-            link=(services.store.ks.flow(flow_id), "run:0"),
-            link_record=record,
-            **route,
-        ),
-    )
+    started = _start_linked(services, target, flow_id, record, **route)
     alone = create_flow(services, **_flow_args("agent:main:link-g2"))
     mine = _flow_state(services, flow_id, target)
     theirs = _flow_state(services, alone, "agent:main:link-g2")
@@ -236,15 +243,7 @@ def test_the_link_record_trims_old_index_entries(services: Services) -> None:
     index = services.store.ks.session_flows(target)
     flow_id, record = new_flow(services, **_flow_args(target))
     services.store.redis.zadd(index, {"old-flow": record.trim_to, "newer": record.trim_to + 1})
-    start_run(
-        services,
-        RunRequest(
-            session_key=target,
-            message="hi",
-            link=(services.store.ks.flow(flow_id), "run:0"),
-            link_record=record,
-        ),
-    )
+    _start_linked(services, target, flow_id, record)
     members = {as_text(m) for m in services.store.redis.zrange(index, 0, -1)}
     assert members == {"newer", flow_id}
 

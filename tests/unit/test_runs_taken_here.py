@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -10,36 +9,18 @@ import pytest
 from switchboard.shared.flows.pending import PendingStepsQueue
 from switchboard.shared.queue import RunsTakenHere, take_here
 from switchboard.shared.store.keyspace import Keyspace
+from switchboard.testing.queues import RecordingQueue
 
 pytestmark = pytest.mark.unit
 
 
-class Recorder:
-    """A TaskQueue that keeps what it is asked to send."""
-
-    def __init__(self) -> None:
-        self.runs: list[tuple[str, str]] = []
-
-    def enqueue_run(self, run_id: str, session_key: str) -> None:
-        self.runs.append((run_id, session_key))
-
-    def enqueue_runs(self, runs: Sequence[tuple[str, str]]) -> None:
-        self.runs.extend(runs)
-
-    def enqueue_resume(self, run_id: str, session_key: str) -> None:
-        raise AssertionError("not expected")
-
-    def enqueue(self, task: str, *args: str, countdown_s: float | None = None) -> None:
-        raise AssertionError("not expected")
-
-
-def queue(inner: Recorder) -> PendingStepsQueue:
+def queue(inner: RecordingQueue) -> PendingStepsQueue:
     redis: Any = None  # enqueue_run never touches Redis
     return PendingStepsQueue(inner, redis, Keyspace(), lost_after_ms=1000)
 
 
 def test_runs_are_taken_up_to_the_limit_and_the_rest_are_sent() -> None:
-    inner = Recorder()
+    inner = RecordingQueue()
     q = queue(inner)
     here = RunsTakenHere(q, limit=2)
     with here.collecting():
@@ -55,7 +36,7 @@ def test_runs_are_taken_up_to_the_limit_and_the_rest_are_sent() -> None:
 
 
 def test_only_runs_started_while_collecting_are_taken() -> None:
-    inner = Recorder()
+    inner = RecordingQueue()
     q = queue(inner)
     here = RunsTakenHere(q, limit=4)
     assert not take_here("r0", "k0")  # no task open for it
@@ -69,7 +50,7 @@ def test_only_runs_started_while_collecting_are_taken() -> None:
 
 
 def test_a_failure_while_collecting_leaves_the_taken_runs_to_release() -> None:
-    inner = Recorder()
+    inner = RecordingQueue()
     q = queue(inner)
     here = RunsTakenHere(q, limit=4)
     with pytest.raises(RuntimeError):
