@@ -56,7 +56,10 @@ def base_config(webhook_url: str) -> dict[str, Any]:
     return {
         "tools": {"sessions": {"visibility": "agent"}},
         "channels": {CHANNEL: {"webhook": {"url": webhook_url}}},
-        "delivery": {"maxAttempts": 4, "backoffBaseS": 0.3, "backoffMaxS": 1, "timeoutS": 1},
+        # A loopback POST answers in milliseconds, but a loaded 2-core machine running a
+        # whole cluster can take over a second to get to it: a timeout is not what these
+        # tests are about (test_delivery is).
+        "delivery": {"maxAttempts": 4, "backoffBaseS": 0.3, "backoffMaxS": 1, "timeoutS": 5},
         "session": {"agentToAgent": {"maxPingPongTurns": 2}},
         "agents": {"defaults": {"subagents": {"maxChildrenPerAgent": 10}}},
     }

@@ -35,6 +35,14 @@ class Received:
     at: float
 
 
+class _Server(ThreadingHTTPServer):
+    # A chat platform accepts a burst of deliveries at once: with the standard library's
+    # backlog of 5, a worker posting from 32 threads saw connections dropped and retried by
+    # the kernel a second later, past a test's delivery timeout.
+    request_queue_size = 128
+    daemon_threads = True
+
+
 class WebhookReceiver:
     """Records POSTs on a free loopback port and answers with scripted status codes."""
 
@@ -44,8 +52,7 @@ class WebhookReceiver:
         self._statuses: deque[int] = deque()
         self._received: list[Received] = []
         self._lock = threading.Condition()
-        self._server = ThreadingHTTPServer((host, 0), self._handler_class())
-        self._server.daemon_threads = True
+        self._server = _Server((host, 0), self._handler_class())
         self._thread: threading.Thread | None = None
 
     @property
