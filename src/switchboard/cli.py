@@ -131,7 +131,7 @@ def api(config: ConfigOpt = None, host: HostOpt = None, port: PortOpt = None) ->
 
     settings = _settings(config)
     setup_logging(settings.log_level)
-    application = create_app(settings)
+    application = create_app(settings, tune_gc=True)
     uvicorn.run(
         application,
         host=host or settings.host,

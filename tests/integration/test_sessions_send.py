@@ -21,7 +21,8 @@ from switchboard.shared.flows.steps import run_step_inline
 from switchboard.shared.policy.send_policy import SEND_BLOCKED
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import RunRecord
-from switchboard.shared.tools.sessions_send import SELF_WAIT
+from switchboard.shared.tools.registry import ToolContext, WaitFor
+from switchboard.shared.tools.sessions_send import SELF_WAIT, handle
 from switchboard.testing.fake_model import FakeModelServer
 from switchboard.testing.webhook_receiver import WebhookReceiver
 from switchboard.workers.tasks import RUNS_TAKEN_HERE
@@ -549,3 +550,19 @@ def test_waiting_send_inside_an_agent_run_parks_and_resumes(
     target_run = run_of(services, tool_result["runId"])
     assert target_run.message is not None
     assert target_run.message["provenance"]["sourceSessionKey"] == MAIN
+
+
+def test_a_waiting_send_starts_its_run_watched_and_a_fire_and_forget_one_does_not(
+    services: Services,
+) -> None:
+    """Only a run someone waits for has its end published (`RunWaiter`): a waiting send
+    marks its run as it starts it, so the api's wait, which skips the first read for a
+    run it started, is woken by the end rather than by its next poll."""
+    ctx = ToolContext(services=services, session_key=MAIN, agent_id="main")
+    with pytest.raises(WaitFor) as waiting:
+        handle(ctx, {"sessionKey": ROOM, "message": "wait for me", "timeoutSeconds": 5})
+    accepted = handle(ctx, {"sessionKey": ROOM, "message": "no wait", "timeoutSeconds": 0})
+    assert accepted["status"] == "accepted"
+    redis, ks = services.store.redis, services.store.ks
+    assert redis.hget(ks.run(waiting.value.target_run_id), "watch") == b"1"
+    assert redis.hget(ks.run(str(accepted["runId"])), "watch") is None

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import orjson
 import pytest
 import redis.asyncio as aioredis
 
@@ -15,17 +17,18 @@ from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import NewRun, RunRecord
 from switchboard.shared.store.sessions import IndexCursor
-from switchboard.shared.store.waiter import RunWaiter
+from switchboard.shared.store.waiter import Fetch, RunWaiter
 
 pytestmark = pytest.mark.integration
 
 
-def _new_run(run_id: str, key: str, text: str = "hi") -> NewRun:
+def _new_run(run_id: str, key: str, text: str = "hi", *, watched: bool = False) -> NewRun:
     return NewRun(
         run_id=run_id,
         session_key=key,
         message={"role": "user", "content": text, "timestamp": 1},
         timeout_s=30,
+        watched=watched,
     )
 
 
@@ -171,45 +174,111 @@ def test_recent_entries_is_the_first_page_with_its_entries(services: Services) -
         assert all(e.updated_at_ms == s for e, (_, s) in zip(entries, rows, strict=True) if e)
 
 
+@contextlib.asynccontextmanager
+async def _counting_waiter(
+    services: Services, redis_url: str
+) -> AsyncIterator[tuple[RunWaiter, Fetch, list[str]]]:
+    """A started waiter on its own client, and a fetch that records each run it reads."""
+    client = aioredis.Redis.from_url(redis_url)
+    waiter = RunWaiter(client, services.store.ks)
+    await waiter.start()
+    fetches: list[str] = []
+
+    async def fetch(run_id: str) -> RunRecord | None:
+        fetches.append(run_id)
+        return await waiter.fetch(run_id)
+
+    try:
+        yield waiter, fetch, fetches
+    finally:
+        await waiter.stop()
+        await client.aclose()
+
+
+def _end(services: Services, run_id: str, key: str, reply: str) -> None:
+    claim = services.store.runs.claim(run_id, key)
+    assert not isinstance(claim, str)
+    services.store.runs.finish(run_id, key, claim.attempt, status="ok", reply=reply)
+
+
 def test_waiter_answers_from_the_run_ended_message(services: Services, redis_url: str) -> None:
     runs = services.store.runs
     key = "agent:main:fast-wait"
 
     async def scenario() -> tuple[RunRecord | None, RunRecord | None, int]:
-        client = aioredis.Redis.from_url(redis_url)
-        waiter = RunWaiter(client, services.store.ks)
-        await waiter.start()
-        fetches = 0
-
-        async def counting_fetch(run_id: str) -> RunRecord | None:
-            nonlocal fetches
-            fetches += 1
-            return await waiter.fetch(run_id)
-
-        try:
-            loop = asyncio.get_running_loop()
-            since = loop.time()
-            runs.start(_new_run("run-w", key))
+        async with _counting_waiter(services, redis_url) as (waiter, fetch, fetches):
+            since = asyncio.get_running_loop().time()
+            runs.start(_new_run("run-w", key, watched=True))
 
             def end_later() -> None:
                 time.sleep(0.2)
-                claim = runs.claim("run-w", key)
-                assert not isinstance(claim, str)
-                runs.finish("run-w", key, claim.attempt, status="ok", reply="pong")
+                _end(services, "run-w", key, "pong")
 
             threading.Thread(target=end_later).start()
-            woken = await waiter.wait("run-w", 10, counting_fetch, since=since)
+            woken = await waiter.wait("run-w", 10, fetch, since=since)
             # Ended before this wait began: answered from the runs ended lately.
-            again = await waiter.wait("run-w", 10, counting_fetch, since=since)
-            return woken, again, fetches
-        finally:
-            await waiter.stop()
-            await client.aclose()
+            again = await waiter.wait("run-w", 10, fetch, since=since)
+            return woken, again, len(fetches)
 
     woken, again, fetches = asyncio.run(scenario())
     assert woken is not None and woken.status == "ok" and woken.reply == "pong"
     assert again is not None and again.reply == "pong"
     assert fetches == 0
+
+
+def test_only_the_end_of_a_run_someone_waits_for_is_published(
+    services: Services, redis_url: str
+) -> None:
+    """A fire-and-forget run ends without a run-ended message; a run started watched, or
+    marked by a waiter's read while it runs, ends with one (and wakes that waiter at once,
+    not at its next poll)."""
+    runs = services.store.runs
+    key = "agent:main:fast-watch"
+
+    async def scenario() -> tuple[list[str], RunRecord | None, int]:
+        async with _counting_waiter(services, redis_url) as (waiter, fetch, fetches):
+            channel = waiter.redis.pubsub()
+            await channel.subscribe(services.store.ks.run_events)
+            runs.start(_new_run("run-quiet", key))
+            await asyncio.to_thread(_end, services, "run-quiet", key, "unwatched")
+            runs.start(_new_run("run-loud", key, watched=True))
+            await asyncio.to_thread(_end, services, "run-loud", key, "watched")
+            runs.start(_new_run("run-late", key))
+
+            def end_later() -> None:
+                time.sleep(0.3)
+                _end(services, "run-late", key, "late")
+
+            ending = asyncio.create_task(asyncio.to_thread(end_later))
+            # A wake-up missed would show as a second read after 5 s (the poll).
+            woken = await waiter.wait("run-late", 10, fetch)
+            await ending
+            published = []
+            deadline = asyncio.get_running_loop().time() + 1.0
+            while asyncio.get_running_loop().time() < deadline:
+                msg = await channel.get_message(ignore_subscribe_messages=True, timeout=0.2)
+                if msg is not None:
+                    published.append(orjson.loads(msg["data"])["runId"])
+            await channel.aclose()
+            return published, woken, len(fetches)
+
+    published, woken, fetches = asyncio.run(scenario())
+    assert published == ["run-loud", "run-late"]
+    assert woken is not None and woken.status == "ok" and woken.reply == "late"
+    assert fetches == 1
+    quiet = runs.get("run-quiet")
+    assert quiet is not None and quiet.reply == "unwatched"
+    # A waiter's mark never creates a run that does not exist.
+    assert asyncio.run(_fetch_unknown(services, redis_url)) is None
+    assert not services.store.redis.exists(services.store.ks.run("run-nobody"))
+
+
+async def _fetch_unknown(services: Services, redis_url: str) -> RunRecord | None:
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        return await RunWaiter(client, services.store.ks).fetch("run-nobody")
+    finally:
+        await client.aclose()
 
 
 def test_waiter_reads_state_for_runs_it_did_not_see_start(

@@ -26,3 +26,14 @@ def test_the_fallback_writes_non_finite_floats_as_null_like_the_fast_path() -> N
         "t": [1, "x"],
     }
     assert codec.dumps({"nan": float("nan")}) == '{"nan":null}'
+
+
+def test_a_flat_hash_reply_decodes_from_bytes_text_or_both() -> None:
+    assert codec.decode_flat_hash([b"status", b"ok", b"reply", "h\u00e9".encode()]) == {
+        "status": "ok",
+        "reply": "h\u00e9",
+    }
+    assert codec.decode_flat_hash(["status", "ok"]) == {"status": "ok"}
+    # A client that decodes some replies itself: text after bytes, and bytes after text.
+    assert codec.decode_flat_hash([b"a", "1", "b", b"2"]) == {"a": "1", "b": "2"}
+    assert codec.decode_flat_hash([]) == {}

@@ -176,11 +176,8 @@ async def serve_stdio(services: Services, session_ref: str | None) -> None:
     waiter = RunWaiter(async_redis, services.store.ks)
     await waiter.start()
 
-    async def fetch_run(run_id: str) -> RunRecord | None:
-        return await run_in_threadpool(services.store.runs.get, run_id)
-
     async def wait(run_id: str, timeout_s: float) -> RunRecord | None:
-        return await waiter.wait(run_id, timeout_s, fetch_run)
+        return await waiter.wait(run_id, timeout_s)
 
     caller = Caller(services=services, session_ref=session_ref, wait=wait)
     server = build_server(lambda _ctx: caller)

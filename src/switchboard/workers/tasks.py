@@ -12,7 +12,6 @@ enforced by the product, not by Celery.
 from __future__ import annotations
 
 import asyncio
-import gc
 import itertools
 import logging
 import os
@@ -28,6 +27,7 @@ from celery.signals import worker_init, worker_ready, worker_shutdown
 
 from switchboard.shared.config import Settings
 from switchboard.shared.errors import Unavailable
+from switchboard.shared.gc_tune import tune_gc
 from switchboard.shared.queue import RunsTakenHere
 from switchboard.shared.runtime.executor import (
     HISTORY_LIMIT,
@@ -170,18 +170,9 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     return submit(coro).result()
 
 
-# The cyclic garbage collector's thresholds in a worker: a thousand runs in flight make
-# objects fast, and at Python's defaults (700, 10, 10) collections took a fifth of a
-# busy worker's time, most of it walking objects that live as long as the process.
-GC_THRESHOLDS = (50_000, 20, 100)
-
-
 def _tune_gc(sender: Any = None, **_: Any) -> None:
-    """Once the worker is up: leave what it has built so far (modules, app, services) out
-    of every later collection, and collect the young generation less often."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
+    """Once the worker is up: the collector's settings for a busy process (`tune_gc`)."""
+    tune_gc()
 
 
 def register_tasks(app: Celery, settings: Settings) -> None:

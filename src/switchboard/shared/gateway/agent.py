@@ -54,6 +54,8 @@ class RunRequest:
     # A record created at the link's hash with the run (see `NewRun.link_record`); when
     # no run is recorded (a refused start), none is written.
     link_record: LinkRecord | None = None
+    # The caller waits for the run's end (see `NewRun.watched`).
+    watched: bool = False
 
 
 def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
@@ -91,6 +93,7 @@ def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
         on_end=req.on_end,
         link=req.link,
         link_record=req.link_record,
+        watched=req.watched,
     )
     existing: str | None = None
     if req.label or _delivery_route(req):

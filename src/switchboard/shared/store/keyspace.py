@@ -87,7 +87,8 @@ class Keyspace:
 
     @property
     def run_events(self) -> str:
-        """Pub/sub channel: when a run ends, ``{"runId", "run": {its hash}}`` (JSON)."""
+        """Pub/sub channel: when a run someone waits for ends, ``{"runId", "run": {its hash}}``
+        (JSON); see `RunWaiter`."""
         return f"{self.prefix}ch:runs"
 
     @property

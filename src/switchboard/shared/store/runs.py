@@ -132,6 +132,9 @@ class NewRun:
     link: tuple[str, str] | None = None
     # A new record at the link's hash, written in the same step as the run (a new flow).
     link_record: LinkRecord | None = None
+    # Someone will wait for the run's end: it is published on the run-ended channel (an
+    # unwatched run's end is published only if a waiter marks it first, `WATCH_RUN`).
+    watched: bool = False
 
 
 @dataclass(frozen=True)
@@ -223,8 +226,8 @@ class ParkedCall:
 
 
 def _run_fields(run: NewRun, created_at_ms: int | None = None) -> dict[str, Any]:
-    """The hash fields of a new queued run."""
-    return {
+    """The hash fields of a new queued run (a new hash: unset fields are left out)."""
+    fields = {
         "sessionKey": run.session_key,
         "status": "queued",
         "createdAt": created_at_ms or now_ms(),
@@ -237,7 +240,9 @@ def _run_fields(run: NewRun, created_at_ms: int | None = None) -> dict[str, Any]
         "channel": run.channel,
         "meta": dict(run.meta) if run.meta else None,
         "onEnd": dict(run.on_end) if run.on_end else None,
+        "watch": "1" if run.watched else None,
     }
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def _claim_of(run_id: str, res: Any) -> Claim | str:

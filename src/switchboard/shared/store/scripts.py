@@ -227,8 +227,9 @@ return {created, sid, 'queued', ''}
 # A run with an `onEnd` follow-up is put in the outbox in the same step, so the
 # follow-up survives a worker that dies right after this script.
 # The end is counted by status, with the run's duration since its first claim (metrics).
-# The ended run's hash is answered and published on the run-ended channel (as JSON
-# {runId, run}), so neither the worker nor a waiting api reads it again. An event
+# The ended run's hash is answered, and published on the run-ended channel (as JSON
+# {runId, run}) when someone waits for it (field `watch`, see WATCH_RUN), so neither the
+# worker nor a waiting api reads it again; an end nobody waits for costs no message. An event
 # (type and JSON data, '' for none) is added to the events stream in the same step.
 # With ARGV[14] set, the session hash and one more hash (what the run's follow-up step
 # reads first: its flow) are answered too, so the step reads neither again.
@@ -276,7 +277,9 @@ redis.call('EXPIRE', KEYS[11], ARGV[8])
 local flat = redis.call('HGETALL', KEYS[1])
 local run = {}
 for i = 1, #flat, 2 do run[flat[i]] = flat[i + 1] end
-redis.call('PUBLISH', ARGV[10], cjson.encode({runId = ARGV[1], run = run}))
+if run['watch'] == '1' then
+  redis.call('PUBLISH', ARGV[10], cjson.encode({runId = ARGV[1], run = run}))
+end
 if ARGV[11] ~= '' then
   redis.call('XADD', KEYS[14], 'MAXLEN', '~', ARGV[13], '*', 'type', ARGV[11], 'data', ARGV[12])
 end
@@ -364,6 +367,16 @@ end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[3], ARGV[2])
 return ''
+"""
+
+
+# Mark a run as waited for (its end is then published, see FINISH_RUN) and read it:
+# marked before it ends, its end is published; ended first, this read sees the outcome.
+# KEYS: run; answers its HGETALL (empty when unknown: nothing is written then).
+WATCH_RUN = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
+redis.call('HSET', KEYS[1], 'watch', '1')
+return redis.call('HGETALL', KEYS[1])
 """
 
 

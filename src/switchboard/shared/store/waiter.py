@@ -3,9 +3,14 @@
 One pub/sub connection per process listens on the run-ended channel and wakes the
 matching futures; the run hash is the source of truth (pub/sub is only a wake-up), so a
 waiter subscribes first, then reads the state, and a client that reconnects simply waits
-again by run id. A run-ended message carries the ended run's hash (an outcome never
-changes once written), so a woken waiter answers without reading it again; the runs
-that ended in the last minute are kept, so a waiter for a run started after the listener
+again by run id. Only the end of a run someone waits for is published: a run started for
+a waiting caller is marked so as it starts (`NewRun.watched`), and a waiter's read marks
+the run it reads (`WATCH_RUN`), in one step, so an end is either published after the mark
+or seen by the read. Fire-and-forget runs cost the api no message at all.
+
+A run-ended message carries the ended run's hash (an outcome never changes once written),
+so a woken waiter answers without reading it again; the watched runs that ended in the
+last minute are kept, so a waiter for a run it started watched after the listener
 subscribed (``since``) needs no first read either: if the run has ended, it is known.
 """
 
@@ -22,6 +27,7 @@ from redis.asyncio import Redis as AsyncRedis
 from switchboard.shared.store import codec
 from switchboard.shared.store.keyspace import Keyspace
 from switchboard.shared.store.runs import RunRecord
+from switchboard.shared.store.scripts import WATCH_RUN
 
 log = logging.getLogger("switchboard.wait")
 
@@ -47,6 +53,7 @@ class RunWaiter:
         # and the newest receive time of an ended run dropped from `_recent` for room.
         self._complete_since: float | None = None
         self._dropped_at = float("-inf")
+        self._watch_run = redis.register_script(WATCH_RUN)
 
     async def start(self) -> None:
         """Start listening (idempotent)."""
@@ -123,9 +130,10 @@ class RunWaiter:
             self._wake(run_id)
 
     async def fetch(self, run_id: str) -> RunRecord | None:
-        """The run as stored, read on this waiter's (async) connection."""
-        raw = await self.redis.hgetall(self.ks.run(run_id))
-        return RunRecord.from_hash(run_id, codec.decode_hash(raw)) if raw else None
+        """The run as stored, read on this waiter's (async) connection, and marked as
+        waited for: its end, if still to come, is published (`WATCH_RUN`)."""
+        flat = await self._watch_run(keys=[self.ks.run(run_id)])
+        return RunRecord.from_hash(run_id, codec.decode_flat_hash(flat)) if flat else None
 
     async def wait(
         self,
@@ -137,7 +145,9 @@ class RunWaiter:
     ) -> RunRecord | None:
         """The run once it ends, or its current state when ``timeout_s`` passes first.
 
-        ``since`` (loop time) is when the caller started the run, if it did."""
+        ``fetch`` reads the run (default `fetch`); it must mark the run as waited for, as
+        `fetch` does, or the run's end wakes no one before the next poll. ``since`` (loop
+        time) is when the caller started the run, if it did so as a watched run."""
         fetch = fetch or self.fetch
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, timeout_s)

@@ -233,6 +233,7 @@ def _send(
                 entry=entry,
                 link=(svc.store.ks.flow(flow_id), "run:0"),
                 link_record=flow_record,
+                watched=timeout_s > 0,  # the api waits for it (`WaitFor`)
             ),
         )
     except SwitchboardError as exc:

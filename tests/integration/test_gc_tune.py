@@ -1,0 +1,56 @@
+"""The api process tunes the garbage collector once its startup has built the services."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from switchboard import cli
+from switchboard.api.app import create_app
+from switchboard.shared.config import Settings, SwitchboardConfig
+from switchboard.shared.gc_tune import GC_THRESHOLDS
+from switchboard.shared.services import Services
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def gc_restored() -> Iterator[None]:
+    before = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*before)
+
+
+def test_a_served_app_freezes_its_startup_and_collects_less_often(
+    settings: Settings, config: SwitchboardConfig, services: Services, gc_restored: None
+) -> None:
+    gc.unfreeze()
+    default = (700, 10, 10)  # Python's; an in-process worker of another test may have tuned it
+    gc.set_threshold(*default)
+    with TestClient(create_app(settings, config, services=services)):
+        assert gc.get_threshold() == default  # an embedded app leaves the process alone
+    with TestClient(create_app(settings, config, services=services, tune_gc=True)) as http:
+        assert gc.get_threshold() == GC_THRESHOLDS
+        assert gc.get_freeze_count() > 0
+        assert http.get("/healthz").status_code == 200
+
+
+def test_switchboard_api_serves_a_tuned_app(monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[dict[str, Any]] = []
+    served: list[Any] = []
+
+    def fake_create_app(*args: Any, **kwargs: Any) -> str:
+        built.append(kwargs)
+        return "app"
+
+    monkeypatch.setattr("switchboard.api.app.create_app", fake_create_app)
+    monkeypatch.setattr("uvicorn.run", lambda app, **_: served.append(app))
+    result = CliRunner().invoke(cli.app, ["api", "--port", "0"])
+    assert result.exit_code == 0, result.output
+    assert built == [{"tune_gc": True}] and served == ["app"]
