@@ -110,3 +110,52 @@ def test_close_hands_the_connection_back_once(redis_url: str) -> None:
     client.close()
     idle = [c for c in list(pool.pool.queue) if c is not None]  # type: ignore[attr-defined]
     assert len(idle) == len(set(map(id, idle)))
+
+
+def test_commands_go_straight_to_the_connection_with_the_clients_reply_callbacks(
+    client: ThreadHeldRedis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain command skips redis-py's client path and still gets its reply parsed as
+    redis-py parses it (callbacks with their options); a command asking for undecoded
+    bytes takes redis-py's path."""
+    full_path: list[str] = []
+    execute = redis.Redis._execute_command
+
+    def counting(self: redis.Redis, *args: object, **options: object) -> object:
+        full_path.append(str(args[0]))
+        return execute(self, *args, **options)
+
+    monkeypatch.setattr(redis.Redis, "_execute_command", counting)
+    client.hset("held:h", mapping={"a": "1", "b": "2"})
+    client.zadd("held:z", {"x": 1.5, "y": 2})
+    assert client.hgetall("held:h") == {b"a": b"1", b"b": b"2"}
+    assert client.zrange("held:z", 0, -1, withscores=True) == [(b"x", 1.5), (b"y", 2.0)]
+    script = client.register_script("return redis.call('HGET', KEYS[1], ARGV[1])")
+    assert script(keys=["held:h"], args=["b"]) == b"2"  # loaded on NOSCRIPT, then run
+    assert full_path == []
+    assert client.dump("held:h")  # NEVER_DECODE: redis-py's own path
+    assert full_path == ["DUMP"]
+
+
+def test_a_command_whose_connection_fails_raises_and_the_next_reconnects(
+    client: ThreadHeldRedis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection breaks as a command is sent: the caller gets redis-py's error (the
+    store's client makes no retries; a task retries its step), the connection is closed,
+    and the next command reconnects and runs."""
+    assert client.ping() is True
+    conn = client.connection
+    send = conn.send_command
+    failures = [redis.ConnectionError("broken pipe")]
+
+    def breaking(*args: object, **kwargs: object) -> None:
+        if failures:
+            conn.disconnect()
+            raise failures.pop()
+        send(*args, **kwargs)
+
+    monkeypatch.setattr(conn, "send_command", breaking)
+    with pytest.raises(redis.ConnectionError):
+        client.set("held:after-break", "1")
+    assert client.set("held:after-break", "2") is True
+    assert client.get("held:after-break") == b"2"
