@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
+from switchboard.workers import queue as queue_module
 from switchboard.workers.app import RUNS_QUEUE
 from switchboard.workers.queue import RUNS_PER_MESSAGE, CeleryQueue, GroupCommit
 
@@ -217,6 +218,38 @@ def test_every_item_is_published_once_under_concurrent_adds() -> None:
     assert late == []
 
 
+def test_a_publish_right_after_another_waits_for_company() -> None:
+    """Under load (the last publish just ended) a publish lingers, and the adds made
+    meanwhile go out with it in one batch; each add returns once its item is published."""
+    publish = Recorder()
+    commit: GroupCommit[str] = GroupCommit(publish, linger_s=1.0, busy_within_s=30.0)
+    commit.add("a")  # a quiet publisher: out at once, alone
+    assert publish.batches == [["a"]]
+    lingering = Adder(commit, "b", publish)
+    lingering.start()
+    wait_for(lambda: commit._busy, "the next publish to start lingering")
+    joiners = [Adder(commit, item, publish) for item in ("c", "d")]
+    for joiner in joiners:
+        joiner.start()
+    for adder in [lingering, *joiners]:
+        assert adder.returned.wait(WAIT_S)
+        assert adder.published_on_return and adder.error is None
+    assert publish.batches == [["a"], ["b", "c", "d"]]
+
+
+def test_a_quiet_publisher_never_lingers() -> None:
+    """Once the last publish is longer ago than `busy_within_s`, an add goes out at once
+    (a linger here would hold it for half a minute)."""
+    publish = Recorder()
+    commit: GroupCommit[str] = GroupCommit(publish, linger_s=30.0, busy_within_s=0.05)
+    commit.add("a")
+    time.sleep(0.1)
+    started = time.monotonic()
+    assert add_within_wait(commit, "b", publish).error is None
+    assert time.monotonic() - started < WAIT_S
+    assert publish.batches == [["a"], ["b"]]
+
+
 # --- CeleryQueue: one run as `switchboard.run`, several as `switchboard.runs` -------------
 
 
@@ -281,3 +314,25 @@ def test_publishing_several_runs_sends_switchboard_runs_messages(
     assert [(c["name"], c["args"]) for c in calls] == [
         ("switchboard.runs", [[[r, k] for r, k in pairs(3)]])
     ]
+
+
+def test_runs_enqueued_back_to_back_share_a_message(
+    monkeypatch: pytest.MonkeyPatch, sent: tuple[CeleryQueue, list[dict[str, Any]]]
+) -> None:
+    """CeleryQueue lingers under load as configured: runs enqueued right after a publish
+    go out as one `switchboard.runs` message (the linger stretched here so threads make
+    it in time)."""
+    monkeypatch.setattr(queue_module, "RUNS_LINGER_S", 1.0)
+    _, calls = sent
+    queue = CeleryQueue(sent[0].app)
+    queue.enqueue_run("run-0", "agent:a:s-0")
+    threads = [
+        threading.Thread(target=queue.enqueue_run, args=(f"run-{i}", f"agent:a:s-{i}"))
+        for i in (1, 2, 3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT_S)
+    assert [c["name"] for c in calls] == ["switchboard.run", "switchboard.runs"]
+    assert sorted(r for r, _ in calls[1]["args"][0]) == ["run-1", "run-2", "run-3"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -13,6 +14,13 @@ from switchboard.workers.app import FLOWS_QUEUE, RUNS_QUEUE
 
 # Runs of a batch per message (see `CeleryQueue.enqueue_runs`).
 RUNS_PER_MESSAGE = 20
+# Under load, a publish of runs waits this long for company (`GroupCommit`): "under load"
+# is a publish that ended less than `RUNS_BUSY_WITHIN_S` ago. Measured with the throughput
+# bench's bursts of sends, alternating nine rounds each: messages per send 0.30 -> 0.19,
+# worker CPU per send 2.05 -> 1.86 ms, api 0.98 -> 0.89 ms, sends per second 370 -> 403.
+# A send that arrives alone is published at once.
+RUNS_LINGER_S = 0.001
+RUNS_BUSY_WITHIN_S = 0.004
 
 
 T = TypeVar("T")
@@ -38,13 +46,26 @@ class GroupCommit(Generic[T]):
     An item added to an idle publisher goes out at once, alone: nothing waits for company,
     and a lone request costs what it did. Under load a message carries every run that
     arrived during the previous publish, and the worker pays Celery's per-message cost
-    (receive, ack, hand to a pool thread) once for all of them."""
+    (receive, ack, hand to a pool thread) once for all of them.
 
-    def __init__(self, publish: Callable[[list[T]], None]) -> None:
+    ``linger_s``: when the previous publish ended less than ``busy_within_s`` ago (items
+    are coming in back to back), a publish first waits this long for company. A quiet
+    publisher never lingers."""
+
+    def __init__(
+        self,
+        publish: Callable[[list[T]], None],
+        *,
+        linger_s: float = 0.0,
+        busy_within_s: float = 0.0,
+    ) -> None:
         self._publish = publish
+        self._linger_s = linger_s
+        self._busy_within_s = busy_within_s
         self._cond = threading.Condition()
         self._open: _Batch[T] = _Batch()
         self._busy = False
+        self._last_end = float("-inf")  # monotonic time the last publish ended
 
     def add(self, item: T) -> None:
         """Publish ``item``, with whatever else is waiting when its turn comes."""
@@ -55,6 +76,8 @@ class GroupCommit(Generic[T]):
                 self._cond.wait()
             if not batch.sent:  # the publisher is idle: this thread publishes the batch
                 self._busy = True
+                if time.monotonic() - self._last_end < self._busy_within_s:
+                    self._cond.wait(self._linger_s)  # adds meanwhile join this batch
                 self._open = _Batch()
         if not batch.sent:
             try:
@@ -64,6 +87,7 @@ class GroupCommit(Generic[T]):
             with self._cond:
                 batch.sent = True
                 self._busy = False
+                self._last_end = time.monotonic()
                 self._cond.notify_all()
         if batch.error is not None:
             raise batch.error
@@ -74,7 +98,9 @@ class CeleryQueue:
 
     def __init__(self, app: Celery) -> None:
         self.app = app
-        self._runs: GroupCommit[tuple[str, str]] = GroupCommit(self._publish_runs)
+        self._runs: GroupCommit[tuple[str, str]] = GroupCommit(
+            self._publish_runs, linger_s=RUNS_LINGER_S, busy_within_s=RUNS_BUSY_WITHIN_S
+        )
 
     def enqueue_run(self, run_id: str, session_key: str) -> None:
         """Execute a run that holds its session lane. Runs enqueued from several threads at
