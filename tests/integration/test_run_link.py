@@ -11,7 +11,7 @@ import pytest
 from switchboard.shared.flows.a2a_flow import advance, create_flow, load_flow
 from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.shared.services import Services
-from switchboard.shared.store.runs import NewRun, now_ms
+from switchboard.shared.store.runs import LinkAdvance, LinkMoved, NewRun, now_ms
 from switchboard.shared.store.scripts import as_text
 
 pytestmark = pytest.mark.integration
@@ -131,6 +131,73 @@ def test_start_run_links_the_run_on_its_label_or_route_branch(
     )
     assert again["deduplicated"] and again["runId"] == first["runId"]
     assert _field(services, "announceRunId") == first["runId"]
+
+
+# ---- a link advance: the link's hash moved on in the run's start ---------------------------
+
+
+def _advance_to_announcing(turn: str = "0") -> LinkAdvance:
+    return LinkAdvance(
+        status="running",
+        turn=turn,
+        fields={"status": "announcing", "stopReason": "max_turns", "skipReason": None},
+        ttl_s=600,
+    )
+
+
+@pytest.mark.parametrize("route", [{}, {"label": "advance-label"}], ids=["script", "label"])
+def test_a_link_advance_moves_the_hash_on_and_records_the_run(
+    services: Services, route: dict[str, str]
+) -> None:
+    """(j) Where the hash is as expected, its fields are written (a None value removed),
+    its TTL set, and the run recorded and linked, on the start script and on the label
+    branch's separate steps alike."""
+    services.store.redis.hset(FLOW, mapping={"status": "running", "turn": "0", "skipReason": "x"})
+    started = start_run(
+        services,
+        RunRequest(
+            session_key="agent:main:link-j",
+            message="hi",
+            link=(FLOW, "announceRunId"),
+            link_advance=_advance_to_announcing(),
+            **route,  # type: ignore[arg-type]
+        ),
+    )
+    assert services.store.runs.get(started["runId"]) is not None
+    assert _field(services, "announceRunId") == started["runId"]
+    assert _field(services, "status") == "announcing"
+    assert _field(services, "stopReason") == "max_turns"
+    assert _field(services, "skipReason") is None
+    assert 0 < services.store.redis.ttl(FLOW) <= 600
+
+
+@pytest.mark.parametrize("route", [{}, {"label": "moved-label"}], ids=["script", "label"])
+@pytest.mark.parametrize(
+    "stored", [{"status": "announcing", "turn": "0"}, {"status": "running", "turn": "1"}]
+)
+def test_a_link_advance_on_a_hash_that_moved_on_records_nothing(
+    services: Services, route: dict[str, str], stored: dict[str, str]
+) -> None:
+    """(k) Where the hash shows another status or turn, `LinkMoved` is raised and nothing
+    is written: no field, no run, no session entry, nothing queued."""
+    services.store.redis.hset(FLOW, mapping=stored)
+    key = "agent:main:link-k"
+    runs_before = services.store.redis.keys(services.store.ks.run("*"))
+    with pytest.raises(LinkMoved):
+        start_run(
+            services,
+            RunRequest(
+                session_key=key,
+                message="hi",
+                link=(FLOW, "announceRunId"),
+                link_advance=_advance_to_announcing(),
+                **route,  # type: ignore[arg-type]
+            ),
+        )
+    assert {as_text(k): as_text(v) for k, v in services.store.redis.hgetall(FLOW).items()} == stored
+    assert services.store.redis.keys(services.store.ks.run("*")) == runs_before
+    assert services.store.sessions.get(key) is None
+    assert services.store.runs.lane_holder(key) is None
 
 
 # ---- a link record: the flow written in its first run's start ------------------------------

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from switchboard.shared.flows import reply_back
 from switchboard.shared.flows.a2a_flow import create_flow, load_flow
 from switchboard.shared.flows.a2a_rules import ping_pong_skip_reason
 from switchboard.shared.flows.reply_back import STEP, step_after
@@ -166,3 +167,45 @@ def test_sessions_send_reads_the_target_entry_once(
     assert flow is not None and flow.run_id(0) == result["runId"]
     rec = services.store.runs.get(result["runId"])
     assert rec is not None and rec.session_key == target_entry
+
+
+def test_the_step_moves_its_flow_on_in_the_announce_runs_start(
+    services: Services, target_entry: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step that ends the loop writes the flow's move to "announcing" in the step that
+    records the announce run (`LinkAdvance`), not in a write of its own before it."""
+    flow_id = _new_flow(services, target_entry)
+    ended = _ended_primary_run(services, flow_id, read_at_end=True)
+    advances: list[dict[str, Any]] = []
+    real_advance = reply_back.advance
+
+    def counting(svc: Services, flow: Any, fields: Any, **kwargs: Any) -> bool:
+        advances.append(dict(fields))
+        return real_advance(svc, flow, fields, **kwargs)
+
+    monkeypatch.setattr(reply_back, "advance", counting)
+    run_step_inline(services, STEP, flow_id, "0", following=ended)
+    assert advances == []
+    _assert_announce_started(services, flow_id, target_entry)
+    flow = load_flow(services, flow_id)
+    assert flow is not None and flow.get("stopReason") == "disabled"
+
+
+def test_a_step_whose_flow_moved_on_starts_no_second_announce(
+    services: Services, target_entry: str
+) -> None:
+    """A copy of the step that read the flow before another copy moved it on (a redelivered
+    step racing the first) starts nothing and leaves the flow as the first copy left it."""
+    flow_id = _new_flow(services, target_entry)
+    ended = _ended_primary_run(services, flow_id)
+    stale = load_flow(services, flow_id)
+    assert stale is not None and stale.status == "running"
+    run_step_inline(services, STEP, flow_id, "0", following=ended)
+    moved = load_flow(services, flow_id)
+    assert moved is not None and moved.status == "announcing"
+    runs_before = sorted(services.store.redis.scan_iter(services.store.ks.run("*")))
+
+    reply_back._after_run(services, stale, 0, ended)
+
+    assert load_flow(services, flow_id) == moved
+    assert sorted(services.store.redis.scan_iter(services.store.ks.run("*"))) == runs_before

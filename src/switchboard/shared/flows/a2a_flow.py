@@ -24,7 +24,7 @@ from switchboard.shared.delivery import Target, get_delivery
 from switchboard.shared.flows.steps import read_hash
 from switchboard.shared.services import Services
 from switchboard.shared.store import codec
-from switchboard.shared.store.runs import LinkRecord, now_ms
+from switchboard.shared.store.runs import LinkAdvance, LinkRecord, now_ms
 from switchboard.shared.store.scripts import LUA_SET_FIELDS
 
 # Advance a flow that is still where the caller saw it, counting its outcome if it has one.
@@ -168,6 +168,18 @@ def load_flow(svc: Services, flow_id: str) -> Flow | None:
     """The stored flow, or None when unknown or expired (in a step: `steps.read_hash`)."""
     fields = read_hash(svc, svc.store.ks.flow(flow_id))
     return Flow(flow_id, fields) if fields else None
+
+
+def advancing(svc: Services, flow: Flow, fields: Mapping[str, Any]) -> LinkAdvance:
+    """`advance` of a flow that is not ending, made by the step that records the run it
+    starts (`RunRequest.link_advance`): one round trip for both, and the flow never moves
+    on without that run."""
+    return LinkAdvance(
+        status=flow.status,
+        turn=str(flow.turn),
+        fields={**fields, "updatedAt": now_ms()},
+        ttl_s=2 * retention_s(svc),
+    )
 
 
 def advance(

@@ -19,6 +19,7 @@ twice starts nothing twice. Every outcome is written on the flow (``get_flow``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from types import EllipsisType
 from typing import Any
 
@@ -27,10 +28,11 @@ from switchboard.shared.delivery import enqueue_delivery, resolve_announce_targe
 from switchboard.shared.errors import SwitchboardError, Unavailable
 from switchboard.shared.flows import a2a_rules as rules
 from switchboard.shared.flows.a2a_flow import Flow, advance, load_flow, record_once
+from switchboard.shared.flows.a2a_flow import advancing as advancing_flow
 from switchboard.shared.flows.steps import flow_step, following, run_of, session_entry
 from switchboard.shared.gateway.agent import RunRequest, SendBlocked, check_send_policy, start_run
 from switchboard.shared.services import Services
-from switchboard.shared.store.runs import RunRecord, now_ms
+from switchboard.shared.store.runs import LinkMoved, RunRecord, now_ms
 from switchboard.shared.store.sessions import SessionEntry
 
 log = logging.getLogger("switchboard.a2a")
@@ -124,13 +126,12 @@ def _after_run(svc: Services, flow: Flow, turn: int, rec: RunRecord | None) -> N
         if advance(svc, flow, {**fields, "turn": turn + 1}):
             _start_round(svc, _reloaded(svc, flow), turn + 1)
         return
-    if move.kind == "stop":
-        fields.update(_done_fields("not_run"))
-    else:
-        fields["status"] = "announcing"
     fields["stopReason"] = move.reason
-    if advance(svc, flow, fields) and move.kind == "announce":
-        _announce(svc, flow.with_fields(fields), target_entry)
+    if move.kind == "stop":
+        advance(svc, flow, {**fields, **_done_fields("not_run")})
+        return
+    # The flow moves to "announcing" in the step that records the announce run.
+    _announce(svc, flow, target_entry, advancing={**fields, "status": "announcing"})
 
 
 def _primary_fields(
@@ -254,21 +255,31 @@ def a2a_announce(svc: Services, flow_id: str) -> None:
 
 
 def _announce(
-    svc: Services, flow: Flow, target_entry: SessionEntry | EllipsisType | None = ...
+    svc: Services,
+    flow: Flow,
+    target_entry: SessionEntry | EllipsisType | None = ...,
+    *,
+    advancing: Mapping[str, Any] | None = None,
 ) -> None:
-    """Start the announce run on the target session (once): from `a2a_announce`, or in
-    the step that decided the announce, not a message of its own, from the flow as that
-    step advanced it (its compare-and-set just held, so the flow is exactly that), with
-    the target's entry if the step read it.
+    """Start the announce run on the target session (once): from `a2a_announce` or a loop
+    that could not go on (the flow is already "announcing"), or in the step that decided
+    the announce, not a message of its own, with the target's entry if the step read it.
 
-    The flow is already "announcing": if this fails or the worker dies before the announce
-    run is recorded, the step that called it is still pending (or in its run's outbox) and
-    runs again, and `_rekick` enqueues the announce step."""
+    ``advancing``: the fields that step moves the flow on with (to "announcing"), written
+    in the step that records the announce run, if the flow is still where the step read it
+    (`a2a_flow.advancing`); a copy of the step that finds it moved on does nothing. If
+    this fails or the worker dies first, the step is still pending (or in its run's
+    outbox) and runs again; a flow left "announcing" with no announce run (by the other
+    callers) has `_rekick` enqueue the announce step."""
+    read = flow  # as the caller read it: what a compare-and-set expects
+    if advancing is not None:
+        flow = flow.with_fields(advancing)
     if flow.status != "announcing" or flow.get("announceRunId"):
         return
     flow_id = flow.flow_id
     if not send_allowed(svc, flow.target_key, entry=target_entry):
-        advance(svc, flow, _done_fields("denied", announceError="send blocked by session policy"))
+        error = "send blocked by session policy"
+        advance(svc, read, {**(advancing or {}), **_done_fields("denied", announceError=error)})
         return
     prompt = rules.announce_prompt(
         requester_key=flow.requester_key,
@@ -293,10 +304,14 @@ def _announce(
                 on_end={"task": DELIVER, "args": [flow_id]},
                 entry=target_entry,
                 link=(svc.store.ks.flow(flow_id), "announceRunId"),
+                link_advance=advancing_flow(svc, read, advancing) if advancing else None,
             ),
         )
+    except LinkMoved:
+        log.info("a2a flow %s moved on before its announce started", flow_id)
     except SwitchboardError as exc:
-        advance(svc, flow, _done_fields("error", announceError=exc.message))
+        ended = _done_fields("error", announceError=exc.message)
+        advance(svc, read, {**(advancing or {}), **ended})
 
 
 @flow_step(DELIVER, log_ids=("flowId",))

@@ -20,7 +20,14 @@ from switchboard.shared.policy.send_policy import (
 from switchboard.shared.queue import claim_history, take_claimed
 from switchboard.shared.runtime.models import validate_model_ref
 from switchboard.shared.services import Services
-from switchboard.shared.store.runs import Claim, LinkRecord, NewRun, RunRecord, now_ms
+from switchboard.shared.store.runs import (
+    Claim,
+    LinkAdvance,
+    LinkRecord,
+    NewRun,
+    RunRecord,
+    now_ms,
+)
 from switchboard.shared.store.sessions import SessionEntry
 
 
@@ -56,6 +63,9 @@ class RunRequest:
     link_record: LinkRecord | None = None
     # The caller waits for the run's end (see `NewRun.watched`).
     watched: bool = False
+    # A compare-and-set on the link's hash made in the step that records the run; when the
+    # hash has moved on, nothing is recorded and `LinkMoved` is raised (`NewRun.link_advance`).
+    link_advance: LinkAdvance | None = None
 
 
 def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
@@ -94,11 +104,14 @@ def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
         link=req.link,
         link_record=req.link_record,
         watched=req.watched,
+        link_advance=req.link_advance,
     )
     existing: str | None = None
     if req.label or _delivery_route(req):
         # A label may be refused (labels are unique) and a route patches the entry:
         # both before the run is recorded, in separate steps.
+        if req.link and req.link_advance:
+            svc.store.runs.advance_link(req.link[0], req.link_advance)
         _ensure_session(svc, req)
         if req.link and req.link_record:
             svc.store.runs.write_link_record(req.link[0], req.link_record)

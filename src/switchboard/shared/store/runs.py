@@ -17,6 +17,7 @@ from redis import Redis
 from redis.client import Pipeline
 
 from switchboard.shared import keys as sk
+from switchboard.shared.errors import Conflict
 from switchboard.shared.store import codec
 from switchboard.shared.store.keyspace import EVENTS_MAXLEN, LANE_LEASE_S, Keyspace
 from switchboard.shared.store.scripts import Scripts, as_text
@@ -132,6 +133,9 @@ class NewRun:
     link: tuple[str, str] | None = None
     # A new record at the link's hash, written in the same step as the run (a new flow).
     link_record: LinkRecord | None = None
+    # A compare-and-set on the link's hash, made in the same step; the run is recorded only
+    # if it holds (`LinkAdvance`).
+    link_advance: LinkAdvance | None = None
     # Someone will wait for the run's end: it is published on the run-ended channel (an
     # unwatched run's end is published only if a waiter marks it first, `WATCH_RUN`).
     watched: bool = False
@@ -150,6 +154,25 @@ class LinkRecord:
     member: str = ""
     score: int = 0
     trim_to: int = 0
+
+
+@dataclass(frozen=True)
+class LinkAdvance:
+    """A compare-and-set on the link's hash made in the step that records the run linking
+    to it: the run is recorded only if the hash still shows ``status`` (and ``turn``, ''
+    for any), and ``fields`` are then written over it (a None value removes a field) and
+    the hash kept ``ttl_s``. A flow step that moves its flow on and starts the run of the
+    next stage does both in one round trip, and never leaves the flow moved on without
+    that run."""
+
+    status: str
+    turn: str
+    fields: Mapping[str, Any]
+    ttl_s: int
+
+
+class LinkMoved(Conflict):
+    """The link's hash was no longer where a `LinkAdvance` expected it: nothing recorded."""
 
 
 @dataclass(frozen=True)
@@ -243,6 +266,11 @@ def _run_fields(run: NewRun, created_at_ms: int | None = None) -> dict[str, Any]
         "watch": "1" if run.watched else None,
     }
     return {k: v for k, v in fields.items() if v is not None}
+
+
+def _link_advance_args(adv: LinkAdvance) -> tuple[str, str, str, int]:
+    """A `LinkAdvance` as LUA_LINK_ADVANCE takes it."""
+    return adv.status, adv.turn, codec.fields_json(adv.fields), adv.ttl_s
 
 
 def _claim_of(run_id: str, res: Any) -> Claim | str:
@@ -356,6 +384,8 @@ class RunStore:
         run that took its lane is claimed in that step too (as `claim` with that
         ``history``), for the caller to execute at once."""
         res = self._start(run, on_create, idempotency_key, now_ms(), self.redis, claim_history)
+        if as_text(res[0]) == "moved":
+            raise LinkMoved(f"{as_text(run.link[0]) if run.link else 'link'} has moved on")
         verdict = as_text(res[2])
         return Started(
             took_lane=verdict == "lane",
@@ -364,6 +394,12 @@ class RunStore:
             existing_run_id=as_text(res[3]) if verdict == "duplicate" else None,
             claim=_claim_of(run.run_id, res[4]) if len(res) > 4 else None,
         )
+
+    def advance_link(self, key: str, adv: LinkAdvance) -> None:
+        """Make a `LinkAdvance` on hash ``key`` on its own (not with a run's start); raise
+        `LinkMoved` if the hash has moved on."""
+        if not int(self.scripts.advance_link(keys=[key], args=_link_advance_args(adv))):
+            raise LinkMoved(f"{key} has moved on")
 
     def write_link_record(self, key: str, rec: LinkRecord) -> None:
         """Write a link record at hash ``key`` on its own (not with a run's start)."""
@@ -436,6 +472,7 @@ class RunStore:
                 self.max_attempts,
                 600_000,
                 EVENTS_MAXLEN,
+                *(_link_advance_args(run.link_advance) if run.link_advance else ("",) * 4),
             ],
             client=client,
         )

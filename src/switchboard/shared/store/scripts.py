@@ -27,8 +27,31 @@ local function set_fields(key, json)
 end
 """
 
+# Lua: a compare-and-set on a hash (`LinkAdvance`): unless its `status` is still
+# `status` (and its `turn` is `turn`, '' = any), false; else write the JSON fields (null
+# deletes one), keep the hash ttl_s, true.
+LUA_LINK_ADVANCE = """
+local function link_advance(key, status, turn, json, ttl_s)
+  if redis.call('HGET', key, 'status') ~= status then return false end
+  if turn ~= '' and redis.call('HGET', key, 'turn') ~= turn then return false end
+  set_fields(key, json)
+  redis.call('EXPIRE', key, ttl_s)
+  return true
+end
+"""
+
+# A `LinkAdvance` on its own. KEYS: hash. ARGV: status, turn, JSON fields, TTL s.
+# Answers 1 when made, 0 when the hash has moved on.
+ADVANCE_LINK = (
+    LUA_SET_FIELDS
+    + LUA_LINK_ADVANCE
+    + "if link_advance(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]) then return 1 end\n"
+    + "return 0\n"
+)
+
 _COMMON = (
     LUA_SET_FIELDS
+    + LUA_LINK_ADVANCE
     + """
 -- A new session entry (sessionId, createdAt, seq 0, its first fields) unless it exists: 1 if made.
 local function create_session(session, sid_index, key, now, sid, fields)
@@ -168,6 +191,8 @@ CLAIM_RUN = _COMMON + LUA_RUN_METRICS + LUA_CLAIM + "return claim_run(KEYS, ARGV
 # With a history count, a run that took the lane is claimed in the same step (as
 # CLAIM_RUN claims it) for the caller to execute at once: the claim's answer is the fifth
 # element.
+# With a link advance, first a compare-and-set on the link hash (LUA_LINK_ADVANCE): when
+# the hash has moved on, nothing is written and the answer is {'moved'}.
 # Answers {created, sessionId, 'lane' | 'queued' | 'duplicate', run id named by the
 # idempotency key[, claim]}.
 # KEYS: session, sid index, idx_all, idx_agent, idx_kind, run, lane, lane queue, leases,
@@ -178,12 +203,16 @@ CLAIM_RUN = _COMMON + LUA_RUN_METRICS + LUA_CLAIM + "return claim_run(KEYS, ARGV
 #       JSON run fields, idempotency TTL s ('' = no idempotency key), link field ('' = none),
 #       JSON link record fields ('' = no record), record TTL s, index score, index member,
 #       index trim score (members at or below it go), claim's history count ('' = no
-#       claim), max attempts, default timeout ms, events stream cap
+#       claim), max attempts, default timeout ms, events stream cap, link advance's
+#       status ('' = no link advance), turn, JSON fields and TTL s
 START_RUN = (
     _COMMON
     + LUA_RUN_METRICS
     + LUA_CLAIM
     + """
+if ARGV[19] ~= '' and not link_advance(KEYS[11], ARGV[19], ARGV[20], ARGV[21], ARGV[22]) then
+  return {'moved'}
+end
 local function link(run_id)
   if ARGV[9] ~= '' then redis.call('HSETNX', KEYS[11], ARGV[9], run_id) end
 end
@@ -429,6 +458,7 @@ class Scripts:
         self.ensure_session: Script = redis.register_script(ENSURE_SESSION)
         self.submit_run: Script = redis.register_script(SUBMIT_RUN)
         self.start_run: Script = redis.register_script(START_RUN)
+        self.advance_link: Script = redis.register_script(ADVANCE_LINK)
         self.claim_run: Script = redis.register_script(CLAIM_RUN)
         self.finish_run: Script = redis.register_script(FINISH_RUN)
         self.park_run: Script = redis.register_script(PARK_RUN)
