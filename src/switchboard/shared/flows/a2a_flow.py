@@ -25,23 +25,20 @@ from switchboard.shared.flows.steps import read_hash
 from switchboard.shared.services import Services
 from switchboard.shared.store import codec
 from switchboard.shared.store.runs import LinkAdvance, LinkRecord, now_ms
-from switchboard.shared.store.scripts import LUA_SET_FIELDS
+from switchboard.shared.store.scripts import LUA_LINK_ADVANCE, LUA_SET_FIELDS
 
 # Advance a flow that is still where the caller saw it, counting its outcome if it has one.
 # KEYS: flow, metrics. ARGV: expected status, expected turn ('' = any), JSON fields, TTL s,
 # metrics field to add one to ('' = none)
 _ADVANCE = (
     LUA_SET_FIELDS
+    + LUA_LINK_ADVANCE
     + """
-if redis.call('HGET', KEYS[1], 'status') ~= ARGV[1] then return 0 end
-if ARGV[2] ~= '' and redis.call('HGET', KEYS[1], 'turn') ~= ARGV[2] then return 0 end
-set_fields(KEYS[1], ARGV[3])
-redis.call('EXPIRE', KEYS[1], ARGV[4])
+if not link_advance(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]) then return 0 end
 if ARGV[5] ~= '' then redis.call('HINCRBY', KEYS[2], ARGV[5], 1) end
 return 1
 """
 )
-
 
 # The announce outcome counted for an announce status ("delivering": handed to delivery).
 _ANNOUNCE_OUTCOMES = {"delivering": "delivered"}
@@ -170,15 +167,19 @@ def load_flow(svc: Services, flow_id: str) -> Flow | None:
     return Flow(flow_id, fields) if fields else None
 
 
-def advancing(svc: Services, flow: Flow, fields: Mapping[str, Any]) -> LinkAdvance:
-    """`advance` of a flow that is not ending, made by the step that records the run it
-    starts (`RunRequest.link_advance`): one round trip for both, and the flow never moves
-    on without that run."""
+def advancing(
+    svc: Services, flow: Flow, fields: Mapping[str, Any], *, expect_turn: bool = True
+) -> LinkAdvance:
+    """The compare-and-set `advance` makes, for the step that records the run a flow step
+    starts to make it (`RunRequest.link_advance`): one round trip for both, and the flow
+    never moves on without that run. An ended flow is kept for the retention, an active
+    one twice that."""
+    final = fields.get("status") == "done"
     return LinkAdvance(
         status=flow.status,
-        turn=str(flow.turn),
+        turn=str(flow.turn) if expect_turn else "",
         fields={**fields, "updatedAt": now_ms()},
-        ttl_s=2 * retention_s(svc),
+        ttl_s=retention_s(svc) if final else 2 * retention_s(svc),
     )
 
 
@@ -190,8 +191,7 @@ def advance(
     expect_turn: bool = True,
 ) -> bool:
     """Write ``fields`` if the flow is still at the status (and turn) ``flow`` shows."""
-    final = fields.get("status") == "done"
-    ttl = retention_s(svc) if final else 2 * retention_s(svc)
+    cas = advancing(svc, flow, fields, expect_turn=expect_turn)
     counted = ""
     if fields.get("announceStatus"):
         outcome = str(fields["announceStatus"])
@@ -200,13 +200,7 @@ def advance(
         )
     res = _advance_script(svc.store.redis)(
         keys=[svc.store.ks.flow(flow.flow_id), svc.store.ks.metrics],
-        args=[
-            flow.status,
-            str(flow.turn) if expect_turn else "",
-            codec.fields_json({**fields, "updatedAt": now_ms()}),
-            ttl,
-            counted,
-        ],
+        args=[cas.status, cas.turn, codec.fields_json(cas.fields), cas.ttl_s, counted],
     )
     return bool(int(res))
 
