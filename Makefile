@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 PYTHON ?= $(shell for p in python3.11 python3; do \
 	$$p -c 'import sys' >/dev/null 2>&1 && { echo $$p; break; }; done)
 
-.PHONY: help venv browser up test test-unit test-faults lint fmt bench clean
+.PHONY: help venv browser up test test-unit test-plain test-faults lint fmt bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) \
@@ -18,11 +18,31 @@ help: ## list the targets
 
 venv: $(STAMP) ## create .venv and install the package with its dev extras
 
+# uv installs in seconds what pip takes a minute for; pip installs uv itself from the
+# package index and is the fallback when uv cannot be had or cannot install. uv reads
+# neither pip.conf nor PIP_* variables, so pip's index settings are passed to it, and it
+# picks the best version across all of them as pip does (uv's default takes a package
+# from the first index that has it, so a local mirror holding old versions would win).
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "python3 not found" >&2; exit 1; }
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	@test -x $(BIN)/python || { echo "==> creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
+	@echo "==> installing uv into $(VENV) (pip)"
+	@conf=$$($(BIN)/python -m pip config list 2>/dev/null); index=(); \
+	for opt in index-url extra-index-url find-links; do \
+		vals=$$(sed -n "s/^:env:\.$$opt='\(.*\)'$$/\1/p" <<<"$$conf"); \
+		[ -n "$$vals" ] || vals=$$(sed -n "s/^\(global\|install\)\.$$opt='\(.*\)'$$/\2/p" <<<"$$conf"); \
+		for val in $$vals; do index+=("--$$opt" "$$val"); done; \
+	done; \
+	if $(BIN)/python -m pip install --progress-bar off uv \
+		&& echo "==> installing switchboard and its dev extras (uv pip install $${index[*]})" \
+		&& $(BIN)/uv pip install --python $(BIN)/python --index-strategy unsafe-best-match \
+			"$${index[@]}" -e '.[dev]'; then :; \
+	else \
+		echo "==> uv could not install: installing with pip instead (slower)"; \
+		$(BIN)/python -m pip install --progress-bar off -e '.[dev]'; \
+	fi
+	@touch $(STAMP)
+	@echo "==> $(VENV) is ready"
 
 browser: ## install Debian's Chromium (the console tests drive it) unless it is there
 	@test -x /usr/bin/chromium || { \
@@ -44,20 +64,25 @@ test: venv browser ## run every test layer
 test-unit: venv ## run the unit layer only (seconds)
 	$(BIN)/pytest -q -m unit
 
+test-plain: venv ## the unit and integration layers with every fast path off (the plain path)
+	$(BIN)/pytest -q -m "unit or integration" --fast-paths=off
+
 test-faults: venv ## kill -9 workers, restart Redis, the api and beat under load (minutes)
 	$(BIN)/pytest -q -m faults
 
-lint: venv ## ruff lint, ruff format check, mypy --strict
+lint: venv ## ruff lint, ruff format check, mypy --strict, import layers (lint-imports)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 fmt: venv ## fix lint where safe and format the code
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-bench: venv ## run the benchmark suite; figures in bench/results/*.json
-	$(BIN)/switchboard bench --out bench/results
+bench: venv ## run the benchmark suite twice: fast paths on (bench/results), then off
+	$(BIN)/switchboard bench --fast-paths on --out bench/results
+	$(BIN)/switchboard bench --fast-paths off --out bench/results/fast-paths-off
 
 clean: ## remove caches and build output (keeps .venv and the .switchboard data dir)
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -9,6 +10,27 @@ import redis
 
 from switchboard.supervisor.redis_server import RedisServer
 from switchboard.testing.webhook_receiver import WebhookReceiver
+
+# --- the fast paths: on or off for the whole run ------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--fast-paths=on|off``: the run's SWITCHBOARD_FAST_PATHS (default: the environment's)."""
+    parser.addoption(
+        "--fast-paths",
+        choices=("on", "off"),
+        default=None,
+        help="set SWITCHBOARD_FAST_PATHS for the tests and every process they start",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Put the chosen switch in the environment: every `Settings` built by a test, and the
+    processes tests start (workers, the api, the CLI), read it from there."""
+    chosen = config.getoption("--fast-paths")
+    if chosen is not None:
+        os.environ["SWITCHBOARD_FAST_PATHS"] = chosen
+
 
 # --- Redis: a private server per session, never a developer's data -------------------------
 

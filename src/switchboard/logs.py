@@ -4,12 +4,19 @@
 renders structlog's own loggers and stdlib records alike (the product's loggers, celery,
 uvicorn): ``timestamp``, ``level``, ``logger``, ``event``, the record's ``extra`` fields and
 the context bound with ``log_context`` (``runId``, ``sessionKey``, ``flowId``, …).
-``SWITCHBOARD_LOG_FORMAT`` picks ``json`` (the default) or ``console``.
+``SWITCHBOARD_LOG_FORMAT`` picks ``console`` (lines for a human), ``json`` (for collectors)
+or ``auto`` (the default: console on a terminal, JSON otherwise).
+
+What an idle stack and an expected condition write is kept short: Celery's INFO lines
+about the periodic sweep task (sent, received, succeeded) are DEBUG lines, so a stack with
+nothing to do writes nothing at INFO; a record carrying an expected condition (the store
+or broker briefly away, a client that went away) is one WARNING line, its exception
+summed up in the message, with no traceback. Tracebacks are for bugs.
 
 Credentials never reach the output: just before rendering, the values of the configured
 secrets (api token, provider keys, webhook headers, Redis passwords), every field named
 like a secret (``token``, ``apiKey``, ``authorization``, …) and credential-looking text
-(``shared/tools/redact.py``: bearer tokens, ``sk-…`` keys, ``api_key=…``) become
+(``switchboard/redact.py``: bearer tokens, ``sk-…`` keys, ``api_key=…``) become
 ``[REDACTED]``, in the message, the fields and exception tracebacks.
 """
 
@@ -21,19 +28,35 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TextIO
 from urllib.parse import urlsplit
 
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
-from switchboard.shared.tools.redact import REDACTED, redact_text
+from switchboard.redact import REDACTED, redact_text
+from switchboard.shared.errors import Unavailable
 
 if TYPE_CHECKING:
     from switchboard.shared.config import Settings, SwitchboardConfig
-    from switchboard.shared.store.runs import RunRecord
 
-LogFormat = Literal["json", "console"]
+LogFormat = Literal["auto", "json", "console"]
+# What a line is rendered as once `auto` is settled.
+Rendering = Literal["json", "console"]
+
+
+class LoggedRun(Protocol):
+    """What a run's log fields are read from (a `RunRecord`; logging knows no store)."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def session_key(self) -> str: ...
+    @property
+    def message(self) -> Mapping[str, Any] | None: ...
+    @property
+    def meta(self) -> Mapping[str, Any]: ...
+
 
 # Field names whose values are always secret (the whole value is replaced).
 _SECRET_FIELD_RE = re.compile(
@@ -47,6 +70,33 @@ _NOISY_LOGGERS = ("httpx", "httpcore", "openai", "anthropic")
 _BASICS = ("timestamp", "level", "logger", "event")
 # Extra fields some libraries add that only repeat the event (uvicorn's ANSI-coloured copy).
 _DROPPED_FIELDS = frozenset({"color_message"})
+# Periodic tasks whose every run Celery would log at INFO (beat's send, the worker's
+# receipt and success): three lines per sweep interval on a stack with nothing to do.
+PERIODIC_TASKS = ("switchboard.sweep",)
+_PERIODIC_LOGGERS = frozenset({"celery.beat", "celery.worker.strategy", "celery.app.trace"})
+# Exceptions that are conditions of the environment, not bugs (by class path, so logging
+# imports none of these libraries): Redis or the broker away, a client that went away.
+_EXPECTED_CLASSES = frozenset(
+    {
+        "redis.exceptions.ConnectionError",
+        "redis.exceptions.TimeoutError",
+        "kombu.exceptions.OperationalError",
+        "starlette.requests.ClientDisconnect",
+        "anyio.BrokenResourceError",
+        "anyio.ClosedResourceError",
+    }
+)
+# Exceptions that wrap what happened while handling another (beat's failed send): expected
+# when the exception they were raised from is.
+_WRAPPER_CLASSES = frozenset({"celery.beat.SchedulingError"})
+# Celery's own lines (no exception attached) about a dependency being away, each a
+# WARNING: its reconnection attempts to the broker (ERROR lines) and a task retried (INFO;
+# tasks retry only `Unavailable`): (logger, message start).
+_RETRY_LINES = (
+    ("celery.worker.consumer.consumer", "consumer: Cannot connect"),
+    ("celery.beat", "beat: Connection error"),
+    ("celery.app.trace", "Task %(name)s[%(id)s] retry"),
+)
 
 
 def setup_logging(
@@ -58,7 +108,8 @@ def setup_logging(
 ) -> None:
     """Configure the process's logging once: the root handler, structlog, celery's hands off.
 
-    ``fmt`` and ``secrets`` default to the process's settings and config."""
+    ``fmt`` and ``secrets`` default to the process's settings and config; ``stream``
+    (default: stderr at the time of each record) also settles ``auto`` (`resolve_format`)."""
     root = logging.getLogger()
     if getattr(root, "_switchboard", False):
         return
@@ -70,8 +121,12 @@ def setup_logging(
         if secrets is None:
             secrets = configured_secrets(settings, get_config(settings.config))
     configure_structlog()
+    target = stream or sys.stderr
     handler = logging.StreamHandler(stream) if stream else _StderrHandler()
-    handler.setFormatter(formatter(fmt, secrets))
+    rendering = resolve_format(fmt, target)
+    handler.setFormatter(formatter(rendering, secrets, colors=_isatty(target)))
+    handler.addFilter(QuietPeriodic())
+    handler.addFilter(ExpectedConditions())
     root.handlers[:] = [handler]
     root.setLevel(level)
     for noisy in _NOISY_LOGGERS:
@@ -79,6 +134,18 @@ def setup_logging(
     logging.captureWarnings(True)  # warnings become records of the `py.warnings` logger
     _keep_celery_off_logging()
     root._switchboard = True  # type: ignore[attr-defined]
+
+
+def resolve_format(fmt: LogFormat, stream: TextIO) -> Rendering:
+    """``auto`` is console lines when ``stream`` is a terminal, JSON lines otherwise."""
+    if fmt != "auto":
+        return fmt
+    return "console" if _isatty(stream) else "json"
+
+
+def _isatty(stream: TextIO) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(callable(isatty) and isatty())
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -121,12 +188,14 @@ def configure_structlog() -> None:
     )
 
 
-def formatter(fmt: LogFormat = "json", secrets: Iterable[str] = ()) -> logging.Formatter:
+def formatter(
+    fmt: Rendering = "json", secrets: Iterable[str] = (), *, colors: bool = False
+) -> logging.Formatter:
     """The root handler's formatter: shared processors, redaction, then the renderer."""
     renderer: Processor
     if fmt == "console":
         renderer = structlog.dev.ConsoleRenderer(
-            colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
+            colors=colors, exception_formatter=structlog.dev.plain_traceback
         )
     else:
         renderer = structlog.processors.JSONRenderer(default=str)
@@ -147,6 +216,72 @@ def _tidy(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
     first = {k: event_dict.pop(k) for k in _BASICS if k in event_dict}
     rest = {k: v for k, v in event_dict.items() if v is not None and k not in _DROPPED_FIELDS}
     return {**first, **rest}
+
+
+class QuietPeriodic(logging.Filter):
+    """Celery's INFO lines about a periodic task's routine run become DEBUG lines (shown
+    only when the root logger is at DEBUG): an idle stack writes nothing at INFO. The
+    task's own lines, and its failures, keep their level."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO or record.name not in _PERIODIC_LOGGERS:
+            return True
+        message = record.getMessage()
+        if not any(task in message for task in PERIODIC_TASKS):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger().isEnabledFor(logging.DEBUG)
+
+
+class ExpectedConditions(logging.Filter):
+    """A record whose exception is an expected condition (`expected_condition`) becomes
+    one WARNING line naming the exception, without its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and expected_condition(exc):
+            # The first line only: beat appends a formatted stack to its message.
+            message = record.getMessage().split("\n", 1)[0]
+            named = bool(str(exc)) and str(exc) in message  # beat's line names it already
+            record.msg = message if named else f"{message}: {_summary(exc)}"
+            record.args = None
+            record.exc_info = record.exc_text = None
+            if record.levelno > logging.WARNING:
+                record.levelno, record.levelname = logging.WARNING, "WARNING"
+        elif _retry_line(record):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+def _retry_line(record: logging.LogRecord) -> bool:
+    """Whether the record is Celery's line about retrying what is away (`_RETRY_LINES`)."""
+    return any(
+        record.name == name and str(record.msg).startswith(start) for name, start in _RETRY_LINES
+    )
+
+
+def expected_condition(exc: BaseException) -> bool:
+    """Whether an exception is the environment's doing (a store, broker or client that is
+    away) rather than a bug; a group is expected when all it holds is."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(expected_condition(inner) for inner in exc.exceptions)
+    if isinstance(exc, Unavailable | ConnectionError):
+        return True
+    if _class_path_in(exc, _WRAPPER_CLASSES):
+        inner = exc.__cause__ or exc.__context__
+        return inner is not None and expected_condition(inner)
+    return _class_path_in(exc, _EXPECTED_CLASSES)
+
+
+def _class_path_in(exc: BaseException, paths: frozenset[str]) -> bool:
+    """Whether the exception's class, or one it derives from, is named in ``paths``."""
+    return any(f"{cls.__module__}.{cls.__qualname__}" in paths for cls in type(exc).__mro__)
+
+
+def _summary(exc: BaseException) -> str:
+    """The exception's class and message, with the cause a translated one carries."""
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return f"{text} ({exc.__cause__})" if exc.__cause__ is not None else text
 
 
 class Redactor:
@@ -203,7 +338,7 @@ def log_context(**fields: Any) -> Iterator[None]:
         yield
 
 
-def run_log_fields(rec: RunRecord) -> dict[str, Any]:
+def run_log_fields(rec: LoggedRun) -> dict[str, Any]:
     """What a run's log lines carry: its ids, its flow, and for a child its parent."""
     fields: dict[str, Any] = {"runId": rec.run_id, "sessionKey": rec.session_key}
     for name in ("flowId", "spawnId", "batchId"):
@@ -216,7 +351,7 @@ def run_log_fields(rec: RunRecord) -> dict[str, Any]:
     return fields
 
 
-def bind_run(rec: RunRecord) -> None:
+def bind_run(rec: LoggedRun) -> None:
     """Bind a run's fields for the rest of the current asyncio task.
 
     ``execute_run`` / ``resume_run`` each run as their own task (the worker's

@@ -55,6 +55,7 @@ def test_quick_suite_writes_every_scenario(quick_run: tuple[Path, str]) -> None:
         doc = _figures(out, name)
         assert doc["scenario"] == name
         assert doc["quick"] is True
+        assert doc["fastPaths"] is True
         assert isinstance(doc["pass"], bool)
         assert doc["target"]
         assert doc["checks"] and all(doc["checks"].values()), (name, doc["checks"])
@@ -63,22 +64,58 @@ def test_quick_suite_writes_every_scenario(quick_run: tuple[Path, str]) -> None:
         assert doc["machine"]["cpuCount"] >= 1 and doc["machine"]["python"]
         assert doc["summary"] and doc["anchorSummary"]
         assert f"\n│ {name} " in output  # its row of the final table
+    readme = (out / "README.md").read_text()
+    assert all(f"| {name} |" in readme for name in SCENARIOS)
+    assert "Fast paths: on" in readme
+    assert "(fireAndForget)" in readme and "(sendWait)" in readme
 
 
 @pytest.mark.timeout(900)
 def test_latency_and_throughput_figures_are_measured(quick_run: tuple[Path, str]) -> None:
-    """Latency has samples on both sides; throughput counted sends and anchor tasks."""
+    """Latency has samples on every side; throughput counted sends and anchor tasks; both
+    judge against the faster of the two anchors."""
     out, _ = quick_run
     latency = _figures(out, "latency")
-    assert latency["figure"]["n"] == latency["anchor"]["n"] == latency["parameters"]["sends"]
-    assert 0 < latency["figure"]["p50_ms"] <= latency["figure"]["p99_ms"]
-    assert latency["anchor"]["p50_ms"] > 0
-    assert latency["ratio"] == pytest.approx(
-        latency["figure"]["p50_ms"] / latency["anchor"]["p50_ms"], rel=0.01
-    )
+    figure, anchor = latency["figure"], latency["anchor"]
+    assert figure["n"] == anchor["n"] == latency["parameters"]["sends"]
+    assert anchor["prefork"]["n"] == anchor["threads"]["n"] == figure["n"]  # both reported
+    assert 0 < figure["p50_ms"] <= figure["p99_ms"]
+    fastest = min(("prefork", "threads"), key=lambda name: anchor[name]["p50_ms"])
+    assert anchor["fasterAnchor"] == fastest
+    assert anchor["p50_ms"] == anchor[fastest]["p50_ms"] > 0
+    assert latency["ratio"] == pytest.approx(figure["p50_ms"] / anchor["p50_ms"], rel=0.01)
     throughput = _figures(out, "throughput")
     assert throughput["figure"]["sendsPerS"] > 0
-    assert throughput["anchor"]["tasksPerS"] > 0
+    rates = {name: throughput["anchor"][name]["tasksPerS"] for name in ("prefork", "threads")}
+    assert min(rates.values()) > 0
+    assert throughput["anchor"]["fasterAnchor"] == max(rates, key=lambda name: rates[name])
+    assert throughput["anchor"]["tasksPerS"] == max(rates.values())
+
+
+@pytest.mark.timeout(900)
+def test_latency_into_a_session_holding_a_thousand_messages(quick_run: tuple[Path, str]) -> None:
+    """The long-session figure is measured into 1,000 loaded messages, with its ratio to fresh."""
+    out, _ = quick_run
+    figure = _figures(out, "latency")["figure"]
+    held = figure["longSession"]
+    assert held["messagesBefore"] >= 1000
+    assert held["n"] == figure["n"] and held["p50_ms"] > 0
+    assert held["ratioToFresh"] == pytest.approx(held["p50_ms"] / figure["p50_ms"], rel=0.01)
+
+
+@pytest.mark.timeout(900)
+def test_per_run_costs_count_redis_commands_and_cpu(quick_run: tuple[Path, str]) -> None:
+    """Commands per fire-and-forget run and per send+wait, and CPU per 1,000 runs, are measured;
+    a product run costs more Redis commands than a no-op Celery task."""
+    out, _ = quick_run
+    costs = _figures(out, "throughput")["costs"]
+    run = costs["fireAndForget"]
+    assert run["units"] == 150
+    assert run["redisCommands"] > costs["anchor.prefork"]["redisCommands"] > 0
+    assert run["scriptCalls"] > 0
+    assert run["cpuSPer1000"] > 0
+    send_wait = _figures(out, "latency")["costs"]["sendWait"]
+    assert send_wait["redisCommands"] > 0 and send_wait["units"] > 0
 
 
 @pytest.mark.timeout(900)
@@ -106,6 +143,18 @@ def test_fanout_and_parked_complete_without_timeouts(quick_run: tuple[Path, str]
     assert parked["timeouts"] == 0
     assert parked["peakWorkerRssMB"] > 0
     assert parked["peakParkedRuns"] > 4, "waits did not overlap beyond the worker's 4 threads"
+
+
+@pytest.mark.timeout(300)
+def test_fast_paths_off_runs_and_is_recorded(tmp_path: Path) -> None:
+    """`--fast-paths off` runs a scenario on the plain path and says so in its JSON and README."""
+    done = _bench(
+        "--quick", "-s", "latency", "--fast-paths", "off", "--out", str(tmp_path), timeout_s=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = _figures(tmp_path, "latency")
+    assert doc["fastPaths"] is False and doc["correct"] is True
+    assert "Fast paths: off" in (tmp_path / "README.md").read_text()
 
 
 def test_unknown_scenario_is_a_clear_error(tmp_path: Path) -> None:

@@ -27,11 +27,10 @@ import redis
 from switchboard.shared.config import Settings, parse_config
 from switchboard.shared.delivery import records as delivery_records
 from switchboard.shared.flows.a2a_flow import get_flow
-from switchboard.shared.flows.spawns import SpawnRecords
 from switchboard.shared.services import Services
 from switchboard.shared.store import codec
+from switchboard.shared.store.codec import as_text
 from switchboard.shared.store.runs import RunRecord
-from switchboard.shared.store.scripts import as_text
 from switchboard.testing.webhook_receiver import WebhookReceiver
 from switchboard.wiring import build_services
 from switchboard.workers.app import create_celery_app
@@ -260,7 +259,7 @@ class Cluster:
     def spawns(self) -> list[dict[str, Any]]:
         """Every spawn record's fields."""
         prefix = self.services.store.ks.spawn("")
-        records = SpawnRecords(self.services)
+        records = self.services.store.spawns
         found = records.get_many([k[len(prefix) :] for k in self._keys(f"{prefix}*")])
         return [dict(r.fields) for r in found if r is not None]
 
@@ -268,7 +267,7 @@ class Cluster:
         """Every batch record's fields."""
         prefix = self.services.store.ks.batch("")
         ids = [k[len(prefix) :] for k in self._keys(f"{prefix}*") if not k.endswith(":done")]
-        records = SpawnRecords(self.services)
+        records = self.services.store.spawns
         return [dict(b.fields) for b in (records.get_batch(i) for i in ids) if b is not None]
 
     def deliveries(self) -> list[dict[str, Any]]:

@@ -15,7 +15,6 @@ import pytest
 from faultkit import CHANNEL, Cluster, count_by, wait_until
 
 from switchboard.shared.delivery import Target, enqueue_delivery, get_delivery
-from switchboard.shared.flows.spawns import SpawnRecords
 from switchboard.shared.flows.subagent_archive import transcript_path
 from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.shared.store.runs import ParkedCall, RunRecord, now_ms
@@ -90,7 +89,7 @@ def test_sweeps_catch_up_after_beat_was_stopped(cluster: Cluster, webhook: Webho
         origin={"kind": "test"},
     )
     children = [str(s["childKey"]) for s in cluster.spawns()]
-    records = SpawnRecords(svc)
+    records = svc.store.spawns
     for child in children:  # as if archiveAfterMinutes had passed
         svc.store.redis.zadd(svc.store.ks.archive_due, {child: now_ms()}, xx=True)
 

@@ -43,14 +43,17 @@ def config(config_data: dict[str, Any]) -> SwitchboardConfig:
 
 
 @pytest.fixture
-def settings(redis_url: str, tmp_path: Any) -> Settings:
-    """Settings pointing at the private Redis, with fast recovery timings."""
+def settings(redis_url: str, tmp_path: Any, request: pytest.FixtureRequest) -> Settings:
+    """Settings pointing at the private Redis, with fast recovery timings; the fast paths
+    as SWITCHBOARD_FAST_PATHS says, or on for a test marked ``fast_paths``."""
+    pinned = {"fast_paths": True} if request.node.get_closest_marker("fast_paths") else {}
     return Settings(
         redis_url=redis_url,
         token=TOKEN,
         data_dir=tmp_path / "data",
         sweep_interval_s=0.5,
         lane_lease_s=3,
+        **pinned,
     )
 
 
@@ -129,7 +132,7 @@ def rpc(client: httpx.Client) -> Callable[..., Any]:
 @pytest.fixture
 def sweeper(services: Services) -> Iterator[None]:
     """The recovery sweep every 0.3 s in a thread (what beat schedules in production)."""
-    from switchboard.shared.runtime.sweeper import sweep
+    from switchboard.shared.flows.sweeper import sweep
 
     stop = threading.Event()
 

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from switchboard.api.tools import _start_as
-from switchboard.shared.queue import RunsTakenHere
+from switchboard.shared.queue import InlineStep, RunsTakenHere
 from switchboard.shared.runtime.executor import execute_run
 from switchboard.shared.services import Services
+from switchboard.shared.store.codec import as_text
 from switchboard.shared.store.runs import Claim, NewRun
-from switchboard.shared.store.scripts import as_text
 from switchboard.testing.queues import RecordingQueue
 from switchboard.workers.tasks import _then_follow_up
 
@@ -39,7 +39,7 @@ def _new_run(run_id: str, key: str) -> NewRun:
 
 
 def test_a_run_that_takes_its_lane_is_claimed_in_its_start(services: Services) -> None:
-    """The start answers the claim CLAIM_RUN would have: attempt 1, the run running with
+    """The start answers the claim claim_run.lua would have: attempt 1, the run running with
     its deadline, its session hash and history (the user message, appended once), the
     run.started event written; a later claim of the same run is refused."""
     runs, key = services.store.runs, "agent:main:claim-a"
@@ -88,7 +88,10 @@ def test_a_sends_announce_run_is_executed_on_its_start_claim(
     )
     assert isinstance(out, dict) and out["status"] == "accepted"
     primary = out["runId"]
-    asyncio.run(_then_follow_up(services, execute_run(services, primary, "agent:main:claim-c")))
+    key = "agent:main:claim-c"
+    asyncio.run(
+        _then_follow_up(services, lambda ups: execute_run(services, primary, key, follow_ups=ups))
+    )
     assert claims == [primary]
     flow = services.store.redis.hgetall(services.store.ks.flow(out["flowId"]))
     fields = {as_text(k): as_text(v) for k, v in flow.items()}
@@ -104,13 +107,11 @@ def test_a_claimed_run_released_unrun_is_queued_again_and_sent(services: Service
     runs, key = services.store.runs, "agent:main:claim-d"
     sent = RecordingQueue()
     here = RunsTakenHere(sent, limit=4, history=10, requeue=runs.requeue)
-    with here.collecting():
-        from switchboard.shared.queue import claim_history, take_claimed
-
-        assert claim_history() == 10
-        started = runs.start(_new_run("run-cd", key), claim_history=claim_history())
-        assert isinstance(started.claim, Claim)
-        assert take_claimed("run-cd", key, started.claim)
+    step = InlineStep(taken=here)  # what a follow-up step run by the task is handed
+    assert step.claim_history() == 10
+    started = runs.start(_new_run("run-cd", key), claim_history=step.claim_history())
+    assert isinstance(started.claim, Claim)
+    assert step.take_claimed("run-cd", key, started.claim)
     here.release()
     assert sent.runs == [("run-cd", key)]
     assert runs.get("run-cd").status == "queued"  # type: ignore[union-attr]

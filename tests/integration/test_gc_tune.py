@@ -30,6 +30,9 @@ def gc_restored() -> Iterator[None]:
 def test_a_served_app_freezes_its_startup_and_collects_less_often(
     settings: Settings, config: SwitchboardConfig, services: Services, gc_restored: None
 ) -> None:
+    """`switchboard api` with the fast paths on tunes the collector once started; an
+    embedded app leaves it alone."""
+    settings = settings.model_copy(update={"fast_paths": True})
     gc.unfreeze()
     default = (700, 10, 10)  # Python's; an in-process worker of another test may have tuned it
     gc.set_threshold(*default)
@@ -54,3 +57,32 @@ def test_switchboard_api_serves_a_tuned_app(monkeypatch: pytest.MonkeyPatch) -> 
     result = CliRunner().invoke(cli.app, ["api", "--port", "0"])
     assert result.exit_code == 0, result.output
     assert built == [{"tune_gc": True}] and served == ["app"]
+
+
+def test_with_the_fast_paths_off_a_served_app_leaves_the_collector_alone(
+    settings: Settings, config: SwitchboardConfig, services: Services, gc_restored: None
+) -> None:
+    """With SWITCHBOARD_FAST_PATHS off, even `switchboard api`'s app keeps Python's
+    collector settings and freezes nothing."""
+    settings = settings.model_copy(update={"fast_paths": False})
+    gc.unfreeze()
+    default = (700, 10, 10)
+    gc.set_threshold(*default)
+    with TestClient(create_app(settings, config, services=services, tune_gc=True)) as http:
+        assert http.get("/healthz").status_code == 200
+        assert gc.get_threshold() == default
+        assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.parametrize("fast_paths", [False, True], ids=["plain", "fast-paths"])
+def test_the_worker_tunes_the_collector_only_with_the_fast_paths_on(
+    fast_paths: bool, gc_restored: None
+) -> None:
+    """The worker's startup hook tunes the collector only with the fast paths on."""
+    from switchboard.workers.tasks import _install_fast_paths
+
+    gc.unfreeze()
+    default = (700, 10, 10)
+    gc.set_threshold(*default)
+    _install_fast_paths(Settings(fast_paths=fast_paths))
+    assert gc.get_threshold() == (GC_THRESHOLDS if fast_paths else default)

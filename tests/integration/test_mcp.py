@@ -276,7 +276,7 @@ def test_mcp_command_rejects_an_unknown_session_id_clearly(
             cli.main()
     finally:
         reset_caches()
-    assert exited.value.code == 2
+    assert exited.value.code == 1  # not found (README: exit codes)
     err = capsys.readouterr().err
     assert f"Session not found: {missing}" in err
     assert "Traceback" not in err

@@ -14,7 +14,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from switchboard.shared.delivery import records
 from switchboard.shared.flows.a2a_flow import get_flow
-from switchboard.shared.flows.spawns import SpawnRecords
 from switchboard.shared.services import Services
 from switchboard.testing.calls import invoke, wait_until
 from switchboard.testing.webhook_receiver import WebhookReceiver
@@ -91,7 +90,7 @@ def test_counts_runs_rounds_announces_and_deliveries_exactly(
     spawned = invoke(client, "sessions_spawn", task="go\n/reply child done")
     spawn_id = str(services.store.runs.get(spawned["runId"]).meta["spawnId"])  # type: ignore[union-attr]
     spawn = wait_until(
-        lambda: (s := SpawnRecords(services).get(spawn_id)) and s.get("status") == "done" and s,
+        lambda: (s := services.store.spawns.get(spawn_id)) and s.get("status") == "done" and s,
         "the spawn's announce",
     )
     wait_until(lambda: settled(services, spawn.get("deliveryId")), "the announce delivery")
@@ -136,7 +135,7 @@ def test_skipped_announce_and_failed_delivery_are_counted_by_outcome(
     spawned = invoke(client, "sessions_spawn", task="go\n/reply ANNOUNCE_SKIP")
     spawn_id = str(services.store.runs.get(spawned["runId"]).meta["spawnId"])  # type: ignore[union-attr]
     spawn = wait_until(
-        lambda: (s := SpawnRecords(services).get(spawn_id)) and s.get("status") == "done" and s,
+        lambda: (s := services.store.spawns.get(spawn_id)) and s.get("status") == "done" and s,
         "the spawn to finish",
     )
     assert spawn.get("announce") == "skipped"

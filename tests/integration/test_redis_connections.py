@@ -11,8 +11,8 @@ import redis.utils
 from kombu import Connection
 
 from switchboard.api.auth import AuthGate
+from switchboard.shared.store.client import connect
 from switchboard.shared.store.keyspace import Keyspace
-from switchboard.wiring import redis_client
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,7 @@ def test_the_store_pool_opens_many_connections_without_metadata_reads(
 ) -> None:
     """Forty connections taken at once (a burst filling the pool) read no metadata, and
     each still carries redis-py's version (what CLIENT SETINFO tells a Redis 7.2+)."""
-    client = redis_client(redis_url)
+    client = connect(redis_url)
     pool = client.connection_pool
     conns = [pool.get_connection() for _ in range(40)]
     try:

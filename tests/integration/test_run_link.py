@@ -11,8 +11,8 @@ import pytest
 from switchboard.shared.flows.a2a_flow import advance, create_flow, load_flow
 from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.shared.services import Services
+from switchboard.shared.store.codec import as_text
 from switchboard.shared.store.runs import LinkAdvance, LinkMoved, NewRun, now_ms
-from switchboard.shared.store.scripts import as_text
 
 pytestmark = pytest.mark.integration
 

@@ -11,9 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
+from switchboard.shared.flows import sweeper
+from switchboard.shared.flows.steps import inline_services
 from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.shared.queue import RunsTakenHere
-from switchboard.shared.runtime import sweeper
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import now_ms
 
@@ -240,8 +241,9 @@ def test_a_run_taken_by_a_task_that_died_runs_once_its_lease_lapses(
     dies before running it, the lane's lease lapses and the sweep enqueues it."""
     key = "agent:main:taken-then-lost"
     here = RunsTakenHere(services.queue, limit=1)
-    with here.collecting():
-        started = start_run(services, RunRequest(session_key=key, message="still here"))
+    started = start_run(
+        inline_services(services, taken=here), RunRequest(session_key=key, message="still here")
+    )
     run_id = str(started["runId"])
     assert list(here.runs) == [(run_id, key)]
     # The task dies here: it neither runs the run nor releases it.

@@ -10,11 +10,11 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
 
-from switchboard.shared.flows.spawns import SpawnRecords
 from switchboard.shared.flows.steps import run_step
 from switchboard.shared.flows.subagent_archive import schedule_archive
 from switchboard.shared.services import Services
@@ -172,7 +172,7 @@ def spawn_id_of(services: Services, run_id: str) -> str:
 
 def spawn_record(services: Services, run_id: str) -> dict[str, Any]:
     """The spawn hash of a child run."""
-    found = SpawnRecords(services).get(spawn_id_of(services, run_id))
+    found = services.store.spawns.get(spawn_id_of(services, run_id))
     assert found is not None
     return dict(found.fields)
 
@@ -252,7 +252,7 @@ def test_announce_lands_in_requester_transcript_and_chat_exactly_once(
     child = result["childSessionKey"]
     session_id = record["sessionId"]
     assert f" • sessionKey {child} • sessionId {session_id} • transcript " in stats
-    assert stats.endswith(f"/sessions/{session_id}.jsonl")
+    assert stats.endswith(f"/sessions/{quote(child, safe='')}/transcript.jsonl")
     assert " • tokens " in stats and "(in " in stats and " / out " in stats
     assert message["provenance"] == {
         "kind": "inter_session",
@@ -268,7 +268,7 @@ def test_announce_lands_in_requester_transcript_and_chat_exactly_once(
     time.sleep(1.0)
     assert len(hook.bodies()) == 1
     assert len(announces(services)) == 1
-    assert SpawnRecords(services).active_children("agent:main:main") == []
+    assert services.store.spawns.active_children("agent:main:main") == []
 
 
 def _nap_tool(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -370,7 +370,7 @@ def test_announce_skip_stays_silent(
     time.sleep(0.5)
     assert announces(services) == []
     assert hook.bodies() == []
-    assert SpawnRecords(services).active_children("agent:main:main") == []
+    assert services.store.spawns.active_children("agent:main:main") == []
 
 
 # -- validation before anything is written --------------------------------------------------
@@ -396,7 +396,7 @@ def test_invalid_model_is_an_error_and_nothing_is_created(
     assert result["error"].startswith("invalid model: nope/model-x")
     assert _subagent_sessions(services) == []
     assert list(services.store.redis.scan_iter(match="sb:spawn:*")) == []
-    assert SpawnRecords(services).active_children("agent:main:main") == []
+    assert services.store.spawns.active_children("agent:main:main") == []
 
 
 @pytest.mark.parametrize(
@@ -655,7 +655,7 @@ def test_kept_children_are_archived_by_the_sweep(
     result = spawn(client, task="go\n/reply keep me")
     record = wait_done(services, result["runId"])
     child = result["childSessionKey"]
-    records = SpawnRecords(services)
+    records = services.store.spawns
     due = records.archive_at(child)
     assert due is not None and abs(due - (record["endedAt"] + 60 * 60_000)) < 30_000
     assert services.store.sessions.exists(child)
@@ -677,7 +677,7 @@ def test_archive_after_zero_never_archives(
     """archiveAfterMinutes 0 keeps the child session for good."""
     result = spawn(client, task="go\n/reply stay")
     wait_done(services, result["runId"])
-    assert SpawnRecords(services).archive_at(result["childSessionKey"]) is None
+    assert services.store.spawns.archive_at(result["childSessionKey"]) is None
 
 
 # -- batch fan-out ----------------------------------------------------------------------------
@@ -727,9 +727,9 @@ def test_batch_all_sends_one_combined_announce_with_partial_results(
     assert post["message"] == text and post["to"] == "room-1"
     time.sleep(1.0)
     assert len(announces(services)) == 1 and len(hook.bodies()) == 1
-    batch = SpawnRecords(services).get_batch(result["batchId"])
+    batch = services.store.spawns.get_batch(result["batchId"])
     assert batch is not None and batch.get("announce") == "delivered"
-    assert SpawnRecords(services).active_children("agent:main:main") == []
+    assert services.store.spawns.active_children("agent:main:main") == []
 
 
 def test_batch_is_validated_entirely_before_anything_starts(

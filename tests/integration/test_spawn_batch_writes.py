@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from switchboard.shared.flows import spawn as spawn_flow
-from switchboard.shared.flows.spawns import SpawnRecords
 from switchboard.shared.policy.send_policy import SEND_BLOCKED
 from switchboard.shared.services import Services
 from switchboard.shared.tools.registry import ToolContext
@@ -76,7 +75,7 @@ def test_a_batch_records_every_child_and_queues_every_run(services: Services) ->
     assert [r["label"] for r in runs] == [f"child-{i}" for i in range(150)]
     keys = [r["childSessionKey"] for r in runs]
     assert services.store.sessions.children(REQUESTER) == keys
-    records = SpawnRecords(services)
+    records = services.store.spawns
     assert sorted(records.active_children(REQUESTER)) == sorted(keys)
     entries = services.store.sessions.get_many(keys)
     for index, (run, entry) in enumerate(zip(runs, entries, strict=True)):
@@ -128,7 +127,7 @@ def test_children_whose_send_policy_denies_end_as_errors_at_once(services: Servi
     assert result["runs"][1]["label"] == "b"
     for run in result["runs"]:
         assert not services.store.sessions.exists(run["childSessionKey"])
-    records = SpawnRecords(services)
+    records = services.store.spawns
     assert records.active_children(REQUESTER) == []
     batch = records.get_batch(result["batchId"])
     assert batch is not None
@@ -144,7 +143,7 @@ def test_a_batch_over_several_chunks_announces_every_child_once(
     monkeypatch.setattr(spawn_flow, "_CHUNK", 3)
     tasks = [{"task": f"go\n/reply result {i}", "label": f"c{i}"} for i in range(10)]
     result = call_spawn(services, tasks=tasks)
-    records = SpawnRecords(services)
+    records = services.store.spawns
 
     def announced() -> list[str]:
         return [

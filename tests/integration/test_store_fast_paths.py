@@ -323,3 +323,40 @@ class _NullQueue:
 
     def enqueue(self, task: str, *args: str, countdown_s: float | None = None) -> None:
         return None
+
+
+def test_recent_entries_follows_a_page_that_changed_since_the_last_listing(
+    services: Services,
+) -> None:
+    """The listing hands its script the hashes of the page it expects; a page with new
+    sessions (or a cold store) is answered right after a retry, then in one call."""
+    sessions = services.store.sessions
+    calls: list[str] = []
+    script = sessions._lua["recent_entries"]
+    counted = script.script
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append("call")
+        return counted(*args, **kwargs)
+
+    script.script = counting  # type: ignore[assignment]
+    options: dict[str, Any] = {"agent_ids": None, "kinds": None, "min_updated_ms": None}
+    for i in range(3):
+        sessions.ensure(f"agent:main:hook:l-{i}")
+    rows, entries, _ = sessions.recent_entries(**options, limit=2)
+    assert [k for k, _ in rows] == ["agent:main:hook:l-2", "agent:main:hook:l-1"]
+    assert [e.key for e in entries if e] == [k for k, _ in rows]
+    assert len(calls) == 2  # cold: the script named the page, then read it
+    calls.clear()
+    assert sessions.recent_entries(**options, limit=2)[0] == rows
+    assert len(calls) == 1  # the same page: one call
+    calls.clear()
+    time.sleep(0.002)
+    sessions.ensure("agent:main:hook:l-new")
+    rows, entries, _ = sessions.recent_entries(**options, limit=2)
+    assert [k for k, _ in rows] == ["agent:main:hook:l-new", "agent:main:hook:l-2"]
+    assert [e.session_id for e in entries if e] == [
+        sessions.get(k).session_id  # type: ignore[union-attr]
+        for k, _ in rows
+    ]
+    assert len(calls) == 2

@@ -1,4 +1,4 @@
-"""The store's Redis client: each thread runs its commands on a connection of its own."""
+"""The store's fast-path Redis client: each thread runs its commands on a connection of its own."""
 
 from __future__ import annotations
 
@@ -8,16 +8,17 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from switchboard.shared.redis_conn import ThreadHeldRedis
-from switchboard.wiring import redis_client
+from switchboard.shared.errors import StoreUnavailable
+from switchboard.shared.store.client import connect
+from switchboard.shared.store.thread_held import ThreadHeldRedis
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def client(redis_url: str) -> Iterator[ThreadHeldRedis]:
-    """The client the product's services use, on the private Redis."""
-    made = redis_client(redis_url)
+    """The client the product's services use with fast paths on, on the private Redis."""
+    made = connect(redis_url, fast_paths=True)
     assert isinstance(made, ThreadHeldRedis)
     yield made
     made.close()
@@ -99,7 +100,7 @@ def test_close_hands_the_connection_back_once(redis_url: str) -> None:
     """Closing the client puts this thread's connection back in the pool exactly once (a
     connection listed twice would be handed to two threads), and the client still works
     after, on a connection taken afresh."""
-    client = redis_client(redis_url)
+    client = connect(redis_url, fast_paths=True)
     pool = client.connection_pool
     assert client.ping() is True
     held = client.connection
@@ -140,9 +141,9 @@ def test_commands_go_straight_to_the_connection_with_the_clients_reply_callbacks
 def test_a_command_whose_connection_fails_raises_and_the_next_reconnects(
     client: ThreadHeldRedis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The connection breaks as a command is sent: the caller gets redis-py's error (the
-    store's client makes no retries; a task retries its step), the connection is closed,
-    and the next command reconnects and runs."""
+    """The connection breaks as a command is sent: the caller gets the store's error, raised
+    from redis-py's (the store's client makes no retries; a task retries its step), the
+    connection is closed, and the next command reconnects and runs."""
     assert client.ping() is True
     conn = client.connection
     send = conn.send_command
@@ -155,7 +156,8 @@ def test_a_command_whose_connection_fails_raises_and_the_next_reconnects(
         send(*args, **kwargs)
 
     monkeypatch.setattr(conn, "send_command", breaking)
-    with pytest.raises(redis.ConnectionError):
+    with pytest.raises(StoreUnavailable) as raised:
         client.set("held:after-break", "1")
+    assert isinstance(raised.value.__cause__, redis.ConnectionError)
     assert client.set("held:after-break", "2") is True
     assert client.get("held:after-break") == b"2"

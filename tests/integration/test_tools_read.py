@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -442,7 +443,7 @@ def test_message_limit_is_capped_at_20_and_previews_are_redacted(
 
 
 def test_row_carries_every_known_field_and_omits_unknown_ones(
-    invoke: Callable[..., Any], seed: Seed, services: Services, settings: Any
+    invoke: Callable[..., Any], seed: Seed, services: Services
 ) -> None:
     """The full SPEC §3 row shape, keys shown as the caller sees them."""
     child = "agent:main:subagent:worker"
@@ -487,7 +488,7 @@ def test_row_carries_every_known_field_and_omits_unknown_ones(
         "lastChannel": "telegram",
         "lastTo": "+4917",
         "deliveryContext": {"channel": "telegram", "to": "+4917", "accountId": "bot2"},
-        "transcriptPath": str(settings.data_dir / "sessions" / f"{session_id}.jsonl"),
+        "transcriptPath": f"/sessions/{quote(child, safe='')}/transcript.jsonl",
         "label": "worker",
         "spawnedBy": "main",
         "status": "failed",

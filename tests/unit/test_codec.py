@@ -37,3 +37,15 @@ def test_a_flat_hash_reply_decodes_from_bytes_text_or_both() -> None:
     # A client that decodes some replies itself: text after bytes, and bytes after text.
     assert codec.decode_flat_hash([b"a", "1", "b", b"2"]) == {"a": "1", "b": "2"}
     assert codec.decode_flat_hash([]) == {}
+
+
+def test_text_fields_keep_none_as_a_deletion_and_encode_the_rest_as_text() -> None:
+    """A run-start record's fields go to Lua as text, None meaning 'delete the field'."""
+    fields = codec.text_fields({"a": 1, "b": True, "c": None, "d": {"x": 1}, "e": "s"})
+    assert fields == {"a": "1", "b": "1", "c": None, "d": '{"x":1}', "e": "s"}
+    assert codec.fields_json({"c": None}) == '{"c":null}'
+
+
+def test_as_text_reads_bytes_text_numbers_and_nothing() -> None:
+    """A Redis reply element as text: bytes decoded, None as ''."""
+    assert [codec.as_text(v) for v in (b"r1", "r2", 3, None)] == ["r1", "r2", "3", ""]

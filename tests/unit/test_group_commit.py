@@ -13,8 +13,8 @@ import pytest
 from celery import Celery
 
 from switchboard.workers import queue as queue_module
-from switchboard.workers.app import RUNS_QUEUE
 from switchboard.workers.queue import RUNS_PER_MESSAGE, CeleryQueue, GroupCommit
+from switchboard.workers.routing import RUNS_QUEUE
 
 pytestmark = pytest.mark.unit
 
@@ -324,7 +324,7 @@ def test_runs_enqueued_back_to_back_share_a_message(
     it in time)."""
     monkeypatch.setattr(queue_module, "RUNS_LINGER_S", 1.0)
     _, calls = sent
-    queue = CeleryQueue(sent[0].app)
+    queue = CeleryQueue(sent[0].app, fast_paths=True)
     queue.enqueue_run("run-0", "agent:a:s-0")
     threads = [
         threading.Thread(target=queue.enqueue_run, args=(f"run-{i}", f"agent:a:s-{i}"))
@@ -336,3 +336,41 @@ def test_runs_enqueued_back_to_back_share_a_message(
         thread.join(WAIT_S)
     assert [c["name"] for c in calls] == ["switchboard.run", "switchboard.runs"]
     assert sorted(r for r, _ in calls[1]["args"][0]) == ["run-1", "run-2", "run-3"]
+
+
+def test_with_the_fast_paths_off_each_run_is_published_alone(
+    monkeypatch: pytest.MonkeyPatch, sent: tuple[CeleryQueue, list[dict[str, Any]]]
+) -> None:
+    """Off, the queue has no group commit: runs enqueued back to back from several threads
+    each go out at once as a `switchboard.run` of their own, nothing lingers."""
+    monkeypatch.setattr(queue_module, "RUNS_LINGER_S", 1.0)
+    _, calls = sent
+    queue = CeleryQueue(sent[0].app, fast_paths=False)
+    assert queue.group_commit is None
+    queue.enqueue_run("run-0", "agent:a:s-0")
+    threads = [
+        threading.Thread(target=queue.enqueue_run, args=(f"run-{i}", f"agent:a:s-{i}"))
+        for i in (1, 2, 3)
+    ]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT_S)
+    assert time.monotonic() - started < 0.9  # no linger
+    assert [c["name"] for c in calls] == ["switchboard.run"] * 4
+    assert sorted(c["args"][0] for c in calls) == [f"run-{i}" for i in range(4)]
+
+
+@pytest.mark.parametrize("fast_paths", [False, True], ids=["plain", "fast-paths"])
+def test_the_queue_follows_the_apps_settings(fast_paths: bool) -> None:
+    """A CeleryQueue on the product's app groups runs only when its settings have the fast
+    paths on (SWITCHBOARD_FAST_PATHS)."""
+    from switchboard.shared.config import Settings
+    from switchboard.workers.app import create_celery_app
+
+    app = create_celery_app(Settings(redis_url="redis://127.0.0.1:1/0", fast_paths=fast_paths))
+    try:
+        assert (CeleryQueue(app).group_commit is not None) is fast_paths
+    finally:
+        app.close()

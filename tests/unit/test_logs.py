@@ -1,4 +1,5 @@
-"""Structured logs: one JSON object per line, bound context, and no credential in the output."""
+"""Structured logs: JSON lines or console lines by terminal, bound context, no credential in
+the output, no INFO line for an idle sweep, and expected conditions without tracebacks."""
 
 from __future__ import annotations
 
@@ -13,16 +14,19 @@ from typing import Any
 
 import pytest
 import structlog
+from starlette.requests import ClientDisconnect
 
 from switchboard.logs import (
-    LogFormat,
+    Rendering,
     configure_structlog,
     configured_secrets,
     formatter,
     log_context,
     run_log_fields,
+    setup_logging,
 )
-from switchboard.shared.config import Settings, parse_config
+from switchboard.shared.config import Settings, parse_config, reset_caches
+from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store.runs import RunRecord
 
 pytestmark = pytest.mark.unit
@@ -35,7 +39,7 @@ HOOK_SECRET = "hook-header-secret-77"
 class Capture:
     """A root handler with the product's formatter, writing to memory."""
 
-    def __init__(self, fmt: LogFormat = "json", secrets: tuple[str, ...] = ()) -> None:
+    def __init__(self, fmt: Rendering = "json", secrets: tuple[str, ...] = ()) -> None:
         self.stream = io.StringIO()
         self.handler = logging.StreamHandler(self.stream)
         self.handler.setFormatter(formatter(fmt, secrets))
@@ -248,3 +252,206 @@ def test_switchboard_log_format_console_gives_human_lines() -> None:
     assert "celery task line" in done.stderr and "uvicorn line" in done.stderr
     assert not done.stderr.lstrip().startswith("{")
     assert TOKEN not in done.stderr
+
+
+class FakeStream(io.StringIO):
+    """A stream that says whether it is a terminal, as a test asks."""
+
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+@pytest.fixture
+def fresh_root(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The root logger unconfigured (and the settings re-read); restored afterwards."""
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level, getattr(root, "_switchboard", None))
+    if hasattr(root, "_switchboard"):
+        del root._switchboard
+    for name in [k for k in os.environ if k.startswith("SWITCHBOARD_")]:
+        monkeypatch.delenv(name)
+    reset_caches()
+    yield
+    root.handlers[:], level, flag = saved
+    root.setLevel(level)
+    if flag is None:
+        if hasattr(root, "_switchboard"):
+            del root._switchboard
+    else:
+        root._switchboard = flag  # type: ignore[attr-defined]
+    reset_caches()
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text.splitlines()[0])
+    except json.JSONDecodeError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("tty", "env", "json_lines"),
+    [
+        (True, None, False),
+        (False, None, True),
+        (True, "json", True),
+        (True, "auto", False),
+        (False, "console", False),
+    ],
+)
+def test_the_renderer_follows_the_terminal_unless_the_setting_says(
+    fresh_root: None, monkeypatch: pytest.MonkeyPatch, tty: bool, env: str | None, json_lines: bool
+) -> None:
+    """SWITCHBOARD_LOG_FORMAT auto (the default): console lines on a terminal, JSON lines
+    elsewhere; json or console forces one."""
+    if env is not None:
+        monkeypatch.setenv("SWITCHBOARD_LOG_FORMAT", env)
+    stream = FakeStream(tty)
+    setup_logging("INFO", secrets=(), stream=stream)
+    logging.getLogger("fresh.renderer").warning("hello")
+    assert "hello" in stream.getvalue()
+    assert _is_json(stream.getvalue()) is json_lines
+
+
+def _celery_task_line(logger: str, task: str) -> logging.LogRecord:
+    """A record as Celery's worker writes one for a task it ran."""
+    msg = "Task %(name)s[%(id)s] succeeded in %(runtime)ss: %(return_value)s"
+    args = {"name": task, "id": "abc", "runtime": 0.01, "return_value": None}
+    record = logging.LogRecord(logger, logging.INFO, __file__, 1, msg, (), None)
+    record.args = args
+    return record
+
+
+def test_an_idle_sweep_writes_no_info_line_but_a_run_does(fresh_root: None) -> None:
+    """Celery's INFO lines about the periodic sweep (sent, received, succeeded) are DEBUG;
+    a run task's line and the sweep's own report stay INFO."""
+    stream = FakeStream(False)
+    setup_logging("INFO", "json", secrets=(), stream=stream)
+    logging.getLogger("celery.beat").info(
+        "Scheduler: Sending due task %s (%s)", "sweep", "switchboard.sweep"
+    )
+    logging.getLogger("celery.worker.strategy").handle(
+        _celery_task_line("celery.worker.strategy", "switchboard.sweep")
+    )
+    logging.getLogger("celery.app.trace").handle(
+        _celery_task_line("celery.app.trace", "switchboard.sweep")
+    )
+    logging.getLogger("celery.app.trace").handle(
+        _celery_task_line("celery.app.trace", "switchboard.run")
+    )
+    logging.getLogger("switchboard.sweep").info("sweep recovered requeued=1")
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(line["logger"], line["level"]) for line in lines] == [
+        ("celery.app.trace", "info"),
+        ("switchboard.sweep", "info"),
+    ]
+    assert "switchboard.run" in lines[0]["event"]
+
+
+def test_at_debug_the_sweeps_celery_lines_are_shown_as_debug(fresh_root: None) -> None:
+    """SWITCHBOARD_LOG_LEVEL=DEBUG still shows every sweep, at DEBUG."""
+    stream = FakeStream(False)
+    setup_logging("DEBUG", "json", secrets=(), stream=stream)
+    logging.getLogger("celery.app.trace").handle(
+        _celery_task_line("celery.app.trace", "switchboard.sweep")
+    )
+    [line] = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert line["level"] == "debug" and "switchboard.sweep" in line["event"]
+
+
+def _raise(exc: BaseException, cause: BaseException | None = None) -> None:
+    raise exc from cause
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        StoreUnavailable("connection refused"),
+        ConnectionResetError("peer reset"),
+        ClientDisconnect(),
+        ExceptionGroup("stream", [BrokenPipeError("gone")]),
+    ],
+    ids=["store", "reset", "client-gone", "group"],
+)
+def test_an_expected_condition_is_one_warning_line_without_traceback(
+    fresh_root: None, exc: Exception
+) -> None:
+    """Redis or the broker away, a client gone: one WARNING line naming it, no traceback."""
+    stream = FakeStream(False)
+    setup_logging("INFO", "json", secrets=(), stream=stream)
+    try:
+        _raise(exc, OSError("Error 111 connecting"))
+    except Exception:
+        logging.getLogger("fresh.expected").exception("request failed")
+    [line] = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert line["level"] == "warning" and "exception" not in line
+    assert line["event"].startswith(f"request failed: {type(exc).__name__}")
+    assert "Traceback" not in stream.getvalue()
+
+
+def test_a_bug_keeps_its_traceback(fresh_root: None) -> None:
+    """An unexpected exception is logged at its level with the whole traceback."""
+    stream = FakeStream(False)
+    setup_logging("INFO", "json", secrets=(), stream=stream)
+    try:
+        _raise(KeyError("missing"))
+    except KeyError:
+        logging.getLogger("fresh.bug").exception("request failed")
+    [line] = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert line["level"] == "error" and line["event"] == "request failed"
+    assert "Traceback" in line["exception"] and "KeyError: 'missing'" in line["exception"]
+
+
+def test_beats_failed_send_with_the_broker_away_is_one_warning_line(fresh_root: None) -> None:
+    """Beat's "Message Error" for a send the broker refused: one WARNING line, its first
+    line only (no formatted stack, no traceback)."""
+    from celery.beat import SchedulingError
+    from kombu.exceptions import OperationalError
+
+    stream = FakeStream(False)
+    setup_logging("INFO", "json", secrets=(), stream=stream)
+    try:
+        try:
+            raise OperationalError("Error 111 connecting to 127.0.0.1:1. Connection refused.")
+        except OperationalError as exc:
+            raise SchedulingError(f"Couldn't apply scheduled task sweep: {exc}")  # noqa: B904
+    except SchedulingError as exc:
+        logging.getLogger("celery.beat").error(
+            "Message Error: %s\n%s", exc, ["  File x, line 1\n"], exc_info=True
+        )
+    [line] = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert line["level"] == "warning" and "exception" not in line
+    assert line["event"] == (
+        "Message Error: Couldn't apply scheduled task sweep: "
+        "Error 111 connecting to 127.0.0.1:1. Connection refused."
+    )
+
+
+def test_celerys_retry_lines_are_warnings(fresh_root: None) -> None:
+    """The worker's and beat's "cannot connect, trying again" lines are WARNING, not ERROR,
+    a task retried for an unavailable store is WARNING, not INFO; another error line keeps
+    its level."""
+    stream = FakeStream(False)
+    setup_logging("INFO", "json", secrets=(), stream=stream)
+    logging.getLogger("celery.worker.consumer.consumer").error(
+        "consumer: Cannot connect to %s: %s.\nTrying again %s... (%s/%s)\n",
+        "redis://x",
+        "refused",
+        "in 2.00 seconds",
+        1,
+        100,
+    )
+    logging.getLogger("celery.beat").error("beat: Connection error: %s. Trying again", "refused")
+    logging.getLogger("celery.beat").error("beat: something else broke")
+    logging.getLogger("celery.app.trace").info(
+        "Task %(name)s[%(id)s] retry: %(exc)s",
+        {"name": "switchboard.run", "id": "r1", "exc": "Retry in 1s: StoreUnavailable()"},
+    )
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [line["level"] for line in lines] == ["warning", "warning", "error", "warning"]
+    assert lines[3]["event"] == "Task switchboard.run[r1] retry: Retry in 1s: StoreUnavailable()"

@@ -167,3 +167,78 @@ def test_a_declared_alias_or_format_anywhere_is_found() -> None:
     assert openai_body.declares_transforms(_Outer)  # a format three levels down
     assert openai_body.declares_transforms(_Aliased)
     assert not openai_body.declares_transforms(_Discriminated)
+
+
+@pytest.fixture
+def sdk_transform(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The SDK chat-completions module's names, restored (and the shortcut forgotten)
+    after the test."""
+    from openai.resources.chat.completions import completions as module
+
+    names = vars(module)
+    original = names["async_maybe_transform"]
+    original = getattr(original, "__wrapped__", original)  # installed by an earlier test
+    monkeypatch.setitem(names, "async_maybe_transform", original)
+    monkeypatch.setattr(openai_body, "_installed", False)
+    return names
+
+
+def test_with_the_fast_paths_off_the_sdk_is_left_unpatched(sdk_transform: dict[str, Any]) -> None:
+    """`install` with SWITCHBOARD_FAST_PATHS off does nothing: the SDK keeps its transform."""
+    from switchboard.shared.config import Settings
+
+    before = sdk_transform["async_maybe_transform"]
+    assert openai_body.install(Settings(fast_paths=False)) is False
+    assert sdk_transform["async_maybe_transform"] is before
+
+
+def test_with_the_fast_paths_on_the_shortcut_is_installed_once(
+    sdk_transform: dict[str, Any],
+) -> None:
+    """`install` with the fast paths on puts the shortcut in front of the SDK's transform,
+    and a second install leaves it as it is (no shortcut over the shortcut)."""
+    from switchboard.shared.config import Settings
+
+    before = sdk_transform["async_maybe_transform"]
+    assert openai_body.install(Settings(fast_paths=True)) is True
+    installed = sdk_transform["async_maybe_transform"]
+    assert installed is not before and installed.__wrapped__ is before
+    assert openai_body.install(Settings(fast_paths=True)) is True
+    assert sdk_transform["async_maybe_transform"] is installed
+
+
+@pytest.mark.parametrize("fast_paths", [False, True], ids=["plain", "fast-paths"])
+def test_building_an_openai_model_installs_the_shortcut_only_with_the_fast_paths_on(
+    sdk_transform: dict[str, Any], fast_paths: bool
+) -> None:
+    """The first OpenAI model built with the fast paths on puts the shortcut in place; off,
+    the SDK keeps its own transform."""
+    from switchboard.shared.config import ProviderConfig
+    from switchboard.shared.runtime.models import clear_model_cache, resolve_model
+
+    clear_model_cache()
+    before = sdk_transform["async_maybe_transform"]
+    providers = {
+        "local": ProviderConfig(base_url="http://127.0.0.1:9/v1", api="openai-completions")
+    }
+    resolve_model("local/m", providers, env={}, fast_paths=fast_paths)
+    patched = sdk_transform["async_maybe_transform"] is not before
+    assert patched is fast_paths
+    clear_model_cache()
+
+
+def test_a_worker_starting_leaves_the_openai_sdk_unimported() -> None:
+    """The worker's startup hook imports none of the OpenAI SDK's request machinery: a
+    worker whose runs never call an OpenAI API does not pay its memory."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from switchboard.shared.config import Settings\n"
+        "from switchboard.workers.tasks import _install_fast_paths\n"
+        "_install_fast_paths(Settings(fast_paths=True))\n"
+        "print('openai.resources.chat.completions.completions' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,4 +1,4 @@
-"""Credential redaction of text handed to a model (switchboard.shared.tools.redact)."""
+"""Credential redaction of text handed to a model (switchboard.redact)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from switchboard.shared.tools.redact import REDACTED, redact_text
+from switchboard.redact import REDACTED, redact_text
 
 pytestmark = pytest.mark.unit
 

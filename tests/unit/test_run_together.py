@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from switchboard.shared.config import Settings
+from switchboard.shared.store.runs import RunRecord
 from switchboard.workers import tasks
 
 pytestmark = pytest.mark.unit
@@ -16,17 +18,17 @@ def _fake_runs(monkeypatch: pytest.MonkeyPatch, failing: set[str]) -> list[str]:
     """Replace the run and its follow-ups: each run yields once, then ends (or raises)."""
     ended: list[str] = []
 
-    async def execute_run(svc: Any, run_id: str, session_key: str) -> None:
+    async def execute_run(svc: Any, run_id: str, session_key: str, **_: Any) -> None:
         await asyncio.sleep(0)
         if run_id in failing:
             raise RuntimeError(f"{run_id} failed")
         ended.append(run_id)
 
-    async def then_follow_up(svc: Any, work: Any) -> None:
-        await work
+    async def run_and_follow_up(svc: Any, start: Any) -> None:
+        await start(None)
 
     monkeypatch.setattr(tasks, "execute_run", execute_run)
-    monkeypatch.setattr(tasks, "_then_follow_up", then_follow_up)
+    monkeypatch.setattr(tasks, "_run_and_follow_up", run_and_follow_up)
     return ended
 
 
@@ -45,3 +47,26 @@ def test_a_failed_run_does_not_stop_the_others_and_is_raised_once_all_ended() ->
         with pytest.raises(RuntimeError, match="r2 failed"):
             asyncio.run(tasks._run_together(None, [["r1", "k1"], ["r2", "k2"], ["r3", "k3"]]))  # type: ignore[arg-type]
     assert sorted(ended) == ["r1", "r3"]
+
+
+@pytest.mark.parametrize("fast_paths", [False, True], ids=["plain", "fast-paths"])
+def test_follow_ups_run_in_place_only_with_the_fast_paths_on(
+    monkeypatch: pytest.MonkeyPatch, fast_paths: bool
+) -> None:
+    """Off, a run is started with no follow-up list (its step is enqueued as it ends, and
+    no run is taken here); on, the task collects its follow-ups to run them in place."""
+    collected: list[list[RunRecord] | None] = []
+    inline: list[bool] = []
+
+    async def start(follow_ups: list[RunRecord] | None) -> None:
+        collected.append(follow_ups)
+
+    async def then_follow_up(svc: Any, start: Any) -> None:
+        inline.append(True)
+        await start([])
+
+    monkeypatch.setattr(tasks, "_then_follow_up", then_follow_up)
+    svc: Any = type("Svc", (), {"settings": Settings(fast_paths=fast_paths)})()
+    asyncio.run(tasks._run_and_follow_up(svc, start))
+    assert collected == ([[]] if fast_paths else [None])
+    assert inline == ([True] if fast_paths else [])

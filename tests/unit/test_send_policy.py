@@ -13,6 +13,7 @@ from switchboard.shared.policy.send_policy import (
     SendDecision,
     parse_send_command,
     resolve_send_policy,
+    session_send_decision,
 )
 
 pytestmark = pytest.mark.unit
@@ -285,3 +286,15 @@ def test_send_command_usage(text: str) -> None:
 def test_not_a_send_command(text: str) -> None:
     """Anything but a standalone `/send [word]` is not a /send command at all."""
     assert parse_send_command(text) is None
+
+
+# --- a send to a session as stored (session_send_decision) ----------------------------------
+
+
+def test_a_requests_channel_counts_only_for_a_session_not_created_yet() -> None:
+    """No entry: the request's channel is the session's; an entry: the request's is ignored."""
+    config = make_config([deny(channel="telegram")])
+    assert session_send_decision(config, MAIN, None, channel="telegram") == "deny"
+    assert session_send_decision(config, MAIN, {}, channel="telegram") == "allow"
+    stored = {"channel": "telegram"}
+    assert session_send_decision(config, MAIN, stored, channel="discord") == "deny"

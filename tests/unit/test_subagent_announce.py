@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
-from switchboard.shared.flows.spawns import Record
 from switchboard.shared.flows.subagent import (
     announce_text,
     format_duration,
@@ -22,6 +22,7 @@ from switchboard.shared.flows.subagent_prompts import (
     child_system_prompt,
     child_task_message,
 )
+from switchboard.shared.store.spawns import SpawnRecord as Record
 
 pytestmark = pytest.mark.unit
 
@@ -98,7 +99,7 @@ def test_announce_text_is_normalized_with_a_stats_line(tmp_path: Path) -> None:
         "Notes: run timed out after 1s",
         "",
         f"Stats: runtime 3s • tokens 1.0k (in 12 / out 1.0k) • sessionKey {CHILD} • "
-        f"sessionId sid-1 • transcript {tmp_path / 'sessions' / 'sid-1.jsonl'}",
+        f"sessionId sid-1 • transcript /sessions/{quote(CHILD, safe='')}/transcript.jsonl",
     ]
 
 

@@ -1,6 +1,9 @@
-"""The sub-agent tool policy (switchboard.shared.policy.tool_policy)."""
+"""The sub-agent tool policy (switchboard.shared.policy.tool_policy) and the tool offer."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, cast
 
 import pytest
 
@@ -11,6 +14,9 @@ from switchboard.shared.policy.tool_policy import (
     base_denied,
     subagent_role,
 )
+from switchboard.shared.services import Services, ToolContext, ToolRegistry, ToolSpec
+from switchboard.shared.tools.catalog import ALL_TOOLS, register_session_tools
+from switchboard.shared.tools.offer import tools_for_session
 
 pytestmark = pytest.mark.unit
 
@@ -90,3 +96,50 @@ def test_always_denied_names_stay_denied_without_a_rule() -> None:
     """OpenClaw's gateway-level tools (cron here) are denied to every sub-agent."""
     assert "cron" not in allowed_tools("orchestrator", TOOLS)
     assert "cron" in allowed_tools("leaf", TOOLS, ToolRules(also_allow=("cron",)))
+
+
+# --- the offer: which registered tools a session gets (ToolRegistry.offered) ---------------
+
+
+def _spec(name: str) -> ToolSpec:
+    return ToolSpec(name=name, description=name, parameters={}, handler=lambda _c, _a: {})
+
+
+def _ctx() -> ToolContext:
+    # The offer is handed the context's services as they are; nothing here reads them.
+    return ToolContext(
+        services=cast(Services, object()), session_key="agent:main:main", agent_id="main"
+    )
+
+
+def test_a_registry_without_an_offer_offers_every_tool() -> None:
+    """No offer installed: every registered tool, in registry order."""
+    registry = ToolRegistry()
+    registry.register(_spec("b"))
+    registry.register(_spec("a"))
+    assert [s.name for s in registry.offered(_ctx())] == ["b", "a"]
+
+
+def test_offered_asks_the_installed_offer_with_the_services_context_and_session() -> None:
+    """An installed offer decides, given the context's services, the context and the entry."""
+    seen: list[tuple[object, ToolContext, Mapping[str, Any] | None]] = []
+
+    def only_a(
+        svc: Services, ctx: ToolContext, session: Mapping[str, Any] | None
+    ) -> list[ToolSpec]:
+        seen.append((svc, ctx, session))
+        return [s for s in ctx_registry.tools.values() if s.name == "a"]
+
+    ctx_registry = ToolRegistry(offer=only_a)
+    ctx_registry.register(_spec("a"))
+    ctx_registry.register(_spec("b"))
+    ctx = _ctx()
+    assert [s.name for s in ctx_registry.offered(ctx, {"subagentRole": "leaf"})] == ["a"]
+    assert seen == [(ctx.services, ctx, {"subagentRole": "leaf"})]
+
+
+def test_the_session_catalog_installs_the_sub_agent_offer() -> None:
+    """register_session_tools adds every session tool and the sub-agent rule with them."""
+    registry = register_session_tools(ToolRegistry())
+    assert registry.offer is tools_for_session
+    assert registry.names() == sorted(spec.name for spec in ALL_TOOLS)

@@ -7,12 +7,11 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 from starlette.concurrency import run_in_threadpool
 
 from switchboard import __version__
-from switchboard.api import metrics, openai_compat, rpc, tools
+from switchboard.api import metrics, openai_compat, rpc, tools, transcripts
 from switchboard.api.auth import install_auth
 from switchboard.api.console import install_console
 from switchboard.api.errors import install_error_handlers
@@ -21,9 +20,8 @@ from switchboard.api.mcp import mount_mcp, serving_mcp
 from switchboard.shared import gc_tune
 from switchboard.shared.config import Settings, SwitchboardConfig, get_config, get_settings
 from switchboard.shared.errors import Unavailable
-from switchboard.shared.redis_conn import DRIVER_INFO
 from switchboard.shared.services import Services
-from switchboard.shared.store.waiter import RunWaiter
+from switchboard.shared.store.aio import AsyncStore
 
 log = logging.getLogger("switchboard.api")
 
@@ -60,25 +58,22 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         svc = services or _build_services(settings, config)
         app.state.services = svc
-        async_redis = aioredis.Redis.from_url(
-            settings.redis_url or "",
-            socket_keepalive=True,
-            health_check_interval=25,
-            driver_info=DRIVER_INFO,
+        async_store = AsyncStore.from_url(
+            settings.redis_url or "", svc.store.ks, socket_keepalive=True, health_check_interval=25
         )
-        app.state.waiter = RunWaiter(async_redis, svc.store.ks)
+        app.state.waiter = async_store.run_waiter()
         await app.state.waiter.start()
 
         # Run reads on the event loop (the waiter's async client), not in a thread.
         app.state.fetch_run = app.state.waiter.fetch
         if tune_gc:
-            gc_tune.tune_gc()
+            gc_tune.tune_gc(settings)  # only with the fast paths on
         try:
             async with serving_mcp(app):
                 yield
         finally:
             await app.state.waiter.stop()
-            await async_redis.aclose()
+            await async_store.aclose()
 
     app = FastAPI(
         title="Switchboard",
@@ -95,6 +90,7 @@ def create_app(
     app.include_router(tools.router)
     app.include_router(metrics.router)
     app.include_router(openai_compat.router)
+    app.include_router(transcripts.router)
     mount_mcp(app)
     install_console(app)  # after install_auth: /console, /events
 
@@ -102,7 +98,7 @@ def create_app(
     async def healthz(request: Request) -> dict[str, Any]:
         """Liveness and Redis reachability; no auth."""
         svc: Services = request.app.state.services
-        await run_in_threadpool(svc.store.redis.ping)
+        await run_in_threadpool(svc.store.ping)
         return {"ok": True, "version": __version__}
 
     return app

@@ -22,14 +22,13 @@ import logging
 import time
 from collections.abc import Iterable
 
-import redis
-import redis.asyncio as aioredis
 from fastapi import FastAPI, HTTPException, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from switchboard.api.errors import error_response, openai_error_response
 from switchboard.shared.config import Settings
-from switchboard.shared.redis_conn import DRIVER_INFO
+from switchboard.shared.errors import StoreUnavailable
+from switchboard.shared.store.aio import AsyncStore
 from switchboard.shared.store.keyspace import Keyspace
 
 log = logging.getLogger("switchboard.api")
@@ -107,7 +106,7 @@ class AuthGate:
         self.ks = keyspace
         self.max_failures = max_failures
         self.window_s = window_s
-        self._redis: aioredis.Redis | None = None
+        self._store: AsyncStore | None = None
         # Client address -> until when its lockout need not be read (see `_clear`).
         self._cleared: dict[str, float] = {}
 
@@ -142,53 +141,45 @@ class AuthGate:
             self._cleared.clear()
         self._cleared[client] = now + CLEARED_FOR_S
 
-    def _client(self) -> aioredis.Redis | None:
-        if self._redis is None and self.redis_url:
-            self._redis = aioredis.Redis.from_url(
-                self.redis_url, socket_timeout=5, driver_info=DRIVER_INFO
-            )
-        return self._redis
+    def _client(self) -> AsyncStore | None:
+        if self._store is None and self.redis_url:
+            self._store = AsyncStore.from_url(self.redis_url, self.ks, socket_timeout=5)
+        return self._store
 
     async def _locked_for(self, client: str) -> int | None:
         """Seconds left of the client's lockout, or None when it may try."""
-        conn = self._client()
-        if conn is None:
+        store = self._client()
+        if store is None:
             return None
-        key = self.ks.auth_failures(client)
         try:
-            count = await conn.get(key)
-            if count is None or int(count) < self.max_failures:
-                return None
-            return _retry_after(await conn.ttl(key), self.window_s)
-        except redis.RedisError as exc:  # the token check still applies
-            log.warning("auth lockout check skipped, redis unavailable: %s", exc)
+            ttl = await store.locked_ttl(client, self.max_failures)
+        except StoreUnavailable as exc:  # the token check still applies
+            # DEBUG: the request's own store call reports the outage (one WARNING line).
+            log.debug("auth lockout check skipped, redis unavailable: %s", exc.__cause__)
             return None
+        return None if ttl is None else _retry_after(ttl, self.window_s)
 
     async def _record_failure(self, client: str) -> int | None:
         """Count one failure; the lockout's Retry-After once past the limit (a race)."""
-        conn = self._client()
-        if conn is None:
+        store = self._client()
+        if store is None:
             return None
-        key = self.ks.auth_failures(client)
         try:
-            async with conn.pipeline(transaction=True) as pipe:
-                pipe.set(key, 0, ex=self.window_s, nx=True)
-                pipe.incr(key)
-                pipe.ttl(key)
-                _, count, ttl = await pipe.execute()
-        except redis.RedisError as exc:
-            log.warning("auth failure not counted, redis unavailable: %s", exc)
+            failures = await store.count_failure(client, self.window_s)
+        except StoreUnavailable as exc:
+            log.warning("auth failure not counted, redis unavailable: %s", exc.__cause__)
             return None
-        if int(count) == self.max_failures:
+        count, ttl = failures.count, failures.ttl_s
+        if count == self.max_failures:
             log.warning("auth lockout of %s for %ss after %s failures", client, ttl, count)
         # Failures up to the limit are told 401; requests after it are locked out.
-        return _retry_after(ttl, self.window_s) if int(count) > self.max_failures else None
+        return _retry_after(ttl, self.window_s) if count > self.max_failures else None
 
     def _closing_on_shutdown(self, send: Send) -> Send:
         async def wrapped(message: Message) -> None:
-            if message["type"] == "lifespan.shutdown.complete" and self._redis is not None:
-                await self._redis.aclose()
-                self._redis = None
+            if message["type"] == "lifespan.shutdown.complete" and self._store is not None:
+                await self._store.aclose()
+                self._store = None
             await send(message)
 
         return wrapped

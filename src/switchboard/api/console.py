@@ -1,6 +1,6 @@
 """The web console: a static page at `/console` that reads over `/rpc` and follows `/events`.
 
-The page, its script and its stylesheet (``switchboard/api/console/``, shipped in the
+The page, its script, its stylesheet and its icon (``switchboard/api/console/``, in the
 wheel, no build step) carry no data and are served without a token; the page asks for the
 token, keeps it in the browser's localStorage and sends it as a bearer header. Because
 ``EventSource`` cannot send headers, ``POST /console/login`` (with the bearer header) sets
@@ -25,9 +25,12 @@ ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "console.js": "text/javascript; charset=utf-8",
     "console.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
 }
-# Served without a token: the redirect and the page shell.
-PAGE_PATHS = ("/", CONSOLE_PATH, *(f"{CONSOLE_PATH}/{name}" for name in ASSETS))
+# Browsers ask for /favicon.ico on their own; it gets the console's SVG icon.
+FAVICON_PATH = "/favicon.ico"
+# Served without a token: the redirect, the page shell and the icon.
+PAGE_PATHS = ("/", CONSOLE_PATH, FAVICON_PATH, *(f"{CONSOLE_PATH}/{name}" for name in ASSETS))
 # How long the events cookie lasts (the page logs in again on each load).
 COOKIE_MAX_AGE_S = 12 * 3600
 _SECURITY_HEADERS = {
@@ -61,9 +64,15 @@ async def page() -> Response:
     return _asset_response("index.html")
 
 
+@router.get(FAVICON_PATH)
+async def favicon() -> Response:
+    """The icon a browser asks for by itself (an SVG, whatever the name says)."""
+    return _asset_response("favicon.svg")
+
+
 @router.get(CONSOLE_PATH + "/{name}")
 async def page_asset(name: str) -> Response:
-    """The page's script and stylesheet."""
+    """The page's script, stylesheet and icon."""
     if name not in ASSETS:
         raise NotFound(f"no console file {name!r}", field="name")
     return _asset_response(name)

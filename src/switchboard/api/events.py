@@ -22,23 +22,20 @@ import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from http.cookies import SimpleCookie
-from typing import Annotated, Any
+from typing import Annotated
 from urllib.parse import parse_qsl
 
-import redis
-import redis.asyncio as aioredis
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from switchboard.api.auth import require_token
-from switchboard.shared.errors import InvalidInput
+from switchboard.shared.errors import InvalidInput, StoreUnavailable
 from switchboard.shared.gateway.resolve import resolve_session_ref
-from switchboard.shared.redis_conn import DRIVER_INFO
 from switchboard.shared.services import Services
 from switchboard.shared.store import codec
-from switchboard.shared.store.events import decode_entry
+from switchboard.shared.store.aio import AsyncStore
 
 log = logging.getLogger("switchboard.api")
 
@@ -60,20 +57,20 @@ _STREAM_ID = re.compile(r"^\d{1,20}(-\d{1,20})?$")
 
 @contextlib.asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """One async Redis client for every open stream (a blocking read holds a connection)."""
+    """One async store for every open stream (a blocking read holds a connection)."""
     svc: Services = app.state.services
-    client = aioredis.Redis.from_url(
+    store = AsyncStore.from_url(
         svc.settings.redis_url or "",
+        svc.store.ks,
         socket_keepalive=True,
         health_check_interval=25,
         socket_timeout=_READ_BLOCK_MS / 1000 + _READ_MARGIN_S,
-        driver_info=DRIVER_INFO,
     )
-    app.state.events_redis = client
+    app.state.events_store = store
     try:
         yield
     finally:
-        await client.aclose()
+        await store.aclose()
 
 
 router = APIRouter(lifespan=_lifespan)
@@ -130,44 +127,21 @@ async def events(
 
 async def _follow(request: Request, req: StreamRequest) -> AsyncIterator[ServerSentEvent]:
     """``ready``, then every event after the cursor, as it is appended."""
-    svc: Services = request.app.state.services
-    client: aioredis.Redis = request.app.state.events_redis
-    stream = svc.store.ks.events
-    cursor = req.after_id or await _stream_end(client, stream)
+    store: AsyncStore = request.app.state.events_store
+    cursor = req.after_id or await store.events_end()
     ready = codec.dumps({"lastEventId": cursor})
     yield ServerSentEvent(ready, event="ready", id=cursor, retry=RETRY_MS)
     while True:
         try:
-            batch = await _read_after(client, stream, cursor, _READ_BLOCK_MS)
-        except redis.RedisError as exc:
-            log.warning("events stream read failed (%s); retrying", exc)
+            batch = await store.events_after(cursor, count=_BATCH, block_ms=_READ_BLOCK_MS)
+        except StoreUnavailable as exc:
+            log.warning("events stream read failed (%s); retrying", exc.__cause__)
             await asyncio.sleep(1.0)
             continue
         for event_id, event_type, data in batch:
             cursor = event_id
             if req.session_key is None or data.get("sessionKey") == req.session_key:
                 yield ServerSentEvent(codec.dumps(data), event=event_type, id=event_id)
-
-
-async def _read_after(
-    client: aioredis.Redis, stream: str, cursor: str, block_ms: int
-) -> list[tuple[str, str, dict[str, Any]]]:
-    """The next events after ``cursor``, waiting up to ``block_ms`` for one to arrive."""
-    reply: Any = await client.xread({stream: cursor}, count=_BATCH, block=block_ms)
-    if not reply:
-        return []
-    # RESP2 answers [[stream, entries]], RESP3 {stream: entries}.
-    entries = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
-    return [decode_entry(entry_id, fields) for entry_id, fields in entries]
-
-
-async def _stream_end(client: aioredis.Redis, stream: str) -> str:
-    """The id of the newest entry (new events come after it); ``0-0`` for an empty stream."""
-    newest = await client.xrevrange(stream, count=1)
-    if not newest:
-        return "0-0"
-    entry_id = newest[0][0]
-    return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
 
 
 class EventsCredentials:

@@ -18,8 +18,6 @@ from typing import Any
 
 import mcp.types as types
 import orjson
-import redis
-import redis.asyncio as aioredis
 from fastapi import FastAPI, HTTPException, Request
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
@@ -34,11 +32,10 @@ from switchboard import __version__
 from switchboard.api.auth import require_token
 from switchboard.api.errors import error_response
 from switchboard.api.tools import RunWait, app_run_wait, call_tool, tool_context
-from switchboard.shared.errors import SwitchboardError
-from switchboard.shared.redis_conn import DRIVER_INFO
+from switchboard.shared.errors import StoreUnavailable, SwitchboardError
 from switchboard.shared.services import Services
+from switchboard.shared.store.aio import AsyncStore
 from switchboard.shared.store.runs import RunRecord
-from switchboard.shared.store.waiter import RunWaiter
 from switchboard.shared.tools.offer import tools_for_session
 from switchboard.shared.tools.registry import ToolContext
 
@@ -72,11 +69,11 @@ def build_server(caller_of: Callable[[Context], Caller]) -> Server[Any]:
         try:
             tctx = await acting(caller_of(ctx))
             offered = await run_in_threadpool(tools_for_session, tctx.services, tctx)
+        except StoreUnavailable as exc:
+            log.warning("redis unavailable: %s", exc.__cause__)
+            raise MCPError(types.INTERNAL_ERROR, UNAVAILABLE) from None
         except SwitchboardError as exc:
             raise MCPError(types.INVALID_PARAMS, exc.message) from None
-        except redis.RedisError as exc:
-            log.warning("redis unavailable: %s", exc)
-            raise MCPError(types.INTERNAL_ERROR, UNAVAILABLE) from None
         tools = [
             types.Tool(name=s.name, description=s.description, input_schema=dict(s.parameters))
             for s in offered
@@ -88,11 +85,11 @@ def build_server(caller_of: Callable[[Context], Caller]) -> Server[Any]:
             caller = caller_of(ctx)
             tctx = await acting(caller)
             result = await call_tool(tctx, params.name, params.arguments or {}, caller.wait)
+        except StoreUnavailable as exc:
+            log.warning("redis unavailable: %s", exc.__cause__)
+            return _tool_error(UNAVAILABLE)
         except SwitchboardError as exc:
             return _tool_error(exc.message)
-        except redis.RedisError as exc:
-            log.warning("redis unavailable: %s", exc)
-            return _tool_error(UNAVAILABLE)
         text = orjson.dumps(result).decode()
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)], structured_content=result
@@ -167,13 +164,13 @@ async def serving_mcp(app: FastAPI) -> AsyncIterator[None]:
 
 async def serve_stdio(services: Services, session_ref: str | None) -> None:
     """Serve MCP over stdin/stdout acting for ``session_ref`` until the client disconnects."""
-    async_redis = aioredis.Redis.from_url(
+    async_store = AsyncStore.from_url(
         services.settings.redis_url or "",
+        services.store.ks,
         socket_keepalive=True,
         health_check_interval=25,
-        driver_info=DRIVER_INFO,
     )
-    waiter = RunWaiter(async_redis, services.store.ks)
+    waiter = async_store.run_waiter()
     await waiter.start()
 
     async def wait(run_id: str, timeout_s: float) -> RunRecord | None:
@@ -186,4 +183,4 @@ async def serve_stdio(services: Services, session_ref: str | None) -> None:
             await server.run(read_stream, write_stream, server.create_initialization_options())
     finally:
         await waiter.stop()
-        await async_redis.aclose()
+        await async_store.aclose()

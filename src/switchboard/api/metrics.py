@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
-import redis
 from fastapi import APIRouter, Depends, Request, Response
 from kombu.transport.redis import PRIORITY_STEPS, Channel
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, generate_latest
@@ -27,8 +26,8 @@ from starlette.concurrency import run_in_threadpool
 
 from switchboard.api.auth import require_token
 from switchboard.shared import metrics as m
-from switchboard.shared.redis_conn import DRIVER_INFO
 from switchboard.shared.services import Services
+from switchboard.shared.store.counters import ListLengths
 from switchboard.workers.app import ALL_QUEUES
 
 router = APIRouter()
@@ -39,23 +38,20 @@ _REDIS_SCHEMES = ("redis", "rediss", "unix")
 class SwitchboardCollector(Collector):
     """Collects the cluster's metrics from Redis on every scrape."""
 
-    def __init__(self, svc: Services, broker: redis.Redis | None) -> None:
+    def __init__(self, svc: Services, broker: ListLengths | None) -> None:
         self.svc = svc
         self.broker = broker
 
     def collect(self) -> Iterator[Metric]:
         """The metric families, read now."""
-        store = self.svc.store
-        pipe = store.redis.pipeline(transaction=False)
-        pipe.hgetall(store.ks.metrics)
-        pipe.zcard(store.ks.parked_runs)
-        pipe.zcard(store.ks.active_runs)
-        raw, parked, active = pipe.execute()
-        counters = m.read_counters(raw)
+        snap = self.svc.store.counters.snapshot()
+        counters = m.read_counters(snap.counters)
         yield from _run_families(counters)
         yield from _flow_families(counters)
-        yield _gauge("switchboard_parked_runs", "Runs parked on a wait (sessions_send).", parked)
-        yield _gauge("switchboard_active_runs", "Runs started and not ended.", active)
+        yield _gauge(
+            "switchboard_parked_runs", "Runs parked on a wait (sessions_send).", snap.parked_runs
+        )
+        yield _gauge("switchboard_active_runs", "Runs started and not ended.", snap.active_runs)
         if self.broker is not None:
             depths = GaugeMetricFamily(
                 "switchboard_queue_depth", "Messages waiting in a Celery queue.", labels=["queue"]
@@ -126,30 +122,24 @@ def _seconds_text(ms: int) -> str:
     return repr(ms / 1000)
 
 
-def queue_depths(broker: redis.Redis) -> dict[str, int]:
+def queue_depths(broker: ListLengths) -> dict[str, int]:
     """Messages waiting per Celery queue: kombu keeps one list per priority step."""
     lists = {
         queue: [queue if p == 0 else f"{queue}{Channel.sep}{p}" for p in PRIORITY_STEPS]
         for queue in ALL_QUEUES
     }
-    pipe = broker.pipeline(transaction=False)
-    for names in lists.values():
-        for name in names:
-            pipe.llen(name)
-    lengths = iter(pipe.execute())
+    lengths = iter(broker.read([name for names in lists.values() for name in names]))
     return {queue: sum(next(lengths) for _ in names) for queue, names in lists.items()}
 
 
-def _broker_client(svc: Services) -> redis.Redis | None:
-    """The broker's Redis: the store's client when they are the same, None if not Redis."""
+def _broker_lists(svc: Services) -> ListLengths | None:
+    """The broker's lists: on the store's client when they share a Redis, None if not Redis."""
     url = svc.settings.effective_broker_url
     if not url or url == svc.settings.redis_url:
-        return svc.store.redis
+        return svc.store.list_lengths
     if urlsplit(url).scheme not in _REDIS_SCHEMES:
         return None
-    return redis.Redis.from_url(
-        url, socket_timeout=10, socket_connect_timeout=5, driver_info=DRIVER_INFO
-    )
+    return ListLengths.from_url(url)
 
 
 def _registry(request: Request) -> CollectorRegistry:
@@ -158,7 +148,7 @@ def _registry(request: Request) -> CollectorRegistry:
     if registry is None:
         svc: Services = request.app.state.services
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(SwitchboardCollector(svc, _broker_client(svc)))
+        registry.register(SwitchboardCollector(svc, _broker_lists(svc)))
         request.app.state.metrics_registry = registry
     return registry
 

@@ -20,7 +20,6 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import redis
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -39,7 +38,12 @@ from switchboard.api.auth import require_token
 from switchboard.api.body import json_body_schema, parse_json_body
 from switchboard.api.errors import STATUS, openai_error_response
 from switchboard.shared import keys as sk
-from switchboard.shared.errors import InvalidInput, SwitchboardError, Unavailable
+from switchboard.shared.errors import (
+    InvalidInput,
+    StoreUnavailable,
+    SwitchboardError,
+    Unavailable,
+)
 from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.shared.gateway.resolve import key_options, resolve_session_ref
 from switchboard.shared.services import Services
@@ -101,6 +105,8 @@ def as_openai_error(exc: Exception) -> OpenAIError:
     if isinstance(exc, SwitchboardError):
         status = next((code for cls, code in STATUS.items() if isinstance(exc, cls)), 400)
         headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Unavailable) else {}
+        if isinstance(exc, StoreUnavailable):
+            log.warning("redis unavailable: %s", exc.__cause__)
         field_name = exc.fields.get("field")
         return OpenAIError(
             status,
@@ -126,15 +132,6 @@ def as_openai_error(exc: Exception) -> OpenAIError:
             for err in exc.errors()
         ]
         return OpenAIError(400, "; ".join(parts) or "invalid request", code="invalid_request")
-    if isinstance(exc, redis.RedisError):
-        log.warning("redis unavailable: %s", exc)
-        return OpenAIError(
-            503,
-            "state store unavailable, retry shortly",
-            "server_error",
-            code="unavailable",
-            headers={"Retry-After": "2"},
-        )
     log.exception("unhandled error", exc_info=exc)
     return OpenAIError(500, "internal error", "server_error", code="internal")
 

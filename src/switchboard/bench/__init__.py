@@ -2,7 +2,9 @@
 
 Each scenario starts its own private Redis and product processes, measures its figure and
 its anchor side by side in the same run (the machine may be noisy; ratios hold), and
-returns an `Outcome`, written to ``<out>/<scenario>.json``.
+returns an `Outcome`, written to ``<out>/<scenario>.json``; ``<out>/README.md`` gets the
+tables of every JSON file there. The product runs with its fast paths on or off
+(``SWITCHBOARD_FAST_PATHS`` in every process it starts), recorded with each figure.
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from switchboard.bench import fanout, messaging, scale
+from switchboard.bench import fanout, messaging, parked, scale
 from switchboard.bench.harness import BenchRun, Stacks
-from switchboard.bench.report import Outcome, machine_info
+from switchboard.bench.report import Outcome, machine_info, write_readme
 from switchboard.shared.errors import SwitchboardError
 
 SCENARIOS: dict[str, Callable[[BenchRun], Outcome]] = {
@@ -36,12 +38,14 @@ SCENARIOS: dict[str, Callable[[BenchRun], Outcome]] = {
     "listing": scale.listing,
     "history": scale.history,
     "fanout": fanout.fanout,
-    "parked": messaging.parked,
+    "parked": parked.parked,
 }
 
 
-def run_bench(names: list[str], *, quick: bool, out_dir: Path, console: Console) -> int:
-    """Run the named scenarios; write ``<out_dir>/<name>.json``; print a table.
+def run_bench(
+    names: list[str], *, quick: bool, out_dir: Path, console: Console, fast_paths: bool = True
+) -> int:
+    """Run the named scenarios; write ``<out_dir>/<name>.json`` and its README; print a table.
 
     Exit code: 1 when a scenario could not run or a correctness check failed (anything
     incomplete, any timeout); in a full run also when a speed target was missed. A quick
@@ -51,9 +55,9 @@ def run_bench(names: list[str], *, quick: bool, out_dir: Path, console: Console)
     out_dir.mkdir(parents=True, exist_ok=True)
     outcomes: list[Outcome] = []
     errors: dict[str, str] = {}
-    mode = "quick" if quick else "full"
+    mode = ("quick" if quick else "full") + f", fast paths {'on' if fast_paths else 'off'}"
     console.print(f"[bold]switchboard bench[/] ({mode}): {', '.join(names)}")
-    with _progress(console) as progress, Stacks(progress) as stacks:
+    with _progress(console) as progress, Stacks(progress, fast_paths=fast_paths) as stacks:
         run = BenchRun(progress=progress, quick=quick, stacks=stacks)
         for name in names:
             t0 = time.monotonic()
@@ -68,7 +72,9 @@ def run_bench(names: list[str], *, quick: bool, out_dir: Path, console: Console)
                     progress.console.print(f"process logs kept in {logs}")
                 continue
             took = time.monotonic() - t0
-            doc = outcome.to_json(quick=quick, machine=machine_info(), duration_s=took)
+            doc = outcome.to_json(
+                quick=quick, fast_paths=fast_paths, machine=machine_info(), duration_s=took
+            )
             (out_dir / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
             outcomes.append(outcome)
             verdict = "[green]pass[/]" if outcome.passed else "[yellow]miss[/]"
@@ -79,7 +85,9 @@ def run_bench(names: list[str], *, quick: bool, out_dir: Path, console: Console)
     # Logs and CI read the table from a pipe: there, do not wrap it at 80 columns.
     wide = console if console.is_terminal else Console(file=console.file, width=160)
     wide.print(_table(outcomes, errors, quick=quick))
-    console.print(f"JSON figures in {out_dir}/")
+    if outcomes:
+        readme = write_readme(out_dir)
+        console.print(f"JSON figures in {out_dir}/, their tables in {readme}")
     if errors or not all(o.correct for o in outcomes):
         return 1
     if not quick and not all(o.passed for o in outcomes):

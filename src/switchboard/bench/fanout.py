@@ -13,18 +13,16 @@ import contextlib
 import time
 from typing import Any
 
-import orjson
 from rich.progress import Progress
 
 from switchboard.bench.harness import BenchRun, Stack, fake_model, phase
 from switchboard.bench.report import Outcome, ratio
-from switchboard.shared.store.keyspace import Keyspace
+from switchboard.shared.store.transcripts import TranscriptStore
 
 REQUESTER = "agent:main:main"
 MODEL_LATENCY_S = 1.0
 OPENCLAW_LANE = 8
 TARGET_S = 10.0
-KS = Keyspace()
 
 
 def fanout(run: BenchRun) -> Outcome:
@@ -52,8 +50,8 @@ def _config(base_url: str, n: int) -> dict[str, Any]:
 
 
 def _measure(st: Stack, progress: Progress, n: int, concurrency: int) -> Outcome:
-    with st.client() as r:
-        baseline = int(r.xlen(KS.transcript(REQUESTER)))
+    transcripts = st.store().transcripts
+    baseline = transcripts.length(REQUESTER)
     tasks = [{"task": f"child {i}: say done", "label": f"bench-child-{i}"} for i in range(n)]
     task = progress.add_task(f"fanout: {n} sub-agents, announces back", total=n)
     t0 = time.monotonic()
@@ -64,17 +62,16 @@ def _measure(st: Stack, progress: Progress, n: int, concurrency: int) -> Outcome
     first_s: float | None = None
     count = 0
     deadline = t0 + (60 if n <= 100 else 300)
-    with st.client() as r:
-        while accepted and count < n and time.monotonic() < deadline:
-            count = int(r.xlen(KS.transcript(REQUESTER))) - baseline
-            if count and first_s is None:
-                first_s = time.monotonic() - t0
-            progress.update(task, completed=count)
-            if count < n:
-                st.check_alive()
-                time.sleep(0.05)
-        total_s = time.monotonic() - t0
-        statuses = _announce_statuses(r, baseline)
+    while accepted and count < n and time.monotonic() < deadline:
+        count = transcripts.length(REQUESTER) - baseline
+        if count and first_s is None:
+            first_s = time.monotonic() - t0
+        progress.update(task, completed=count)
+        if count < n:
+            st.check_alive()
+            time.sleep(0.05)
+    total_s = time.monotonic() - t0
+    statuses = _announce_statuses(transcripts, baseline)
     progress.remove_task(task)
     sequential_s = n * MODEL_LATENCY_S
     lane_s = n / OPENCLAW_LANE * MODEL_LATENCY_S
@@ -119,11 +116,10 @@ def _measure(st: Stack, progress: Progress, n: int, concurrency: int) -> Outcome
     )
 
 
-def _announce_statuses(r: Any, baseline: int) -> dict[str, int]:
+def _announce_statuses(transcripts: TranscriptStore, baseline: int) -> dict[str, int]:
     """Children by the `Status:` line of their announce in the requester's transcript."""
     counts: dict[str, int] = {}
-    for _, fields in r.xrange(KS.transcript(REQUESTER), min=f"({baseline}-0"):
-        message = orjson.loads(fields[b"m"])
+    for message in transcripts.after(REQUESTER, baseline):
         status = "unknown"
         for line in str(message.get("content", "")).splitlines():
             if line.startswith("Status: "):

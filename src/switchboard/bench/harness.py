@@ -1,8 +1,10 @@
-"""Starting what a benchmark needs: a private Redis, product processes, the anchor worker.
+"""Starting what a benchmark needs: a private Redis, product processes, the anchor workers.
 
 Every process is a real subprocess started as a user would start it (`switchboard api`,
 `switchboard worker`, `switchboard beat`, `celery -A switchboard.bench.anchor worker`), all
-pointed at one private redis-server; the scenario drives them from the bench process.
+pointed at one private redis-server (each anchor on a database of its own); the scenario
+drives them from the bench process, and reaches the product's data only through the
+product's store (`Stack.store`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,27 +26,28 @@ from typing import Any
 
 import aiohttp
 import httpx
+import psutil
 from celery import Celery
-from redis import Redis
 from rich.progress import Progress
 
 from switchboard.bench import anchor
 from switchboard.shared.config import Settings, load_config
 from switchboard.shared.errors import Unavailable
 from switchboard.shared.services import Services
+from switchboard.shared.store import Store
 from switchboard.supervisor.redis_server import RedisServer, redis_free_port
 
 TOKEN = "bench-token"
 WORKER_CONCURRENCY = 64
 # The stack the latency, throughput, listing and history scenarios share: one agent,
-# visibility `agent`, no reply-back ping-pong, the anchor worker beside the product's.
+# visibility `agent`, no reply-back ping-pong, both anchor workers beside the product's.
 ONE_AGENT_STACK: dict[str, Any] = {
     "config": {
         "session": {"agentToAgent": {"maxPingPongTurns": 0}},
         "tools": {"sessions": {"visibility": "agent"}},
     },
     "worker_concurrency": WORKER_CONCURRENCY,
-    "anchor_concurrency": WORKER_CONCURRENCY,
+    "anchors": True,
 }
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 15.0
@@ -58,14 +62,24 @@ class Stack:
     workdir: Path
     env: dict[str, str]
     config_path: Path | None = None
+    fast_paths: bool = True
+    worker_concurrency: int = WORKER_CONCURRENCY
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # Set when a scenario failed on this stack: its work dir (logs) is kept.
     keep_logs: bool = False
+    # Redis commands the bench itself sent while polling (left out of per-run counts).
+    polled_commands: Counter[str] = field(default_factory=Counter)
+    _store: Store | None = field(default=None, repr=False)
 
-    def spawn(self, name: str, argv: Sequence[str]) -> subprocess.Popen[bytes]:
-        """Start a process with the stack's environment, logging to ``<workdir>/<name>.log``."""
+    def spawn(
+        self, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start a process with the stack's environment (plus ``env``), logging to
+        ``<workdir>/<name>.log``."""
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(list(argv), env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            list(argv), env={**self.env, **(env or {})}, stdout=log, stderr=subprocess.STDOUT
+        )
         log.close()  # the child holds its own descriptor
         self.procs[name] = proc
         return proc
@@ -102,9 +116,21 @@ class Stack:
             connector=aiohttp.TCPConnector(limit=connections),
         )
 
-    def client(self) -> Redis:
-        """A Redis client for the stack's database (no retries, generous timeout)."""
-        return Redis.from_url(self.redis.url, socket_timeout=120)
+    def store(self) -> Store:
+        """The product's store on the stack's Redis, for the bench's own reads (one per stack)."""
+        if self._store is None:
+            settings = self.settings()
+            assert settings.redis_url is not None
+            self._store = Store.from_url(
+                settings.redis_url, fast_paths=settings.fast_paths, prefix=settings.key_prefix
+            )
+        return self._store
+
+    def close(self) -> None:
+        """Close the bench's own store client."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None
 
     def settings(self) -> Settings:
         """The settings the stack's processes run with."""
@@ -114,7 +140,19 @@ class Stack:
             data_dir=Path(self.env["SWITCHBOARD_DATA_DIR"]),
             config=self.config_path,
             log_level="WARNING",
+            fast_paths=self.fast_paths,
         )
+
+    def process_tree(self, names: Sequence[str]) -> list[psutil.Process]:
+        """The named processes (``redis`` for the server) with their children, for CPU use."""
+        pids = [self.redis.pid if name == "redis" else self.pid(name) for name in names]
+        out: list[psutil.Process] = []
+        for pid in pids:
+            if pid is None:
+                raise Unavailable("bench: the stack's redis-server is not running")
+            proc = psutil.Process(pid)
+            out += [proc, *proc.children(recursive=True)]
+        return out
 
     def services(self) -> Services:
         """The product's services wired in the bench process, against the stack's Redis."""
@@ -126,9 +164,13 @@ class Stack:
         queue = CeleryQueue(create_celery_app(settings))
         return build_services(settings, queue=queue, config=load_config(self.config_path))
 
-    def anchor_app(self) -> Celery:
-        """The anchor Celery app, as a client of the stack's Redis."""
-        return anchor.create_app(self.redis.url)
+    def anchor_apps(self) -> dict[str, Celery]:
+        """A client of each anchor worker's app (shape name → app), as its user would hold."""
+        return {s.name: anchor.create_app(s.url(self.redis.url)) for s in self.anchors()}
+
+    def anchors(self) -> tuple[anchor.AnchorShape, ...]:
+        """The anchor workers this stack runs (both shapes, or none)."""
+        return tuple(s for s in anchor.shapes(self.worker_concurrency) if s.process in self.procs)
 
     def rpc(self, http: httpx.Client, method: str, **params: Any) -> dict[str, Any]:
         """Call an api method; raise `Unavailable` with the api's error on failure."""
@@ -152,27 +194,43 @@ class Stack:
 
         Follow-up work (announces, deliveries) of one measurement would otherwise run
         during the next one."""
-        from switchboard.shared.store.keyspace import Keyspace
         from switchboard.workers.app import ALL_QUEUES
 
-        ks = Keyspace(self.settings().key_prefix)
+        progress = self.store().progress
         t0 = time.monotonic()
         quiet = 0
-        with self.client() as r:
-            while quiet < 3:
-                if time.monotonic() - t0 > timeout_s:
-                    raise Unavailable(f"the worker did not go idle within {timeout_s:.0f}s")
-                pipe = r.pipeline(transaction=False)
-                for name in ALL_QUEUES:
-                    pipe.llen(name)
-                pipe.hlen("unacked")
-                pipe.zcard(ks.active_runs)
-                pipe.zcard(ks.outbox)
-                pipe.zcard(ks.parked_runs)
-                busy = sum(int(n) for n in pipe.execute())
-                quiet = quiet + 1 if busy == 0 else 0
-                time.sleep(0.1)
+        while quiet < 3:
+            if time.monotonic() - t0 > timeout_s:
+                raise Unavailable(f"the worker did not go idle within {timeout_s:.0f}s")
+            busy = progress.backlog(ALL_QUEUES)
+            self.polled_commands.update(progress.backlog_commands(ALL_QUEUES))
+            quiet = quiet + 1 if busy == 0 else 0
+            time.sleep(0.1)
         return time.monotonic() - t0
+
+    def settle(self, timeout_s: float = 10.0) -> None:
+        """Return once nothing is queued, in flight or active (two polls 2 ms apart): a
+        short wait between timed samples, so no sample pays for the last one's follow-up."""
+        from switchboard.workers.app import ALL_QUEUES
+
+        progress = self.store().progress
+        deadline = time.monotonic() + timeout_s
+        quiet = 0
+        while quiet < 2 and time.monotonic() < deadline:
+            busy = progress.backlog(ALL_QUEUES)
+            self.polled_commands.update(progress.backlog_commands(ALL_QUEUES))
+            quiet = quiet + 1 if busy == 0 else 0
+            time.sleep(0.002)
+
+    def run_ends(self, run_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
+        """The runs that have ended: id → (status, endedAt ms); a counted poll."""
+        self.polled_commands["hmget"] += len(run_ids)
+        return self.store().progress.run_ends(run_ids) if run_ids else {}
+
+    def transcript_lengths(self, session_keys: Sequence[str]) -> list[int]:
+        """Each session's transcript length; a counted poll."""
+        self.polled_commands["xlen"] += len(session_keys)
+        return self.store().progress.transcript_lengths(session_keys)
 
     def warm_up(self, *, session_key: str = "agent:main:bench-warmup") -> None:
         """One agent run end to end (the worker is up, imports done, clients connected)."""
@@ -183,9 +241,27 @@ class Stack:
             self.check_alive()
             raise Unavailable(f"warm-up run did not succeed: {outcome}")
 
-    def warm_up_anchor(self, app: Celery) -> None:
-        """One no-op task end to end on the anchor worker."""
-        app.tasks[anchor.NOOP].delay().get(timeout=START_TIMEOUT_S)
+    def warm_up_anchors(self, apps: Mapping[str, Celery], rounds: int = 20) -> None:
+        """A few no-op tasks end to end on each anchor worker (the first one waits for it
+        to start; every pool process has run one before a figure is taken)."""
+        for app in apps.values():
+            for _ in range(rounds):
+                app.tasks[anchor.NOOP].delay().get(timeout=START_TIMEOUT_S)
+
+
+def stack_env(
+    parent: Mapping[str, str], redis_url: str, workdir: Path, *, fast_paths: bool
+) -> dict[str, str]:
+    """The environment of a stack's processes: the bench's own without any ``SWITCHBOARD_``
+    setting (a stack must not pick up the caller's Redis or mode), plus the stack's."""
+    return {
+        **{k: v for k, v in parent.items() if not k.startswith("SWITCHBOARD_")},
+        "SWITCHBOARD_REDIS_URL": redis_url,
+        "SWITCHBOARD_TOKEN": TOKEN,
+        "SWITCHBOARD_DATA_DIR": str(workdir / "data"),
+        "SWITCHBOARD_LOG_LEVEL": "WARNING",
+        "SWITCHBOARD_FAST_PATHS": "on" if fast_paths else "off",
+    }
 
 
 @contextmanager
@@ -194,26 +270,23 @@ def stack(
     config: Mapping[str, Any] | None = None,
     worker_concurrency: int = 64,
     workers: int = 1,
-    anchor_concurrency: int | None = None,
+    anchors: bool = False,
     beat: bool = False,
+    fast_paths: bool = True,
     keep: bool = False,
 ) -> Iterator[Stack]:
-    """Private Redis + api + worker(s) (+ beat, + the anchor worker), torn down afterwards.
+    """Private Redis + api + worker(s) (+ beat, + the anchor workers), torn down afterwards.
 
-    ``anchor_concurrency`` None starts no anchor worker; ``workers`` 0 starts none. Beat
-    (the recovery sweep) is off by default: nothing fails on purpose in a benchmark.
+    ``anchors`` starts both anchor workers (`anchor.shapes`); ``workers`` 0 starts none.
+    Beat (the recovery sweep) is off by default: nothing fails on purpose in a benchmark.
+    ``fast_paths`` is handed to every product process as ``SWITCHBOARD_FAST_PATHS`` (the
+    bench's own environment is not: a stack runs exactly the mode it was asked for).
     """
     workdir = Path(tempfile.mkdtemp(prefix="switchboard-bench-"))
     redis_server = RedisServer(workdir / "redis", appendonly=False)
     redis_server.start()
     port = redis_free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")},
-        "SWITCHBOARD_REDIS_URL": redis_server.url,
-        "SWITCHBOARD_TOKEN": TOKEN,
-        "SWITCHBOARD_DATA_DIR": str(workdir / "data"),
-        "SWITCHBOARD_LOG_LEVEL": "WARNING",
-    }
+    env = stack_env(os.environ, redis_server.url, workdir, fast_paths=fast_paths)
     config_path = None
     if config is not None:
         config_path = workdir / "switchboard.json5"
@@ -225,6 +298,8 @@ def stack(
         workdir=workdir,
         env=env,
         config_path=config_path,
+        fast_paths=fast_paths,
+        worker_concurrency=worker_concurrency,
     )
     me = [sys.executable, "-m", "switchboard"]
     ok = False
@@ -234,12 +309,13 @@ def stack(
             st.spawn(f"worker{i}", [*me, "worker", "--concurrency", str(worker_concurrency)])
         if beat:
             st.spawn("beat", [*me, "beat"])
-        if anchor_concurrency is not None:
-            st.spawn("anchor", _anchor_argv(anchor_concurrency))
+        for shape in anchor.shapes(worker_concurrency) if anchors else ():
+            st.spawn(shape.process, _anchor_argv(shape), {anchor.URL_ENV: shape.url(st.redis.url)})
         _wait_http(st, f"{st.api_url}/healthz", START_TIMEOUT_S)
         yield st
         ok = True
     finally:
+        st.close()
         for proc in st.procs.values():
             proc.kill()  # a private, throw-away stack: no graceful shutdown to wait for
         for proc in st.procs.values():
@@ -277,7 +353,9 @@ def fake_model(latency_ms: float) -> Iterator[str]:
         log.close()
 
 
-def _anchor_argv(concurrency: int) -> list[str]:
+def _anchor_argv(shape: anchor.AnchorShape) -> list[str]:
+    # The command a user types, nothing else: an anchor is Celery at its defaults (its
+    # gossip, mingle and heartbeat included), never a copy tuned or slowed by the bench.
     return [
         sys.executable,
         "-m",
@@ -285,17 +363,7 @@ def _anchor_argv(concurrency: int) -> list[str]:
         "-A",
         "switchboard.bench.anchor",
         "worker",
-        "-P",
-        "threads",
-        "-c",
-        str(concurrency),
-        "-Q",
-        anchor.QUEUE,
-        "--without-gossip",
-        "--without-mingle",
-        "--without-heartbeat",
-        "-l",
-        "WARNING",
+        *shape.pool_argv,
     ]
 
 
@@ -339,14 +407,16 @@ class Stacks:
     """The stacks of one bench run: consecutive scenarios asking for the same options share
     one (starting four processes costs many seconds on a busy machine)."""
 
-    def __init__(self, progress: Progress) -> None:
+    def __init__(self, progress: Progress, *, fast_paths: bool = True) -> None:
         self.progress = progress
+        self.fast_paths = fast_paths
         self._options: dict[str, Any] | None = None
         self._exits = contextlib.ExitStack()
         self._current: Stack | None = None
 
     def get(self, name: str, **options: Any) -> Stack:
         """A running stack with these `stack()` options (the current one if they match)."""
+        options = {**options, "fast_paths": self.fast_paths}
         if self._current is not None and options == self._options:
             self._current.check_alive()
             return self._current

@@ -1,11 +1,13 @@
 """What a scenario reports: its figure, its anchor, the ratio, the target and the verdict.
 
 Every scenario returns one `Outcome`; `run_bench` writes it as `<scenario>.json` (with the
-machine it was measured on) and as one row of the final table.
+machine it was measured on and the fast-paths mode) and as one row of the final table, and
+`write_readme` turns the JSON files of an output directory into its README's tables.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
@@ -41,6 +43,8 @@ class Outcome:
     ratio_text: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
     checks: dict[str, bool] = field(default_factory=dict)
+    # What a unit of work cost (Redis commands, CPU), keyed by what was measured.
+    costs: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -48,7 +52,9 @@ class Outcome:
         """Every correctness check held."""
         return all(self.checks.values())
 
-    def to_json(self, *, quick: bool, machine: dict[str, Any], duration_s: float) -> dict[str, Any]:
+    def to_json(
+        self, *, quick: bool, fast_paths: bool, machine: dict[str, Any], duration_s: float
+    ) -> dict[str, Any]:
         """The JSON document written to ``<out>/<scenario>.json``."""
         return {
             "scenario": self.scenario,
@@ -64,7 +70,9 @@ class Outcome:
             "checks": self.checks,
             "correct": self.correct,
             "quick": quick,
+            "fastPaths": fast_paths,
             "parameters": self.parameters,
+            "costs": self.costs,
             "notes": self.notes,
             "durationS": round(duration_s, 1),
             "measuredAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -135,3 +143,78 @@ def _git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return found.stdout.strip() or None
+
+
+# -- the results README -------------------------------------------------------------------
+
+TABLE_START = "<!-- bench:tables (written by switchboard bench) -->"
+TABLE_END = "<!-- /bench:tables -->"
+_ORDER = ("latency", "throughput", "listing", "history", "fanout", "parked")
+
+
+def write_readme(out_dir: Path) -> Path:
+    """Write the tables of every ``<out_dir>/*.json`` into ``<out_dir>/README.md``.
+
+    Only the part between the table markers is replaced: prose written around it stays.
+    A README without the markers gets them (and the tables) added at its end."""
+    docs = [json.loads(p.read_text()) for p in sorted(out_dir.glob("*.json"))]
+    docs.sort(key=lambda d: _ORDER.index(d["scenario"]) if d["scenario"] in _ORDER else 99)
+    block = f"{TABLE_START}\n{results_markdown(docs)}{TABLE_END}\n"
+    path = out_dir / "README.md"
+    text = path.read_text() if path.exists() else ""
+    if TABLE_START in text and TABLE_END in text:
+        head, rest = text.split(TABLE_START, 1)
+        text = head + block + rest.split(TABLE_END, 1)[1].lstrip("\n")
+    else:
+        text = (text.rstrip("\n") + "\n\n" if text else "") + block
+    path.write_text(text)
+    return path
+
+
+def results_markdown(docs: Sequence[dict[str, Any]]) -> str:
+    """The figures table and the per-run cost table, in markdown."""
+    modes = sorted({"on" if d.get("fastPaths", True) else "off" for d in docs})
+    quick = any(d.get("quick") for d in docs)
+    lines = [
+        f"Fast paths: {', '.join(modes)}" + (" (quick run: speed not judged)" if quick else ""),
+        "",
+        "| scenario | figure | anchor, same run | ratio | target | |",
+        "|---|---|---|---|---|---|",
+    ]
+    for d in docs:
+        verdict = "pass" if d["pass"] else "miss" if d["correct"] else "INCORRECT"
+        lines.append(
+            f"| {d['scenario']} | {d['summary']} | {d['anchorSummary']} "
+            f"| {_ratio_cell(d['ratio'])} | {d['target']} | {verdict} |"
+        )
+    costs = [(d["scenario"], name, c) for d in docs for name, c in d.get("costs", {}).items()]
+    if costs:
+        lines += [
+            "",
+            "| per | Redis commands | of them Lua script calls | CPU s per 1,000 "
+            "| busiest commands | measured in |",
+            "|---|---|---|---|---|---|",
+        ]
+        for scenario, name, c in costs:
+            top = ", ".join(
+                f"{k} {v:g}" for k, v in list(c.get("redisCommandsByName", {}).items())[:4]
+            )
+            lines.append(
+                f"| {c.get('per', name)} ({name}) | {c.get('redisCommands', '—')} "
+                f"| {c.get('scriptCalls', '—')} | {c.get('cpuSPer1000', '—')} | {top} "
+                f"| {scenario} |"
+            )
+    if costs:
+        lines += [
+            "",
+            "Redis commands are every command the server executed (`INFO commandstats`, "
+            "those a Lua script runs included), less the bench's own polling; CPU is user + "
+            "system time of the processes named in each scenario's parameters.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _ratio_cell(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:,.3g}" if value < 100 else f"{value:,.0f}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 from rich.progress import Progress
 
@@ -223,20 +223,13 @@ def _full_scan(svc: Services) -> list[str]:
     kinds = set(_LIST_ARGS["kinds"])
     min_updated = int(time.time() * 1000) - _LIST_ARGS["activeMinutes"] * 60_000
     limit = int(_LIST_ARGS["limit"])
-    prefix = store.ks.session("").encode()
-    keys = cast(list[bytes], store.redis.zrange(store.ks.updated_all, 0, -1))
     top: list[tuple[int, str]] = []
-    for start in range(0, len(keys), loader.CHUNK):
-        chunk = keys[start : start + loader.CHUNK]
-        pipe = store.redis.pipeline(transaction=False)
-        for key in chunk:
-            pipe.hgetall(prefix + key)
-        for key, raw in zip(chunk, pipe.execute(), strict=True):
-            updated = int(raw.get(b"updatedAt") or 0)
-            if updated < min_updated or store.sessions.kind_of(key.decode()) not in kinds:
-                continue
-            if len(top) < limit:
-                heapq.heappush(top, (updated, key.decode()))
-            else:
-                heapq.heappushpop(top, (updated, key.decode()))
+    for key, raw in store.bulk.scan_sessions():
+        updated = int(raw.get(b"updatedAt") or 0)
+        if updated < min_updated or store.sessions.kind_of(key.decode()) not in kinds:
+            continue
+        if len(top) < limit:
+            heapq.heappush(top, (updated, key.decode()))
+        else:
+            heapq.heappushpop(top, (updated, key.decode()))
     return [key for _, key in sorted(top, reverse=True)]

@@ -661,8 +661,9 @@ class Settings(BaseSettings):
     config: Path | None = None
     key_prefix: str = "sb:"
     log_level: str = "INFO"
-    # `json`: one JSON object per log line (for collectors); `console`: for humans.
-    log_format: Literal["json", "console"] = "json"
+    # `json`: one JSON object per log line (for collectors); `console`: for humans;
+    # `auto`: console when the process writes to a terminal, JSON otherwise.
+    log_format: Literal["auto", "json", "console"] = "auto"
     # How often beat runs the recovery sweep, and how long a lane lease lasts without
     # renewal before the sweep treats its worker as dead (seconds).
     sweep_interval_s: float = Field(default=5.0, gt=0, le=3600)
@@ -671,6 +672,10 @@ class Settings(BaseSettings):
     # answers 429 to that IP until the window ends (counted in Redis, shared by every api).
     auth_max_failures: int = Field(default=20, ge=1, le=1_000_000)
     auth_failure_window_s: int = Field(default=60, ge=1, le=86_400)
+    # The hot-path adapters (a held Redis connection per thread, the OpenAI body
+    # shortcut, garbage-collector tuning, enqueue batching): off runs the plain path of
+    # every library, for reading, debugging and measuring what the adapters buy.
+    fast_paths: bool = True
 
     @field_validator("log_level")
     @classmethod

@@ -6,6 +6,7 @@ SwitchboardError
 ├── Forbidden      not allowed by policy (403)
 ├── Conflict       the state does not allow it (409)
 └── Unavailable    a dependency is down; retry later (503)
+    └── StoreUnavailable   Redis failed a command (raised by the store's client only)
 """
 
 from __future__ import annotations
@@ -59,3 +60,11 @@ class Unavailable(SwitchboardError):
     def __init__(self, message: str, retry_after_s: int = 1, **fields: Any) -> None:
         super().__init__(message, **fields)
         self.retry_after_s = retry_after_s
+
+
+class StoreUnavailable(Unavailable):
+    """Redis failed a command (down, loading, timed out, refused it): the store's client
+    raises it, from the redis-py error, for every command and pipeline (`store.client`)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("state store unavailable, retry shortly", retry_after_s=2, detail=detail)

@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
+from urllib.parse import quote
 
 from switchboard.shared.errors import InvalidInput
 
@@ -233,6 +234,11 @@ def subagent_key(agent_id: str) -> str:
 def is_subagent_key(key: str) -> bool:
     """Tell whether a key (bare or agent-prefixed) names a sub-agent session."""
     return strip_agent_prefix(key.strip().lower()).startswith("subagent:")
+
+
+def transcript_url(key: str) -> str:
+    """The api path serving a session's transcript as JSONL (`transcriptPath`), key quoted."""
+    return f"/sessions/{quote(key, safe='')}/transcript.jsonl"
 
 
 def _check_key_text(key: str) -> None:

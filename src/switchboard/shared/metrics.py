@@ -1,10 +1,11 @@
 """Cluster-wide counters in one Redis hash (``Keyspace.metrics``), read by the api's ``/metrics``.
 
 Every api and worker process adds to the same hash, so a scrape of any api sees the whole
-cluster. Run counters are added inside the run scripts (``LUA_RUN_METRICS``: a run's start
-in ``CLAIM_RUN``, its end, status and duration in ``FINISH_RUN``), so they cost no extra
-round trip. Flow counters (reply-back rounds, announces, deliveries) are one ``HINCRBY``
-after the state change they count succeeded, so a step that runs twice counts once.
+cluster. Run counters are added inside the run scripts (``store/lua/includes/run_metrics.lua``:
+a run's start in its claim, its end, status and duration in ``finish_run.lua``), so they
+cost no extra round trip. Flow counters (reply-back rounds, announces, deliveries) are one
+``HINCRBY`` after the state change they count succeeded, so a step that runs twice counts
+once.
 
 Hash fields: ``<counter>`` or ``<counter>:<label>[:<label>]``; the run duration histogram
 keeps one non-cumulative count per bucket (``run_duration_le:<ms>`` or ``:+Inf``) plus
@@ -16,8 +17,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
-
-import redis
 
 if TYPE_CHECKING:
     from switchboard.shared.services import Services
@@ -51,27 +50,6 @@ RUN_DURATION_BUCKETS_MS: tuple[int, ...] = (
     3_600_000,
 )
 
-_LUA_BUCKETS = ", ".join(str(b) for b in RUN_DURATION_BUCKETS_MS)
-
-# Lua: count a run's first claim, and a run's end by status with its duration.
-LUA_RUN_METRICS = f"""
-local function count_run_start(metrics)
-  redis.call('HINCRBY', metrics, '{RUNS_STARTED}', 1)
-end
-local function count_run_end(metrics, status, started_at, ended_at)
-  redis.call('HINCRBY', metrics, '{RUNS_ENDED}:' .. status, 1)
-  if not started_at then return end
-  local ms = math.max(0, math.floor(tonumber(ended_at) - tonumber(started_at)))
-  local le = '+Inf'
-  for _, bound in ipairs({{{_LUA_BUCKETS}}}) do
-    if ms <= bound then le = tostring(bound) break end
-  end
-  redis.call('HINCRBY', metrics, '{RUN_DURATION_LE}:' .. le, 1)
-  redis.call('HINCRBY', metrics, '{RUN_DURATION_SUM_MS}', ms)
-  redis.call('HINCRBY', metrics, '{RUN_DURATION_COUNT}', 1)
-end
-"""
-
 
 def field_name(counter: str, *labels: str) -> str:
     """The hash field of a counter with its labels (``deliveries:failed``)."""
@@ -80,10 +58,7 @@ def field_name(counter: str, *labels: str) -> str:
 
 def count(svc: Services, counter: str, *labels: str) -> None:
     """Add one to a counter; a Redis error is logged, never raised (metrics never fail a step)."""
-    try:
-        svc.store.redis.hincrby(svc.store.ks.metrics, field_name(counter, *labels), 1)
-    except redis.RedisError as exc:
-        log.warning("metric %s not counted: %s", field_name(counter, *labels), exc)
+    svc.store.counters.add(field_name(counter, *labels))
 
 
 def read_counters(raw: Mapping[bytes | str, bytes | str]) -> dict[str, int]:

@@ -1,20 +1,112 @@
-"""The services a request or task works with, wired once by the composition root."""
+"""The services a request or task works with, wired once by the composition root.
+
+The tool registry's types live here too (``switchboard.shared.tools.registry`` re-exports
+them for tool modules): the runtime offers tools to a run and the api invokes them, and
+neither may import the tools package, which sits above both.
+
+A tool handler is a plain function of (context, arguments) returning the tool's JSON. A
+handler that must wait for another run raises ``WaitFor``: inside an agent run the run is
+parked (no worker slot is held) and resumed when the target ends or the deadline passes;
+over HTTP the api waits asynchronously. Either way ``ToolSpec.complete`` turns the target
+run's outcome into the tool result, so both paths answer the same.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from switchboard.shared.config import Settings, SwitchboardConfig
-from switchboard.shared.queue import TaskQueue
+from switchboard.shared.queue import InlineStep, TaskQueue
 from switchboard.shared.store import Store
-from switchboard.shared.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
     from switchboard.shared.store.runs import RunRecord
 
 RunHook = Callable[["Services", "RunRecord"], None]
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Who is acting: decided by the server from the run's identity, never from arguments."""
+
+    services: Services
+    session_key: str
+    agent_id: str
+    run_id: str | None = None
+    channel: str | None = None
+    sandboxed: bool = False
+    owner: bool = False
+    spawn_depth: int = 0
+
+
+class WaitFor(Exception):
+    """Raised by a handler that must wait for a run before it can answer."""
+
+    def __init__(self, target_run_id: str, timeout_s: float, context: Mapping[str, Any]) -> None:
+        super().__init__(target_run_id)
+        self.target_run_id = target_run_id
+        self.timeout_s = timeout_s
+        self.context = dict(context)
+
+
+Handler = Callable[[ToolContext, dict[str, Any]], dict[str, Any]]
+Completer = Callable[[ToolContext, Mapping[str, Any], "RunRecord | None"], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool: its name, model-facing description and JSON schema, and its handler."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    handler: Handler
+    complete: Completer | None = None
+    session_tool: bool = True
+    # `complete` only reshapes the target run it is given (no store or network call), so
+    # an async caller may run it in place rather than on a thread.
+    complete_is_pure: bool = False
+
+
+# Which tools a session is offered (`tools.offer.tools_for_session`), given the session's
+# stored entry when the caller has just read it (None: read it if needed).
+Offer = Callable[["Services", ToolContext, Mapping[str, Any] | None], list[ToolSpec]]
+
+
+@dataclass
+class ToolRegistry:
+    """The tools known to this process, by name, and which of them a session is offered."""
+
+    tools: dict[str, ToolSpec] = field(default_factory=dict)
+    # Set with the tools (`tools.catalog.register_session_tools`): the offer is policy the
+    # runtime must not import. Without one every tool is offered.
+    offer: Offer | None = None
+
+    def register(self, spec: ToolSpec) -> ToolSpec:
+        """Add (or replace) a tool."""
+        self.tools[spec.name] = spec
+        return spec
+
+    def get(self, name: str) -> ToolSpec | None:
+        """A tool by name."""
+        return self.tools.get(name)
+
+    def names(self) -> list[str]:
+        """All tool names, sorted."""
+        return sorted(self.tools)
+
+    def select(self, names: Iterable[str]) -> list[ToolSpec]:
+        """The tools with these names, in registry order."""
+        wanted = set(names)
+        return [t for n, t in self.tools.items() if n in wanted]
+
+    def offered(self, ctx: ToolContext, session: Mapping[str, Any] | None = None) -> list[ToolSpec]:
+        """The tools the acting session may use (``session``: its entry, when just read)."""
+        if self.offer is None:
+            return list(self.tools.values())
+        return self.offer(ctx.services, ctx, session)
 
 
 @dataclass
@@ -28,3 +120,6 @@ class Services:
     tools: ToolRegistry = field(default_factory=ToolRegistry)
     # Called after a run ends (flows: reply-back, announces); run by the worker.
     on_run_end: list[RunHook] = field(default_factory=list)
+    # Set only on the copy of the services a worker task hands a follow-up step it runs in
+    # place (`flows.steps.run_step_inline`); None everywhere else.
+    inline: InlineStep | None = None

@@ -15,11 +15,16 @@ from kombu import Exchange, Queue  # type: ignore[attr-defined]
 
 from switchboard.shared.config import Settings, get_settings
 from switchboard.shared.errors import Unavailable
+from switchboard.workers.routing import (
+    ALL_QUEUES,
+    FLOWS_QUEUE,
+    RUNS_QUEUE,
+    SWEEP_QUEUE,
+    TASK_ROUTES,
+)
+from switchboard.workers.tasks import register_tasks
 
-RUNS_QUEUE = "sb.runs"
-FLOWS_QUEUE = "sb.flows"
-SWEEP_QUEUE = "sb.sweep"
-ALL_QUEUES = (RUNS_QUEUE, FLOWS_QUEUE, SWEEP_QUEUE)
+__all__ = ["ALL_QUEUES", "FLOWS_QUEUE", "RUNS_QUEUE", "VISIBILITY_TIMEOUT_S", "create_celery_app"]
 
 # Above the longest step a worker executes (a run's deadline caps at one hour), so a
 # message is never redelivered while its first copy still runs.
@@ -63,12 +68,7 @@ def create_celery_app(settings: Settings | None = None) -> Celery:
         visibility_timeout=VISIBILITY_TIMEOUT_S,
         task_queues=[_queue(name) for name in ALL_QUEUES],
         task_default_queue=FLOWS_QUEUE,
-        task_routes={
-            "switchboard.run": {"queue": RUNS_QUEUE},
-            "switchboard.runs": {"queue": RUNS_QUEUE},
-            "switchboard.resume": {"queue": RUNS_QUEUE},
-            "switchboard.sweep": {"queue": SWEEP_QUEUE},
-        },
+        task_routes=TASK_ROUTES,
         # Celery's threads pool, its threads started up front (workers/pool.py).
         worker_pool="switchboard.workers.pool:TaskPool",
         worker_send_task_events=False,
@@ -82,8 +82,8 @@ def create_celery_app(settings: Settings | None = None) -> Celery:
             }
         },
         timezone="UTC",
+        # Read by `CeleryQueue` (group commit only with the fast paths on).
+        switchboard_fast_paths=settings.fast_paths,
     )
-    from switchboard.workers.tasks import register_tasks
-
     register_tasks(app, settings)
     return app

@@ -1,4 +1,8 @@
-"""The TaskQueue the domain enqueues through, backed by Celery's producer pool."""
+"""The TaskQueue the domain enqueues through, backed by Celery's producer pool.
+
+Each run enqueued is published at once, as a message of its own. With the fast paths on
+(``Settings.fast_paths``) runs enqueued from many threads at once share messages instead
+(`GroupCommit`, owned by the queue)."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from typing import Any, Generic, TypeVar
 
 from celery import Celery
 
-from switchboard.workers.app import FLOWS_QUEUE, RUNS_QUEUE
+from switchboard.workers.routing import FLOWS_QUEUE, RUNS_QUEUE
 
 # Runs of a batch per message (see `CeleryQueue.enqueue_runs`).
 RUNS_PER_MESSAGE = 20
@@ -94,18 +98,28 @@ class GroupCommit(Generic[T]):
 
 
 class CeleryQueue:
-    """Sends tasks by name with ids only; results are never stored."""
+    """Sends tasks by name with ids only; results are never stored.
 
-    def __init__(self, app: Celery) -> None:
+    ``fast_paths``: group the runs enqueued at once into shared messages (`GroupCommit`);
+    by default as the app was configured (`create_celery_app` from ``Settings``)."""
+
+    def __init__(self, app: Celery, *, fast_paths: bool | None = None) -> None:
         self.app = app
-        self._runs: GroupCommit[tuple[str, str]] = GroupCommit(
-            self._publish_runs, linger_s=RUNS_LINGER_S, busy_within_s=RUNS_BUSY_WITHIN_S
-        )
+        if fast_paths is None:
+            fast_paths = bool(app.conf.get("switchboard_fast_paths", True))
+        self.group_commit: GroupCommit[tuple[str, str]] | None = None
+        if fast_paths:
+            self.group_commit = GroupCommit(
+                self._publish_runs, linger_s=RUNS_LINGER_S, busy_within_s=RUNS_BUSY_WITHIN_S
+            )
 
     def enqueue_run(self, run_id: str, session_key: str) -> None:
-        """Execute a run that holds its session lane. Runs enqueued from several threads at
-        once share messages (`GroupCommit`)."""
-        self._runs.add((run_id, session_key))
+        """Execute a run that holds its session lane: a message of its own, or (fast paths
+        on) a share of one with the runs enqueued from other threads at the same time."""
+        if self.group_commit is None:
+            self._send("switchboard.run", [run_id, session_key], RUNS_QUEUE)
+            return
+        self.group_commit.add((run_id, session_key))
 
     def _publish_runs(self, runs: list[tuple[str, str]]) -> None:
         if len(runs) == 1:

@@ -7,6 +7,12 @@ a connection pool) per loop, not one per pool thread; and a thousand runs waitin
 model cost a thousand idle coroutines rather than a thousand threads taking turns at the
 GIL. One worker process keeps as many runs in flight as it has pool threads. Deadlines are
 enforced by the product, not by Celery.
+
+A run's follow-up step is a message of its own, like every step. With the fast paths on
+(``Settings.fast_paths``) the task that ran the run runs its follow-up step in place, and
+the runs that step starts (`_then_follow_up`); the worker also tunes the garbage collector
+when it starts (`_install_fast_paths`); the first OpenAI model it builds puts the SDK's body
+shortcut in place (`openai_body`).
 """
 
 from __future__ import annotations
@@ -16,37 +22,37 @@ import itertools
 import logging
 import os
 import threading
-from collections.abc import Callable, Coroutine
-from concurrent.futures import Future
+from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import CancelledError, Future
 from functools import cache
 from typing import Any, TypeVar
 
-import redis
 from celery import Celery
-from celery.signals import worker_init, worker_ready, worker_shutdown
+from celery.signals import worker_init, worker_ready, worker_shutdown, worker_shutting_down
 
+from switchboard.shared import gc_tune
 from switchboard.shared.config import Settings
-from switchboard.shared.errors import Unavailable
-from switchboard.shared.gc_tune import tune_gc
+from switchboard.shared.errors import StoreUnavailable, Unavailable
+from switchboard.shared.flows.catalog import FLOW_STEPS
+from switchboard.shared.flows.steps import run_follow_up, run_step
+from switchboard.shared.flows.sweeper import sweep
 from switchboard.shared.queue import RunsTakenHere
-from switchboard.shared.runtime.executor import (
-    HISTORY_LIMIT,
-    collect_follow_ups,
-    execute_run,
-    resume_run,
-    run_follow_up,
-)
+from switchboard.shared.runtime.executor import HISTORY_LIMIT, execute_run, resume_run
 from switchboard.shared.runtime.models import close_clients, preload
-from switchboard.shared.runtime.sweeper import sweep
 from switchboard.shared.services import Services
+from switchboard.shared.store.runs import RunRecord
+from switchboard.wiring import build_services
+from switchboard.workers.handback import HANDBACK_TIMEOUT_S, InFlight, hand_back_runs, held_runs
+from switchboard.workers.queue import CeleryQueue
 
 log = logging.getLogger("switchboard.worker")
 
 T = TypeVar("T")
 
-# Redis blips are retried with backoff; the steps are idempotent.
+# Redis blips (the store raises them as `StoreUnavailable`, an `Unavailable`) are retried
+# with backoff; the steps are idempotent.
 _RETRY = {
-    "autoretry_for": (Unavailable, redis.ConnectionError, redis.TimeoutError),
+    "autoretry_for": (Unavailable,),
     "retry_backoff": True,
     "retry_backoff_max": 60,
     "max_retries": 20,
@@ -98,11 +104,13 @@ class _RunLoops:
 
 
 _run_loops = _RunLoops(RUN_LOOPS)
+# The runs executing on those loops, handed back to the queue when the worker stops.
+_in_flight = InFlight()
 
 
 def submit(coro: Coroutine[Any, Any, T]) -> Future[T]:
-    """Start a coroutine on one of the process's run loops."""
-    return asyncio.run_coroutine_threadsafe(coro, _run_loops.next())
+    """Start a coroutine on one of the process's run loops (cancelled if the worker stops)."""
+    return asyncio.run_coroutine_threadsafe(_in_flight.track(coro), _run_loops.next())
 
 
 # How many runs started by a task's follow-up steps (an announce run, a reply-back round)
@@ -110,9 +118,22 @@ def submit(coro: Coroutine[Any, Any, T]) -> Future[T]:
 # long chain of rounds to itself.
 RUNS_TAKEN_HERE = 4
 
+# A run to execute (`execute_run` or `resume_run` with its ids bound), given where to
+# collect the runs it ends that have a follow-up step (None: enqueue those steps).
+RunStart = Callable[[list[RunRecord] | None], Awaitable[None]]
 
-async def _then_follow_up(svc: Services, work: Coroutine[Any, Any, None]) -> None:
-    """Execute a run (``work``), then its follow-up step right away on the same loop, then
+
+async def _run_and_follow_up(svc: Services, start: RunStart) -> None:
+    """Execute a run; its follow-up step is enqueued as it ends (the plain path), or with
+    the fast paths on run right here (`_then_follow_up`)."""
+    if not svc.settings.fast_paths:
+        await start(None)
+        return
+    await _then_follow_up(svc, start)
+
+
+async def _then_follow_up(svc: Services, start: RunStart) -> None:
+    """Execute a run (``start``), then its follow-up step right away on the same loop, then
     the runs its follow-up started (up to `RUNS_TAKEN_HERE`), each with its own follow-up.
 
     Handing the ended run back to the pool thread for its follow-up cost a wake-up across
@@ -124,21 +145,32 @@ async def _then_follow_up(svc: Services, work: Coroutine[Any, Any, None]) -> Non
     )
     followed: list[str] = []  # runs whose outbox entries are cleared at the end, together
     try:
-        ended_runs = await collect_follow_ups(work)
+        ended_runs: list[RunRecord] = []
+        await start(ended_runs)
         while True:
-            with here.collecting():  # only the follow-ups' runs, never a run's own
-                followed += [ended.run_id for ended in ended_runs if run_follow_up(svc, ended)]
+            # Only the follow-ups are handed `here`, never a run: a run's own children
+            # must not wait for it to end.
+            followed += [ended.run_id for ended in ended_runs if run_follow_up(svc, ended, here)]
             if not here.runs:
                 return
             run_id, session_key = here.runs[0]
             claim = here.claims.pop(run_id, None)  # claimed as it started: no claim step
-            ended_runs = await collect_follow_ups(
-                execute_run(svc, run_id, session_key, claim=claim)
-            )
+            ended_runs = []
+            await execute_run(svc, run_id, session_key, claim=claim, follow_ups=ended_runs)
             here.runs.popleft()
     finally:
         here.release()
         _clear_outbox(svc, followed)
+
+
+def _executing(svc: Services, run_id: str, session_key: str) -> RunStart:
+    """The `RunStart` of a queued run."""
+    return lambda follow_ups: execute_run(svc, run_id, session_key, follow_ups=follow_ups)
+
+
+def _resuming(svc: Services, run_id: str) -> RunStart:
+    """The `RunStart` of a parked run to continue."""
+    return lambda follow_ups: resume_run(svc, run_id, follow_ups=follow_ups)
 
 
 def _clear_outbox(svc: Services, run_ids: list[str]) -> None:
@@ -148,8 +180,10 @@ def _clear_outbox(svc: Services, run_ids: list[str]) -> None:
         return
     try:
         svc.store.runs.outbox_done(*run_ids)
-    except redis.RedisError as exc:
-        log.warning("outbox entries of %d run(s) left to the sweep: %s", len(run_ids), exc)
+    except StoreUnavailable as exc:
+        log.warning(
+            "outbox entries of %d run(s) left to the sweep: %s", len(run_ids), exc.__cause__
+        )
 
 
 async def _run_together(svc: Services, pairs: list[list[str]]) -> None:
@@ -157,7 +191,7 @@ async def _run_together(svc: Services, pairs: list[list[str]]) -> None:
     message, not one per run); if any failed, raise the first failure once all have ended
     (the message is retried; runs that ended are not run again)."""
     outcomes = await asyncio.gather(
-        *(_then_follow_up(svc, execute_run(svc, rid, key)) for rid, key in pairs),
+        *(_run_and_follow_up(svc, _executing(svc, rid, key)) for rid, key in pairs),
         return_exceptions=True,
     )
     failed = next((o for o in outcomes if isinstance(o, BaseException)), None)
@@ -170,9 +204,24 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     return submit(coro).result()
 
 
-def _tune_gc(sender: Any = None, **_: Any) -> None:
-    """Once the worker is up: the collector's settings for a busy process (`tune_gc`)."""
-    tune_gc()
+def run_until_stopped(coro: Coroutine[Any, Any, None]) -> None:
+    """`run_async`, except that runs cancelled because the worker stops end the task
+    quietly once they are handed back (the task's message is acked; the runs went out
+    again as messages of their own)."""
+    try:
+        run_async(coro)
+    except CancelledError:
+        if not _in_flight.stopping.is_set():
+            raise
+        _in_flight.handed_back.wait(HANDBACK_TIMEOUT_S)
+
+
+def _install_fast_paths(settings: Settings) -> None:
+    """Once the worker is up, with the fast paths on: the collector's settings for a busy
+    process (`gc_tune`; it checks the switch itself). The OpenAI SDK's body shortcut is
+    put in place when the first OpenAI model is built (`models.resolve_model`), so a
+    worker that never calls an OpenAI API never imports that SDK's request machinery."""
+    gc_tune.tune_gc(settings)
 
 
 def register_tasks(app: Celery, settings: Settings) -> None:
@@ -180,9 +229,6 @@ def register_tasks(app: Celery, settings: Settings) -> None:
 
     @cache
     def build() -> Services:
-        from switchboard.wiring import build_services
-        from switchboard.workers.queue import CeleryQueue
-
         return build_services(settings, queue=CeleryQueue(app))
 
     def services() -> Services:
@@ -194,27 +240,25 @@ def register_tasks(app: Celery, settings: Settings) -> None:
     def run(run_id: str, session_key: str) -> None:
         """Execute one agent run in its session, then its follow-up step if it has one."""
         svc = services()
-        run_async(_then_follow_up(svc, execute_run(svc, run_id, session_key)))
+        run_until_stopped(_run_and_follow_up(svc, _executing(svc, run_id, session_key)))
 
     @app.task(name="switchboard.runs", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
     def runs(pairs: list[list[str]]) -> None:
         """Execute the runs of one message (a batch, or runs enqueued together) together,
         each in its own session, then each one's follow-up step as it ends."""
         svc = services()
-        run_async(_run_together(svc, pairs))
+        run_until_stopped(_run_together(svc, pairs))
 
     @app.task(name="switchboard.resume", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
     def resume(run_id: str, session_key: str) -> None:
         """Continue a parked run with the results it waited for, then its follow-up step."""
         svc = services()
-        run_async(_then_follow_up(svc, resume_run(svc, run_id)))
+        run_until_stopped(_run_and_follow_up(svc, _resuming(svc, run_id)))
 
     @app.task(name="switchboard.sweep", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
     def sweep_task() -> None:
         """Recover expired lanes and overdue parked runs."""
         sweep(services())
-
-    from switchboard.shared.flows.catalog import FLOW_STEPS
 
     for step_name in FLOW_STEPS:
         _register_flow_step(app, step_name, services)
@@ -238,15 +282,27 @@ def register_tasks(app: Celery, settings: Settings) -> None:
     def _close_model_clients(sender: Any = None, **_: Any) -> None:
         close_clients()
 
-    worker_ready.connect(_tune_gc, weak=False)
+    def _hand_back_on_stop(sender: Any = None, **_: Any) -> None:
+        # Sent from the main process's signal handler as a warm (SIGTERM) or cold shutdown
+        # starts: the consumer takes no more messages; the runs in flight go back.
+        if getattr(app, "services_override", None) is None and build.cache_info().currsize == 0:
+            return  # no task ran here: nothing to hand back
+        svc = services()
+        _in_flight.stop(lambda lanes: hand_back_runs(svc, lanes), lambda: held_runs(svc))
+
+    def _fast_paths_on_start(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", app) is app:  # this app's worker, not another one's
+            _install_fast_paths(settings)
+
+    worker_ready.connect(_fast_paths_on_start, weak=False)
     worker_init.connect(_preload_models, weak=False)
     worker_shutdown.connect(_close_model_clients, weak=False)
+    worker_shutting_down.connect(_hand_back_on_stop, weak=False)
     worker_ready.connect(_sweep_on_start, weak=False)
 
 
 def _register_flow_step(app: Celery, name: str, services: Callable[[], Services]) -> None:
     """One Celery task per flow step, named as the step (readable in Flower)."""
-    from switchboard.shared.flows.steps import run_step
 
     def task(*args: str) -> None:
         run_step(services(), name, *args)

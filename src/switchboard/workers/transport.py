@@ -9,7 +9,7 @@ reconnected). Here restore, ack and reject of a message whose connection is gone
 skipped. Nothing is lost: the messages stay in the
 broker's unacked set (restored after the visibility timeout), and the product does not
 wait for that: lane leases recover runs, the pending-steps index recovers flow steps and
-the due index recovers deliveries (``switchboard.shared.runtime.sweeper``).
+the due index recovers deliveries (``switchboard.shared.flows.sweeper``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from kombu.transport import redis as kombu_redis
 
-from switchboard.shared.redis_conn import DRIVER_INFO
+from switchboard.shared.store.client import DRIVER_INFO
 
 log = logging.getLogger("switchboard.worker")
 
@@ -72,7 +72,7 @@ class Channel(kombu_redis.Channel):
 
     def _connparams(self, asynchronous: bool = False) -> Any:
         params = super()._connparams(asynchronous=asynchronous)  # type: ignore[no-untyped-call]
-        params["driver_info"] = DRIVER_INFO  # see `switchboard.shared.redis_conn`
+        params["driver_info"] = DRIVER_INFO  # see `switchboard.shared.store.client`
         return params
 
     def _create_client(self, asynchronous: bool = False) -> Any:

@@ -5,9 +5,19 @@
 
 const TOKEN_KEY = "switchboard.token";
 const TREE_DEPTH = 3;
+// Sessions fetched per listing (newest first; narrower filters reach older ones) and shown
+// per page: the table stays a few dozen rows however many sessions Redis holds.
+const FETCH_LIMIT = 1000;
+const PAGE_SIZE = 50;
+const DELIVERIES_LIMIT = 200;
+const TICK_MS = 5000;
+// The URL hash carries the whole view: these filter fields, the page, the open session.
+const FILTERS = { kind: "filter-kind", agent: "filter-agent", active: "filter-active",
+  search: "filter-search" };
 const state = {
   token: null, current: null, rows: new Map(), flowIds: new Set(), source: null,
   pendingRun: null, ended: new Map(), // runId → status of recently ended runs
+  listed: [], page: 0, listedFor: null, // the fetched sessions, the page shown, their filters
 };
 
 const $ = (id) => document.getElementById(id);
@@ -37,9 +47,40 @@ function when(ms) {
   if (!ms) return "";
   const date = new Date(Number(ms));
   const age = (Date.now() - date.getTime()) / 1000;
-  if (age < 60) return `${Math.max(0, Math.round(age))}s ago`;
-  if (age < 3600) return `${Math.round(age / 60)}m ago`;
+  if (age < 60) return `${Math.max(0, Math.floor(age))}s ago`;
+  if (age < 3600) return `${Math.floor(age / 60)}m ago`;
+  if (age < 86400) return `${Math.floor(age / 3600)}h ago`;
   return date.toLocaleString();
+}
+
+// A relative time that keeps ticking (see tickTimes); the exact time is its tooltip.
+function ago(ms) {
+  if (!ms) return "";
+  const date = new Date(Number(ms));
+  return el("time", { class: "ago", "data-ms": Number(ms), datetime: date.toISOString(),
+    title: date.toLocaleString(), text: when(ms) });
+}
+
+function tickTimes() {
+  for (const node of document.querySelectorAll("time.ago[data-ms]")) {
+    const text = when(node.dataset.ms);
+    if (node.textContent !== text) node.textContent = text;
+  }
+}
+
+// One line of a long value; a click shows all of it and copies it.
+function trunc(text, attrs = {}) {
+  const full = String(text ?? "");
+  return el("span", { ...attrs, class: `trunc ${attrs.class || ""}`.trim(), title: full,
+    text: full, onclick: (event) => {
+      event.stopPropagation();
+      event.currentTarget.classList.toggle("open");
+      copy(full);
+    } });
+}
+
+function copy(text) {
+  if (navigator.clipboard) navigator.clipboard.writeText(text).catch(() => { /* shown anyway */ });
 }
 
 function short(text, limit = 140) {
@@ -109,9 +150,7 @@ async function start(token) {
   $("app").hidden = false;
   $("logout").hidden = false;
   connectEvents();
-  await loadSessions();
-  const fromHash = new URLSearchParams(location.hash.slice(1)).get("session");
-  if (fromHash) await openSession(fromHash);
+  await applyRoute();
 }
 
 async function login(event) {
@@ -149,12 +188,72 @@ function guard(fn) {
 
 // ---- sessions table --------------------------------------------------------------------
 
+// ---- the URL is the state ------------------------------------------------------------
+
+function filterValues() {
+  const values = {};
+  for (const [name, id] of Object.entries(FILTERS)) values[name] = $(id).value.trim();
+  return values;
+}
+
+function routeHash(route) {
+  const query = new URLSearchParams();
+  if (route.session) query.set("session", route.session);
+  for (const name of Object.keys(FILTERS)) if (route[name]) query.set(name, route[name]);
+  if (route.page > 0) query.set("page", String(route.page + 1));
+  const text = query.toString();
+  return text ? `#${text}` : "";
+}
+
+function readRoute() {
+  const query = new URLSearchParams(location.hash.slice(1));
+  const route = { session: query.get("session") || null,
+    page: Math.max(0, (parseInt(query.get("page"), 10) || 1) - 1) };
+  for (const name of Object.keys(FILTERS)) route[name] = query.get(name) || "";
+  return route;
+}
+
+// Record what the page shows as a new history entry (back returns to the previous one).
+function pushRoute() {
+  setHash(routeHash({ ...filterValues(), session: state.current, page: state.page }), true);
+}
+
+function setHash(hash, push) {
+  if (hash !== location.hash) {
+    const url = hash || location.pathname;
+    if (push) history.pushState(null, "", url);
+    else history.replaceState(null, "", url);
+  }
+  state.appliedHash = location.hash;
+}
+
+// Show what the URL says: on load, on back/forward, on a pasted or edited link.
+// A newer URL change overtakes one still loading: only the newest route is drawn.
+const applyRoute = guard(async () => {
+  state.appliedHash = location.hash;
+  const seq = (state.routeSeq = (state.routeSeq || 0) + 1);
+  const route = readRoute();
+  for (const [name, id] of Object.entries(FILTERS)) $(id).value = route[name];
+  const filters = JSON.stringify(filterValues());
+  if (state.listedFor !== filters) await fetchSessions();
+  if (seq !== state.routeSeq) return;
+  state.page = route.page;
+  renderSessions();
+  if (route.session && route.session !== state.current) await openSession(route.session, false);
+  else if (!route.session) closeSession();
+});
+
+// Back/forward fire popstate, an edited hash fires both it and hashchange: apply once.
+function onUrlChange() {
+  if (state.token && location.hash !== state.appliedHash) applyRoute();
+}
+
+// ---- sessions table --------------------------------------------------------------------
+
 function filterParams() {
-  const params = { limit: 200 };
-  const kind = $("filter-kind").value;
-  const agent = $("filter-agent").value.trim();
+  const params = { limit: FETCH_LIMIT };
+  const { kind, agent, search } = filterValues();
   const active = parseInt($("filter-active").value, 10);
-  const search = $("filter-search").value.trim();
   if (kind) params.kinds = [kind];
   if (agent) params.agentId = agent;
   if (active > 0) params.activeMinutes = active;
@@ -162,27 +261,61 @@ function filterParams() {
   return params;
 }
 
-const loadSessions = guard(async () => {
+async function fetchSessions() {
+  const filters = JSON.stringify(filterValues());
   const result = await rpc("sessions.list", filterParams());
-  const body = $("sessions").tBodies[0];
-  body.replaceChildren();
-  for (const row of result.sessions) {
-    state.rows.set(row.key, row);
-    const label = row.label || row.displayName;
-    body.append(el("tr", {
-      "data-key": row.key,
-      class: row.key === state.current ? "selected" : null,
-      onclick: () => openSession(row.key),
-    },
-    el("td", { class: "wrap" }, el("span", { class: "mono", text: row.key }),
-      label ? el("div", { class: "muted", text: label }) : null),
-    el("td", { class: "nowrap", text: row.kind }),
-    el("td", { class: "nowrap", text: row.channel || "" }),
-    el("td", { class: "nowrap" }, badge(row.status)),
-    el("td", { class: "nowrap", text: when(row.updatedAt), title: String(row.updatedAt || "") })));
-  }
-  $("sessions-count").textContent = `${result.count} session(s)`;
+  state.listed = result.sessions;
+  state.listedFor = filters;
+  for (const row of result.sessions) state.rows.set(row.key, row);
+}
+
+function sessionRowView(row) {
+  const label = row.label || row.displayName;
+  return el("tr", {
+    "data-key": row.key,
+    class: row.key === state.current ? "selected" : null,
+    onclick: () => openSession(row.key),
+  },
+  el("td", {}, el("span", { class: "mono trunc", title: row.key, text: row.key }),
+    label ? el("div", { class: "muted trunc", title: label, text: label }) : null),
+  el("td", { class: "nowrap", text: row.kind }),
+  el("td", { class: "nowrap", text: row.channel || "", title: row.channel || "" }),
+  el("td", { class: "nowrap" }, badge(row.status)),
+  el("td", { class: "nowrap" }, ago(row.updatedAt)));
+}
+
+function renderSessions() {
+  const total = state.listed.length;
+  const pages = Math.max(1, Math.ceil(total / PAGE_SIZE));
+  state.page = Math.min(Math.max(0, state.page), pages - 1);
+  const first = state.page * PAGE_SIZE;
+  const shown = state.listed.slice(first, first + PAGE_SIZE);
+  $("sessions").tBodies[0].replaceChildren(...shown.map(sessionRowView));
+  const more = total >= FETCH_LIMIT ? ` (the newest ${FETCH_LIMIT}: filter to reach older)` : "";
+  $("sessions-count").textContent = total
+    ? `${first + 1}–${first + shown.length} of ${total} session(s)${more} · page ${state.page + 1}/${pages}`
+    : "0 session(s)";
+  $("page-prev").disabled = state.page === 0;
+  $("page-next").disabled = state.page >= pages - 1;
+}
+
+const loadSessions = guard(async () => {
+  await fetchSessions();
+  renderSessions();
 });
+
+const applyFilters = guard(async () => {
+  state.page = 0;
+  await loadSessions();
+  pushRoute();
+});
+
+function turnPage(delta) {
+  state.page += delta;
+  renderSessions();
+  $("sessions").parentElement.scrollTop = 0;
+  pushRoute();
+}
 
 // ---- one session -----------------------------------------------------------------------
 
@@ -194,10 +327,11 @@ async function sessionRow(key) {
   return row || { key };
 }
 
-const openSession = guard(async (ref) => {
+const openSession = guard(async (ref, push = true) => {
   const { key } = await rpc("sessions.resolve", { key: ref });
   state.current = key;
-  history.replaceState(null, "", `#session=${encodeURIComponent(key)}`);
+  if (push) pushRoute();
+  else setHash(routeHash({ ...readRoute(), session: key }), false);
   for (const tr of $("sessions").tBodies[0].rows) {
     tr.classList.toggle("selected", tr.dataset.key === key);
   }
@@ -207,6 +341,13 @@ const openSession = guard(async (ref) => {
   await loadDetail();
 });
 
+function closeSession() {
+  state.current = null;
+  for (const tr of $("sessions").tBodies[0].rows) tr.classList.remove("selected");
+  $("detail").hidden = true;
+  $("empty").hidden = false;
+}
+
 const loadDetail = guard(async () => {
   const key = state.current;
   if (!key) return;
@@ -214,7 +355,7 @@ const loadDetail = guard(async () => {
     sessionRow(key),
     rpc("chat.history", { sessionKey: key, limit: 200 }),
     rpc("flows.list", { sessionKey: key, limit: 20 }),
-    rpc("deliveries.list", { sessionKey: key, limit: 50 }),
+    rpc("deliveries.list", { sessionKey: key, limit: DELIVERIES_LIMIT }),
   ]);
   if (key !== state.current) return;
   renderMeta(row);
@@ -231,11 +372,11 @@ function renderMeta(row) {
   const fields = [
     ["kind", row.kind], ["channel", row.channel], ["status", row.status],
     ["label", row.label], ["model", row.model], ["sessionId", row.sessionId],
-    ["tokens", row.totalTokens], ["updated", when(row.updatedAt)],
+    ["tokens", row.totalTokens], ["updated", ago(row.updatedAt)],
   ];
   for (const [name, value] of fields) {
     if (value === undefined || value === null || value === "") continue;
-    meta.append(el("dt", { text: name }), el("dd", { text: String(value) }));
+    meta.append(el("dt", { text: name }), el("dd", {}, value instanceof Node ? value : String(value)));
   }
 }
 
@@ -255,7 +396,7 @@ function renderTranscript(messages) {
       el("strong", { text: msg.role }),
       msg.toolName ? el("span", { class: "mono", text: msg.toolName }) : null,
       msg.model ? el("span", { text: msg.model }) : null,
-      el("span", { text: when(msg.timestamp) }));
+      el("span", {}, ago(msg.timestamp)));
     if (inter) {
       const from = prov.sourceSessionKey || "another session";
       const via = prov.sourceTool ? ` via ${prov.sourceTool}` : "";
@@ -296,8 +437,11 @@ function keyLink(key, text) {
     onclick: (event) => { event.preventDefault(); openSession(key); }, text: text || key });
 }
 
+// Children shown per node of the tree (newest first); one more is asked to know if there are.
+const TREE_WIDTH = 50;
+
 async function childrenOf(key) {
-  const result = await rpc("sessions.list", { spawnedBy: key, limit: 50 });
+  const result = await rpc("sessions.list", { spawnedBy: key, limit: TREE_WIDTH + 1 });
   return result.sessions;
 }
 
@@ -310,7 +454,10 @@ async function subtree(row, depth) {
     const kids = await childrenOf(row.key);
     if (kids.length) {
       const list = el("ul", {});
-      for (const kid of kids) list.append(await subtree(kid, depth + 1));
+      for (const kid of kids.slice(0, TREE_WIDTH)) list.append(await subtree(kid, depth + 1));
+      if (kids.length > TREE_WIDTH) {
+        list.append(el("li", { class: "muted more", text: `… more: the newest ${TREE_WIDTH} shown` }));
+      }
       item.append(list);
     }
   }
@@ -359,7 +506,7 @@ function renderFlows(flows) {
     }
     return el("div", { class: "flow", "data-flow": flow.flowId },
       el("div", {}, el("span", { class: "mono", text: flow.flowId.slice(0, 8) }), " ",
-        badge(flow.status), " ", el("span", { class: "muted", text: when(flow.createdAt) })),
+        badge(flow.status), " ", el("span", { class: "muted" }, ago(flow.createdAt))),
       steps);
   }));
 }
@@ -369,16 +516,19 @@ function renderDeliveries(rows) {
   body.replaceChildren();
   if (!rows.length) {
     body.append(el("tr", {}, el("td", { colspan: 5, class: "muted", text: "no deliveries" })));
+    $("deliveries-count").textContent = "";
     return;
   }
   for (const d of rows) {
     body.append(el("tr", { "data-delivery": d.deliveryId, "data-status": d.status },
-      el("td", { class: "nowrap", text: d.channel }),
-      el("td", { class: "mono nowrap", text: d.to || "" }),
-      el("td", {}, badge(d.status), d.lastError ? el("div", { class: "muted", text: d.lastError }) : null),
+      el("td", { class: "nowrap", text: d.channel, title: d.channel }),
+      el("td", {}, trunc(d.to || "", { class: "mono" })),
+      el("td", {}, badge(d.status), d.lastError ? trunc(d.lastError, { class: "muted" }) : null),
       el("td", { class: "nowrap", text: String(d.attempts ?? 0) }),
-      el("td", { class: "wrap", text: short(d.message, 80) })));
+      el("td", {}, trunc(d.message, { class: "message" }))));
   }
+  const more = rows.length >= DELIVERIES_LIMIT ? ` (the newest ${DELIVERIES_LIMIT})` : "";
+  $("deliveries-count").textContent = `${rows.length} deliver${rows.length === 1 ? "y" : "ies"}${more}`;
 }
 
 const send = guard(async (event) => {
@@ -408,7 +558,8 @@ function setLive(stateName, text) {
   $("live").textContent = text;
 }
 
-const refreshSessions = coalesce(() => loadSessions(), 500);
+// A listing is up to FETCH_LIMIT rows: refetched at most every 1.5 s however busy the stream.
+const refreshSessions = coalesce(() => loadSessions(), 1500);
 const refreshDetail = coalesce(() => loadDetail(), 250);
 
 function logEvent(type, data) {
@@ -471,8 +622,19 @@ function connectEvents() {
 document.addEventListener("DOMContentLoaded", () => {
   $("login-form").addEventListener("submit", login);
   $("logout").addEventListener("click", logout);
-  $("filters").addEventListener("submit", (event) => { event.preventDefault(); loadSessions(); });
-  $("filter-kind").addEventListener("change", () => loadSessions());
+  $("filters").addEventListener("submit", (event) => { event.preventDefault(); applyFilters(); });
+  $("filter-kind").addEventListener("change", () => applyFilters());
+  $("page-prev").addEventListener("click", () => turnPage(-1));
+  $("page-next").addEventListener("click", () => turnPage(1));
+  $("copy-key").addEventListener("click", () => copy(state.current || ""));
+  $("close-detail").addEventListener("click", (event) => {
+    event.preventDefault();
+    closeSession();
+    pushRoute();
+  });
+  window.addEventListener("popstate", onUrlChange);
+  window.addEventListener("hashchange", onUrlChange);
+  setInterval(tickTimes, TICK_MS);
   $("send-form").addEventListener("submit", send);
   const saved = localStorage.getItem(TOKEN_KEY);
   if (saved) {

@@ -21,8 +21,6 @@ import httpx
 
 from switchboard.shared.config import WebhookConfig
 from switchboard.shared.services import Services
-from switchboard.shared.store import codec
-from switchboard.shared.store.keyspace import EVENTS_MAXLEN
 from switchboard.shared.store.runs import now_ms
 
 _RETRYABLE_4XX = frozenset({408, 429})
@@ -132,11 +130,5 @@ def settled_event(
 
 def publish_webchat(svc: Services, delivery: Mapping[str, Any]) -> SendResult:
     """Append a ``delivery`` event to the events stream (console and ``/events`` read it)."""
-    fields = {"type": "delivery", "data": codec.dumps(webchat_event(delivery, now_ms()))}
-    svc.store.redis.xadd(
-        svc.store.ks.events,
-        fields,  # type: ignore[arg-type]
-        maxlen=EVENTS_MAXLEN,
-        approximate=True,
-    )
+    svc.store.deliveries.publish_event("delivery", webchat_event(delivery, now_ms()))
     return DELIVERED

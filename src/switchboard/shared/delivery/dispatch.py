@@ -26,10 +26,8 @@ from switchboard.shared import metrics
 from switchboard.shared.delivery import adapters, records
 from switchboard.shared.delivery.records import Outgoing, Target
 from switchboard.shared.flows.steps import flow_step
-from switchboard.shared.gateway.agent import SendBlocked, check_send_policy
-from switchboard.shared.policy.send_policy import SEND_BLOCKED
+from switchboard.shared.policy.send_policy import SEND_BLOCKED, session_send_decision
 from switchboard.shared.services import Services
-from switchboard.shared.store.events import publish_event
 from switchboard.shared.store.runs import now_ms
 
 log = logging.getLogger("switchboard.delivery")
@@ -192,7 +190,7 @@ def _publish_settled(
 ) -> None:
     """A ``delivery.settled`` event on the events stream (the console follows it)."""
     event = adapters.settled_event(delivery, attempt, status, error)
-    publish_event(svc.store.redis, svc.store.ks, "delivery.settled", event)
+    svc.store.events.publish("delivery.settled", event)
 
 
 def _denied(svc: Services, delivery: Mapping[str, Any]) -> bool:
@@ -202,8 +200,6 @@ def _denied(svc: Services, delivery: Mapping[str, Any]) -> bool:
 
 
 def _session_denies(svc: Services, session_key: str, channel: str) -> bool:
-    try:
-        check_send_policy(svc, session_key, channel=channel or None)
-    except SendBlocked:
-        return True
-    return False
+    entry = svc.store.sessions.get(session_key)
+    fields = entry.fields if entry is not None else None
+    return session_send_decision(svc.config, session_key, fields, channel=channel or None) == "deny"

@@ -13,11 +13,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
-
-from redis import Redis
-from redis.commands.core import Script
 
 from switchboard.shared import metrics
 from switchboard.shared.delivery import Target, get_delivery
@@ -25,20 +21,6 @@ from switchboard.shared.flows.steps import read_hash
 from switchboard.shared.services import Services
 from switchboard.shared.store import codec
 from switchboard.shared.store.runs import LinkAdvance, LinkRecord, now_ms
-from switchboard.shared.store.scripts import LUA_LINK_ADVANCE, LUA_SET_FIELDS
-
-# Advance a flow that is still where the caller saw it, counting its outcome if it has one.
-# KEYS: flow, metrics. ARGV: expected status, expected turn ('' = any), JSON fields, TTL s,
-# metrics field to add one to ('' = none)
-_ADVANCE = (
-    LUA_SET_FIELDS
-    + LUA_LINK_ADVANCE
-    + """
-if not link_advance(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]) then return 0 end
-if ARGV[5] ~= '' then redis.call('HINCRBY', KEYS[2], ARGV[5], 1) end
-return 1
-"""
-)
 
 # The announce outcome counted for an announce status ("delivering": handed to delivery).
 _ANNOUNCE_OUTCOMES = {"delivering": "delivered"}
@@ -157,6 +139,7 @@ def new_flow(
 def create_flow(svc: Services, **flow: Any) -> str:
     """Record a new flow (as `new_flow` makes it) on its own; returns its id."""
     flow_id, record = new_flow(svc, **flow)
+    # The link seam writes it exactly as a primary run's start does (one writer).
     svc.store.runs.write_link_record(svc.store.ks.flow(flow_id), record)
     return flow_id
 
@@ -198,25 +181,12 @@ def advance(
         counted = metrics.field_name(
             metrics.ANNOUNCES, "a2a", _ANNOUNCE_OUTCOMES.get(outcome, outcome)
         )
-    res = _advance_script(svc.store.redis)(
-        keys=[svc.store.ks.flow(flow.flow_id), svc.store.ks.metrics],
-        args=[cas.status, cas.turn, codec.fields_json(cas.fields), cas.ttl_s, counted],
-    )
-    return bool(int(res))
-
-
-@lru_cache(maxsize=16)
-def _advance_script(redis: Redis) -> Script:
-    return redis.register_script(_ADVANCE)
+    return svc.store.flows.advance(flow.flow_id, cas, counted=counted)
 
 
 def record_once(svc: Services, flow_id: str, name: str, value: str) -> str:
     """Set a field unless it is set; returns the value that holds (first writer wins)."""
-    key = svc.store.ks.flow(flow_id)
-    if svc.store.redis.hsetnx(key, name, value):
-        return value
-    held = svc.store.redis.hget(key, name)
-    return held.decode() if isinstance(held, bytes) else str(held)
+    return svc.store.flows.record_once(flow_id, name, value)
 
 
 def _encode(fields: Mapping[str, Any]) -> dict[str, str | None]:
@@ -254,8 +224,7 @@ def get_flow(svc: Services, flow_id: str) -> dict[str, Any] | None:
 
 def flows_for(svc: Services, session_key: str, limit: int) -> list[dict[str, Any]]:
     """The newest ``limit`` flows a session requested or was sent, newest first."""
-    rows = svc.store.redis.zrevrange(svc.store.ks.session_flows(session_key), 0, limit - 1)
-    ids = [v.decode() if isinstance(v, bytes) else str(v) for v in rows]
+    ids = svc.store.flows.recent_ids(session_key, limit)
     return [flow for flow in (get_flow(svc, flow_id) for flow_id in ids) if flow is not None]
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from switchboard.shared import metrics
 from switchboard.shared.delivery import enqueue_delivery, resolve_announce_target
-from switchboard.shared.errors import SwitchboardError, Unavailable
+from switchboard.shared.errors import StoreUnavailable, SwitchboardError, Unavailable
 from switchboard.shared.flows import a2a_rules as rules
 from switchboard.shared.flows.a2a_flow import Flow, advance, load_flow, record_once
 from switchboard.shared.flows.a2a_flow import advancing as advancing_flow
@@ -84,7 +84,7 @@ def _followed_run_id(svc: Services, flow: Flow, turn: int) -> str | None:
     """The run of round ``turn`` when this step follows it (run inline after it) and the
     step that started it has not recorded it on the flow yet: recorded here (first writer
     wins, and both write the same id)."""
-    rec = following()
+    rec = following(svc)
     if rec is None or rec.meta.get("flowId") != flow.flow_id:
         return None
     primary = rec.meta.get("a2a") == "primary"
@@ -215,6 +215,8 @@ def _start_round(svc: Services, flow: Flow, turn: int) -> None:
                 link=(svc.store.ks.flow(flow.flow_id), f"run:{turn}"),
             ),
         )
+    except StoreUnavailable:
+        raise  # the store is away: retried, not an outcome
     except SwitchboardError as exc:
         _end_loop(svc, flow, turn, "round_error", status="error", error=exc.message)
         return
@@ -309,6 +311,8 @@ def _announce(
         )
     except LinkMoved:
         log.info("a2a flow %s moved on before its announce started", flow_id)
+    except StoreUnavailable:
+        raise  # the store is away: retried, not an outcome
     except SwitchboardError as exc:
         ended = _done_fields("error", announceError=exc.message)
         advance(svc, read, {**(advancing or {}), **ended})

@@ -2,7 +2,7 @@
 
 ``sessions_spawn`` checks everything first and then calls ``start_child`` (or
 ``start_batch``) here. The requester's slots are taken before anything is written
-(``SpawnRecords.reserve_children``); the spawn record exists before the run is queued, so
+(``SpawnStore.reserve_children``); the spawn record exists before the run is queued, so
 the run's ``on_end`` step (``switchboard.subagent_announce``) always finds it.
 """
 
@@ -15,7 +15,6 @@ from typing import Any
 
 from switchboard.shared import keys as sk
 from switchboard.shared.config import EffectiveSubagents
-from switchboard.shared.flows.spawns import SpawnRecords
 from switchboard.shared.flows.subagent import ANNOUNCE_STEP, fail_unstarted
 from switchboard.shared.flows.subagent_prompts import (
     ChildBrief,
@@ -25,10 +24,10 @@ from switchboard.shared.flows.subagent_prompts import (
 from switchboard.shared.gateway.agent import SendBlocked
 from switchboard.shared.policy.send_policy import SEND_BLOCKED, resolve_send_policy
 from switchboard.shared.policy.tool_policy import subagent_role
-from switchboard.shared.services import Services
+from switchboard.shared.services import Services, ToolContext
+from switchboard.shared.store.codec import as_text
 from switchboard.shared.store.runs import NewRun, now_ms
-from switchboard.shared.store.scripts import as_text
-from switchboard.shared.tools.registry import ToolContext
+from switchboard.shared.store.spawns import SpawnStore
 
 # Children written per pipelined round trip (a batch of 1,000 takes ten).
 _CHUNK = 100
@@ -115,7 +114,7 @@ def _origin(delivery: Mapping[str, Any], channel: str | None) -> dict[str, str]:
     return {"channel": channel} if channel else {}
 
 
-def live_children(svc: Services, records: SpawnRecords, requester: str) -> int:
+def live_children(svc: Services, records: SpawnStore, requester: str) -> int:
     """Active children, dropping any whose session no longer exists (deleted by hand)."""
     members = records.active_children(requester)
     entries = svc.store.sessions.get_many(members) if members else []
@@ -127,7 +126,7 @@ def live_children(svc: Services, records: SpawnRecords, requester: str) -> int:
 
 def start_child(
     svc: Services,
-    records: SpawnRecords,
+    records: SpawnStore,
     req: Requester,
     child: Child,
     *,
@@ -144,7 +143,7 @@ def start_child(
 
 def start_batch(
     svc: Services,
-    records: SpawnRecords,
+    records: SpawnStore,
     req: Requester,
     children: Sequence[Child],
     *,
@@ -191,7 +190,7 @@ def start_batch(
     return batch_id, runs
 
 
-def abandon(svc: Services, records: SpawnRecords, req: Requester, child: Child) -> None:
+def abandon(svc: Services, records: SpawnStore, req: Requester, child: Child) -> None:
     """Undo a spawn whose run could not be started."""
     svc.store.sessions.delete(child.key)
     records.release_child(req.key, child.key)
@@ -297,7 +296,7 @@ def _prepare(
 
 def _record(
     svc: Services,
-    records: SpawnRecords,
+    records: SpawnStore,
     req: Requester,
     starts: Sequence[_Start],
     scores: Sequence[float],
@@ -309,9 +308,9 @@ def _record(
     script: the session is created, the run recorded and the lane taken atomically), then
     the label (kept only while no other session holds it); then the requester's lineage
     (``scores``: each child's place among the requester's children)."""
-    ks, runs = svc.store.ks, svc.store.runs
+    runs = svc.store.runs
     now = now_ms()
-    pipe = records.redis.pipeline(transaction=False)
+    pipe = svc.store.pipeline()
     for start in starts:
         records.create(start.child.spawn_id, start.spawn, client=pipe)
     for start in starts:
@@ -320,7 +319,7 @@ def _record(
     for start in labelled:
         records.claim_label(str(start.child.plan.label), start.child.key, client=pipe)
     lineage = {s.child.key: score for s, score in zip(starts, scores, strict=True)}
-    pipe.zadd(ks.children(req.key), lineage)
+    records.add_lineage(req.key, lineage, client=pipe)
     replies = pipe.execute()[len(starts) : 2 * len(starts)]
     return [
         (s.run.run_id, s.child.key)

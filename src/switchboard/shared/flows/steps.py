@@ -12,15 +12,13 @@ while the step runs carries them, with the step's name.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from contextvars import ContextVar
+from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-import redis
-
 from switchboard.logs import log_context
-from switchboard.shared.errors import Unavailable
-from switchboard.shared.store import codec
+from switchboard.shared.errors import StoreUnavailable, Unavailable
+from switchboard.shared.queue import InlineStep, RunsTakenHere, TakingQueue
 from switchboard.shared.store.sessions import SessionEntry
 
 if TYPE_CHECKING:
@@ -32,8 +30,9 @@ log = logging.getLogger("switchboard.flow")
 FlowStep = Callable[..., None]
 
 FLOW_STEPS: dict[str, FlowStep] = {}
-# Errors after which a step is retried (the worker's task retries them with backoff).
-_RETRIED = (Unavailable, redis.ConnectionError, redis.TimeoutError)
+# Errors after which a step is retried (the worker's task retries them with backoff); the
+# store raises Redis failures as `StoreUnavailable`, an `Unavailable`.
+_RETRIED = (Unavailable,)
 # The log field name of each step argument, by step name.
 _LOG_IDS: dict[str, tuple[str, ...]] = {}
 
@@ -70,7 +69,11 @@ def run_step(services: Services, name: str, *args: str) -> None:
 
 
 def run_step_inline(
-    services: Services, name: str, *args: str, following: RunRecord | None = None
+    services: Services,
+    name: str,
+    *args: str,
+    following: RunRecord | None = None,
+    taken: RunsTakenHere | None = None,
 ) -> None:
     """Run a registered step in the calling task, with its ids bound for logging.
 
@@ -78,32 +81,49 @@ def run_step_inline(
     the caller keeps its own record of it until it returns, so no pending entry is kept.
     ``following`` is the run the step follows, as its end step stored it: the step reads
     it from there (`run_of`) instead of the store, and takes the hashes its end step read
-    for it (`read_hash`). Errors propagate to the caller."""
+    for it (`read_hash`). ``taken``: the task executes the runs the step starts, as far
+    as it has room (`RunsTakenHere`). Errors propagate to the caller."""
     ids = dict(zip(_LOG_IDS.get(name, ()), args, strict=False))
-    token = _following.set(following)
-    reads = _read_at_end.set(dict(following.read_at_end) if following is not None else None)
+    with log_context(step=name, **ids):
+        log.debug("flow step %s (inline)", name)
+        FLOW_STEPS[name](inline_services(services, following=following, taken=taken), *args)
+
+
+def inline_services(
+    services: Services, *, following: RunRecord | None = None, taken: RunsTakenHere | None = None
+) -> Services:
+    """The copy of ``services`` a step run in place is given: it knows the run it follows
+    (`InlineStep`), and its queue offers the runs it starts to ``taken`` first."""
+    reads = dict(following.read_at_end) if following is not None else {}
+    queue = services.queue if taken is None else TakingQueue(services.queue, taken)
+    step = InlineStep(following=following, reads=reads, taken=taken)
+    return replace(services, queue=queue, inline=step)
+
+
+def run_follow_up(svc: Services, rec: RunRecord, taken: RunsTakenHere | None = None) -> bool:
+    """Run an ended run's `onEnd` step here and now; True when its outbox entry is to be
+    cleared (`RunStore.outbox_done`, which the caller does for all the runs it followed
+    up at once), False when the step is left to the sweep.
+
+    Until it is cleared the outbox holds it: if this worker dies first, or the store is
+    away, the sweep enqueues the step (steps are idempotent)."""
+    assert rec.on_end is not None
+    task, args = str(rec.on_end["task"]), [str(a) for a in rec.on_end.get("args", [])]
     try:
-        with log_context(step=name, **ids):
-            log.debug("flow step %s (inline)", name)
-            FLOW_STEPS[name](services, *args)
-    finally:
-        _read_at_end.reset(reads)
-        _following.reset(token)
+        run_step_inline(svc, task, *args, following=rec, taken=taken)
+    except StoreUnavailable:
+        log.warning("run %s: its follow-up %s is left to the sweep", rec.run_id, task)
+        return False
+    except Unavailable:  # not ready yet: a task of its own, retried with backoff
+        svc.queue.enqueue(task, *args)
+    except Exception:
+        log.exception("run %s: its follow-up %s failed", rec.run_id, task)
+    return True
 
 
-# The run whose follow-up step is running inline (see `run_step_inline`).
-_following: ContextVar[RunRecord | None] = ContextVar("following", default=None)
-
-
-def following() -> RunRecord | None:
-    """The ended run whose follow-up step is running inline, if any."""
-    return _following.get()
-
-
-# What the followed run's end step read for this step (see `read_hash`); taken once each.
-_read_at_end: ContextVar[dict[str, Mapping[str, str]] | None] = ContextVar(
-    "read_at_end", default=None
-)
+def following(services: Services) -> RunRecord | None:
+    """The ended run whose follow-up step is running inline with ``services``, if any."""
+    return services.inline.following if services.inline is not None else None
 
 
 def read_hash(services: Services, key: str) -> dict[str, str]:
@@ -111,10 +131,11 @@ def read_hash(services: Services, key: str) -> dict[str, str]:
     followed run's end step read for it is taken from there (read in the same atomic step
     that ended the run, so as fresh as a read now: the step's writes compare-and-set
     anyway); any later read, or any other hash, comes from the store."""
-    reads = _read_at_end.get()
-    if reads is not None and key in reads:
-        return dict(reads.pop(key))
-    return codec.decode_hash(services.store.redis.hgetall(key))
+    if services.inline is not None:
+        fields = services.inline.take_read(key)
+        if fields is not None:
+            return fields
+    return services.store.flows.read_hash(key)
 
 
 def session_entry(services: Services, session_key: str) -> SessionEntry | None:
@@ -126,7 +147,7 @@ def session_entry(services: Services, session_key: str) -> SessionEntry | None:
 def run_of(services: Services, run_id: str) -> RunRecord | None:
     """The run ``run_id`` as a step reads it: the ended run the step follows when it is
     that one (terminal runs do not change), else from the store."""
-    known = _following.get()
+    known = following(services)
     if known is not None and known.run_id == run_id:
         return known
     return services.store.runs.get(run_id)

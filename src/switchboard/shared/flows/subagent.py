@@ -21,25 +21,21 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
-
-from redis.client import Pipeline
 
 from switchboard.shared import keys as sk
 from switchboard.shared import metrics
 from switchboard.shared.delivery import Target, enqueue_delivery
 from switchboard.shared.delivery.targets import target_from_entry, target_from_key
 from switchboard.shared.errors import Unavailable
-from switchboard.shared.flows.spawns import Record, SpawnRecords
 from switchboard.shared.flows.steps import flow_step
-from switchboard.shared.flows.subagent_archive import archive_session, transcript_path
+from switchboard.shared.flows.subagent_archive import archive_session
 from switchboard.shared.runtime.transcript import latest_tool_result_text
 from switchboard.shared.services import Services
-from switchboard.shared.store import codec
+from switchboard.shared.store import Pipeline
 from switchboard.shared.store.runs import RunRecord, now_ms
-from switchboard.shared.store.scripts import as_text
 from switchboard.shared.store.sessions import SessionEntry
+from switchboard.shared.store.spawns import AnnounceReads, SpawnRecord, SpawnStore
 
 log = logging.getLogger("switchboard.subagent")
 
@@ -62,24 +58,10 @@ _SETTLED = ("delivered", "skipped", "dropped")
 # -- steps -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Context:
-    """What an announce step reads besides the spawn, in one round trip."""
-
-    run: RunRecord | None
-    # The batch's join mode ("" when the spawn is not in a batch).
-    join: str
-    lane_holder: str | None
-    child_session_id: str | None
-    requester_exists: bool
-    # The requester's entry, read only when the announce target depends on it.
-    requester_entry: SessionEntry | None
-
-
 @flow_step(ANNOUNCE_STEP, log_ids=("spawnId",))
 def subagent_announce(svc: Services, spawn_id: str) -> None:
     """Announce a finished child to its requester (or count it towards its batch)."""
-    records = SpawnRecords(svc)
+    records = svc.store.spawns
     spawn = records.get(spawn_id)
     if spawn is None or spawn.get("status") == "done":
         return
@@ -95,7 +77,7 @@ def subagent_announce(svc: Services, spawn_id: str) -> None:
     if _should_wait_for_requester(svc, spawn, ctx.lane_holder):
         svc.queue.enqueue(ANNOUNCE_STEP, spawn_id, countdown_s=_BUSY_RETRY_S)
         return
-    pipe = records.redis.pipeline(transaction=False)
+    pipe = svc.store.pipeline()
     _announce_one(svc, records, spawn, ctx, pipe)
     finish_child(
         svc,
@@ -110,7 +92,7 @@ def subagent_announce(svc: Services, spawn_id: str) -> None:
 @flow_step(BATCH_JOIN_STEP, log_ids=("batchId",))
 def batch_join(svc: Services, batch_id: str) -> None:
     """Send one combined announce for a ``join: "all"`` batch whose children all ended."""
-    records = SpawnRecords(svc)
+    records = svc.store.spawns
     batch = records.get_batch(batch_id)
     if batch is None or batch.get("status") == "done":
         return
@@ -122,7 +104,7 @@ def batch_join(svc: Services, batch_id: str) -> None:
         svc.queue.enqueue(BATCH_JOIN_STEP, batch_id, countdown_s=_BUSY_RETRY_S)
         return
     _announce_batch(svc, records, batch, members)
-    pipe = records.redis.pipeline(transaction=False)
+    pipe = svc.store.pipeline()
     for member in members:
         finish_child(svc, records, member, joins_all=True, pipe=pipe, execute=False)
     records.update_batch(batch_id, {"status": "done"}, client=pipe)
@@ -132,7 +114,7 @@ def batch_join(svc: Services, batch_id: str) -> None:
 
 def fail_unstarted(svc: Services, spawn_id: str, error: str) -> None:
     """End a batch member whose run could not be started (so the batch still completes)."""
-    records = SpawnRecords(svc)
+    records = svc.store.spawns
     records.freeze(
         spawn_id, {"outcome": "error", "error": f"failed to start: {error}", "endedAt": now_ms()}
     )
@@ -146,34 +128,14 @@ def fail_unstarted(svc: Services, spawn_id: str, error: str) -> None:
         finish_child(svc, records, spawn, joins_all=False)
 
 
-def _read_context(svc: Services, spawn: Record) -> _Context:
+def _read_context(svc: Services, spawn: SpawnRecord) -> AnnounceReads:
     """The child's run, the batch's join mode, the requester's lane and what the announce
     needs of the child and requester sessions: one pipelined round trip."""
-    ks = svc.store.ks
-    requester, child = str(spawn["requesterKey"]), str(spawn["childKey"])
-    batch_id = str(spawn.get("batchId") or "")
-    pipe = svc.store.redis.pipeline(transaction=False)
-    pipe.hgetall(ks.run(str(spawn.get("runId", ""))))
-    if batch_id:
-        pipe.hget(ks.batch(batch_id), "join")
-    pipe.get(ks.lane(requester))
-    pipe.hget(ks.session(child), "sessionId")
-    if sk.is_subagent_key(requester):
-        pipe.exists(ks.session(requester))
-    needs_entry = _target_needs_entry(spawn)
-    if needs_entry:
-        pipe.hgetall(ks.session(requester))
-    replies = iter(pipe.execute())
-    raw_run = next(replies)
-    run_id = str(spawn.get("runId", ""))
-    run = RunRecord.from_hash(run_id, codec.decode_hash(raw_run)) if raw_run else None
-    join = as_text(next(replies)) if batch_id else ""
-    holder = as_text(next(replies)) or None
-    session_id = as_text(next(replies)) or None
-    exists = bool(next(replies)) if sk.is_subagent_key(requester) else True
-    raw_entry = next(replies) if needs_entry else None
-    entry = SessionEntry.from_hash(requester, codec.decode_hash(raw_entry)) if raw_entry else None
-    return _Context(run, join, holder, session_id, exists, entry)
+    return svc.store.spawns.announce_reads(
+        spawn,
+        check_requester=sk.is_subagent_key(str(spawn["requesterKey"])),
+        read_requester=_target_needs_entry(spawn),
+    )
 
 
 # -- the outcome -------------------------------------------------------------------------
@@ -181,11 +143,11 @@ def _read_context(svc: Services, spawn: Record) -> _Context:
 
 def _freeze_outcome(
     svc: Services,
-    records: SpawnRecords,
-    spawn: Record,
+    records: SpawnStore,
+    spawn: SpawnRecord,
     run: RunRecord | None,
     child_session_id: str | None,
-) -> Record:
+) -> SpawnRecord:
     """Record the child's outcome and result once; later calls read what was recorded."""
     if spawn.get("outcome"):
         return spawn
@@ -216,7 +178,7 @@ def _freeze_outcome(
     return records.get(spawn.id) or spawn  # frozen by another step first
 
 
-def is_silent(spawn: Record) -> bool:
+def is_silent(spawn: SpawnRecord) -> bool:
     """The child asked for no announce: its own reply is exactly ANNOUNCE_SKIP."""
     return bool(spawn.get("resultSource") == "reply" and spawn.get("result") == ANNOUNCE_SKIP)
 
@@ -225,7 +187,7 @@ def is_silent(spawn: Record) -> bool:
 
 
 def _announce_one(
-    svc: Services, records: SpawnRecords, spawn: Record, ctx: _Context, pipe: Pipeline
+    svc: Services, records: SpawnStore, spawn: SpawnRecord, ctx: AnnounceReads, pipe: Pipeline
 ) -> None:
     """Append and deliver one child's announce; the last state change goes on ``pipe``."""
     spawn_key = svc.store.ks.spawn(spawn.id)
@@ -253,7 +215,7 @@ def _announce_one(
 
 
 def _announce_batch(
-    svc: Services, records: SpawnRecords, batch: Record, members: Sequence[Record]
+    svc: Services, records: SpawnStore, batch: SpawnRecord, members: Sequence[SpawnRecord]
 ) -> None:
     batch_key = svc.store.ks.batch(batch.id)
     requester = str(batch["requesterKey"])
@@ -284,7 +246,7 @@ def _announce_batch(
 
 def _settle_announce(
     svc: Services,
-    records: SpawnRecords,
+    records: SpawnStore,
     hash_key: str,
     expected: str,
     outcome: str,
@@ -298,7 +260,7 @@ def _settle_announce(
 
 def _append_once(
     svc: Services,
-    records: SpawnRecords,
+    records: SpawnStore,
     hash_key: str,
     requester: str,
     text: str,
@@ -318,7 +280,7 @@ def _append_once(
             "sourceTool": "subagent_announce",
         },
     }
-    pipe = records.redis.pipeline(transaction=False)
+    pipe = svc.store.pipeline()
     svc.store.sessions.touch(requester, client=pipe)
     records.append_once(
         hash_key,
@@ -333,7 +295,7 @@ def _append_once(
     pipe.execute()
 
 
-def announce_target(svc: Services, spawn: Record) -> Target:
+def announce_target(svc: Services, spawn: SpawnRecord) -> Target:
     """The requester's chat: its route at spawn time, else its recorded route, else webchat."""
     entry = None
     if _target_needs_entry(spawn):
@@ -341,7 +303,7 @@ def announce_target(svc: Services, spawn: Record) -> Target:
     return _target(svc, spawn, entry)
 
 
-def _target_needs_entry(spawn: Record) -> bool:
+def _target_needs_entry(spawn: SpawnRecord) -> bool:
     """The announce target depends on the requester's entry (see ``_target``)."""
     origin: Mapping[str, Any] = spawn.get("requesterOrigin") or {}
     if origin.get("channel") and origin.get("to"):
@@ -350,7 +312,7 @@ def _target_needs_entry(spawn: Record) -> bool:
     return not sk.is_subagent_key(requester) and target_from_key(requester) is None
 
 
-def _target(svc: Services, spawn: Record, entry: SessionEntry | None) -> Target:
+def _target(svc: Services, spawn: SpawnRecord, entry: SessionEntry | None) -> Target:
     origin: Mapping[str, Any] = spawn.get("requesterOrigin") or {}
     if origin.get("channel") and origin.get("to"):
         return Target(
@@ -376,13 +338,14 @@ def _requester_gone(svc: Services, requester: str) -> bool:
     return sk.is_subagent_key(requester) and not svc.store.sessions.exists(requester)
 
 
-def _should_wait_for_requester(svc: Services, spawn: Record | None, holder: str | None) -> bool:
+def _should_wait_for_requester(
+    svc: Services, spawn: SpawnRecord | None, holder: str | None
+) -> bool:
     """The requester's own run (``holder`` holds its lane) is executing: announce after
     it, unless that takes too long."""
     if spawn is None or not holder:
         return False
-    status = svc.store.redis.hget(svc.store.ks.run(holder), "status")
-    if as_text(status) != "running":
+    if svc.store.runs.status(holder) != "running":
         return False
     return now_ms() - int(spawn.get("endedAt") or 0) < _BUSY_WAIT_MS
 
@@ -390,12 +353,12 @@ def _should_wait_for_requester(svc: Services, spawn: Record | None, holder: str 
 # -- batches ------------------------------------------------------------------------------
 
 
-def _joins_all(records: SpawnRecords, spawn: Record) -> bool:
+def _joins_all(records: SpawnStore, spawn: SpawnRecord) -> bool:
     batch_id = spawn.get("batchId")
     return bool(batch_id) and records.batch_join(str(batch_id)) == "all"
 
 
-def _count_towards_batch(svc: Services, records: SpawnRecords, spawn: Record) -> None:
+def _count_towards_batch(svc: Services, records: SpawnStore, spawn: SpawnRecord) -> None:
     records.cas(svc.store.ks.spawn(spawn.id), "announce", "", "batched")
     if records.count_done(str(spawn["batchId"]), spawn.id):
         svc.queue.enqueue(BATCH_JOIN_STEP, str(spawn["batchId"]))
@@ -406,8 +369,8 @@ def _count_towards_batch(svc: Services, records: SpawnRecords, spawn: Record) ->
 
 def finish_child(
     svc: Services,
-    records: SpawnRecords,
-    spawn: Record,
+    records: SpawnStore,
+    spawn: SpawnRecord,
     *,
     joins_all: bool,
     child_exists: bool | None = None,
@@ -419,7 +382,7 @@ def finish_child(
     The writes go in one round trip: on ``pipe`` after what is queued there already
     (executed here unless ``execute`` is False). ``child_exists`` spares a read."""
     requester, child = str(spawn["requesterKey"]), str(spawn["childKey"])
-    pipe = pipe if pipe is not None else records.redis.pipeline(transaction=False)
+    pipe = pipe if pipe is not None else svc.store.pipeline()
     records.release_child(requester, child, client=pipe)
     if spawn.get("cleanup") == "delete":
         if not archive_session(svc, child) and svc.store.sessions.exists(child):
@@ -447,14 +410,14 @@ def finish_child(
 # -- text ---------------------------------------------------------------------------------
 
 
-def announce_text(svc: Services, spawn: Record) -> str:
+def announce_text(svc: Services, spawn: SpawnRecord) -> str:
     """The announce of one child: a headline, Status / Result / Notes, and the stats line."""
     status = str(spawn.get("outcome", "error"))
     headline = f'A subagent task "{task_label(spawn)}" just {status_label(spawn)}.'
     return "\n".join([headline, "", *_status_block(spawn, status), "", stats_line(svc, spawn)])
 
 
-def batch_announce_text(svc: Services, batch: Record, members: Sequence[Record]) -> str:
+def batch_announce_text(svc: Services, batch: SpawnRecord, members: Sequence[SpawnRecord]) -> str:
     """One combined announce for a batch: a summary line, then each child's block."""
     counts = Counter(str(m.get("outcome", "error")) for m in members)
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
@@ -465,7 +428,7 @@ def batch_announce_text(svc: Services, batch: Record, members: Sequence[Record])
     return "\n".join(lines)
 
 
-def _status_block(spawn: Record, status: str) -> list[str]:
+def _status_block(spawn: SpawnRecord, status: str) -> list[str]:
     notes = (spawn.get("error") or "") if status != "ok" else ""
     return [
         f"Status: {status}",
@@ -474,13 +437,13 @@ def _status_block(spawn: Record, status: str) -> list[str]:
     ]
 
 
-def task_label(spawn: Record) -> str:
+def task_label(spawn: SpawnRecord) -> str:
     """The label, else the task on one line (shortened), else ``task``."""
     text = spawn.get("label") or " ".join(str(spawn.get("task") or "").split()) or "task"
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def status_label(spawn: Record) -> str:
+def status_label(spawn: SpawnRecord) -> str:
     """OpenClaw's status wording: completed successfully | timed out | failed: <error>."""
     status = str(spawn.get("outcome", "error"))
     if status in _STATUS_LABELS:
@@ -488,7 +451,7 @@ def status_label(spawn: Record) -> str:
     return f"failed: {spawn.get('error') or 'unknown error'}"
 
 
-def stats_line(svc: Services, spawn: Record) -> str:
+def stats_line(svc: Services, spawn: SpawnRecord) -> str:
     """`Stats: runtime … • tokens … • sessionKey … • sessionId … • transcript …[ • cost …]`."""
     usage: Mapping[str, Any] = spawn.get("usage") or {}
     tokens_in, tokens_out = int(usage.get("input") or 0), int(usage.get("output") or 0)
@@ -501,7 +464,7 @@ def stats_line(svc: Services, spawn: Record) -> str:
         f"(in {format_tokens(tokens_in)} / out {format_tokens(tokens_out)})",
         f"sessionKey {spawn['childKey']}",
         f"sessionId {session_id}",
-        f"transcript {transcript_path(svc, session_id)}",
+        f"transcript {sk.transcript_url(spawn['childKey'])}",
     ]
     cost = usage.get("cost") or usage.get("costUsd")
     if isinstance(cost, int | float) and cost > 0:

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import orjson
 
-from switchboard.shared.flows.spawns import SpawnRecords
 from switchboard.shared.services import Services
 from switchboard.shared.store.sessions import SessionEntry
 
@@ -32,7 +31,7 @@ def transcript_path(svc: Services, session_id: str) -> Path:
 
 def schedule_archive(svc: Services, session_key: str, at_ms: int) -> None:
     """Archive a sub-agent session at ``at_ms`` (an earlier schedule is kept)."""
-    SpawnRecords(svc).schedule_archive(session_key, at_ms)
+    svc.store.spawns.schedule_archive(session_key, at_ms)
 
 
 def export_transcript(svc: Services, entry: SessionEntry) -> Path | None:
@@ -72,7 +71,7 @@ def archive_session(svc: Services, session_key: str) -> bool:
 
 def sweep_archive(svc: Services, now_ms: int) -> int:
     """Archive every sub-agent session whose time has come; returns how many."""
-    records = SpawnRecords(svc)
+    records = svc.store.spawns
     archived = 0
     for key in records.due_archives(now_ms):
         if not svc.store.sessions.exists(key):

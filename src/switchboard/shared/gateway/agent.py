@@ -15,9 +15,8 @@ from switchboard.shared.policy.send_policy import (
     SEND_BLOCKED,
     SendCommand,
     parse_send_command,
-    resolve_send_policy,
+    session_send_decision,
 )
-from switchboard.shared.queue import claim_history, take_claimed
 from switchboard.shared.runtime.models import validate_model_ref
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import (
@@ -120,7 +119,7 @@ def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
             existing = named if named != run_id else None
         took_lane = existing is None and svc.store.runs.submit(run)
         if req.link:
-            svc.store.redis.hsetnx(req.link[0], req.link[1], existing or run_id)
+            svc.store.runs.name_link(req.link, existing or run_id)
     else:
         # A run a task will execute itself (an announce, a reply-back round) is claimed in
         # its start step: one round trip, not two.
@@ -128,11 +127,11 @@ def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
             run,
             on_create=_on_create(req),
             idempotency_key=req.idempotency_key,
-            claim_history=claim_history(),
+            claim_history=svc.inline.claim_history() if svc.inline is not None else None,
         )
         existing, took_lane = started.existing_run_id, started.took_lane
         if isinstance(started.claim, Claim):
-            if take_claimed(run_id, key, started.claim):
+            if svc.inline is not None and svc.inline.take_claimed(run_id, key, started.claim):
                 took_lane = False  # taken, claimed: nothing to enqueue
             else:  # not taken after all: queued again for whoever takes its message
                 svc.store.runs.requeue(run_id, started.claim.attempt)
@@ -161,13 +160,8 @@ def check_send_policy(
     is the session's entry when the caller has just read it (``...``: read it here)."""
     if isinstance(entry, EllipsisType):
         entry = svc.store.sessions.get(key)
-    decision = resolve_send_policy(
-        svc.config,
-        session_key=key,
-        entry=entry.fields if entry else None,
-        channel=None if entry else channel,
-    )
-    if decision == "deny":
+    fields = entry.fields if entry is not None else None
+    if session_send_decision(svc.config, key, fields, channel=channel) == "deny":
         raise SendBlocked(SEND_BLOCKED, field="sessionKey")
 
 

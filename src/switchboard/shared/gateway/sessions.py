@@ -35,7 +35,7 @@ def session_row(svc: Services, entry: SessionEntry) -> dict[str, Any]:
         entry_channel=entry.get("channel"),
         last_channel=ctx.get("channel") or entry.get("lastChannel"),
     )
-    row["transcriptPath"] = str(svc.settings.data_dir / "sessions" / f"{entry.session_id}.jsonl")
+    row["transcriptPath"] = sk.transcript_url(entry.key)
     return row
 
 

@@ -86,6 +86,25 @@ def resolve_send_policy(
     return "allow" if allow_matched else policy.default
 
 
+def session_send_decision(
+    config: SwitchboardConfig,
+    session_key: str,
+    entry: Mapping[str, Any] | None,
+    *,
+    channel: str | None = None,
+) -> SendDecision:
+    """Decide a send to a session as stored (``entry``; None: not created yet).
+
+    Rules match the session's own channel; the request's ``channel`` counts only for a
+    session that does not exist yet (it becomes that session's channel)."""
+    return resolve_send_policy(
+        config,
+        session_key=session_key,
+        entry=entry,
+        channel=None if entry is not None else channel,
+    )
+
+
 def _match_inputs(
     session_key: str,
     entry: Mapping[str, Any],

@@ -50,8 +50,8 @@ from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.tools import DeferredToolRequests, ToolDefinition
 from pydantic_ai.usage import RunUsage
 
-from switchboard.shared.errors import SwitchboardError
-from switchboard.shared.tools.registry import ToolContext, ToolSpec, WaitFor
+from switchboard.shared.errors import StoreUnavailable, SwitchboardError
+from switchboard.shared.services import ToolContext, ToolSpec, WaitFor
 
 __all__ = ["MAX_RETRIES", "REQUEST_LIMIT", "RunResult", "run_model_loop"]
 
@@ -186,6 +186,8 @@ def _call_tools(
             deferred.calls.append(call)
             deferred.metadata[call.tool_call_id] = defer(wait)
             continue
+        except StoreUnavailable:
+            raise  # the store is away: retried, not an outcome
         except SwitchboardError as exc:
             result = {"status": "error", "tool": spec.name, "error": exc.message}
         parts.append(

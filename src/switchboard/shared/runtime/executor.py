@@ -5,35 +5,36 @@ Redis (only the lane holder in the expected state may run; the attempt number gu
 every later write), the session history is loaded from the transcript, the model runs
 with the session's tools, and the outcome is written in one atomic step that also hands
 the lane to the next queued run and wakes parked waiters.
+
+A run's follow-up step (its ``onEnd``) is enqueued when the run ends. A caller that runs
+follow-ups itself (the worker's inline execution, ``Settings.fast_paths``) passes a
+``follow_ups`` list instead: the ended runs are collected there, and the caller runs their
+steps (this layer knows no flow step; the worker hands them to ``shared.flows``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Mapping, Sequence
-from contextvars import ContextVar
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from pydantic_ai.messages import ToolReturnPart
 from pydantic_ai.tools import DeferredToolRequests
-from redis.exceptions import RedisError
 
 from switchboard.logs import bind_run
 from switchboard.shared import keys as sk
-from switchboard.shared.errors import SwitchboardError, Unavailable
+from switchboard.shared.errors import StoreUnavailable, SwitchboardError
 from switchboard.shared.runtime.agent_loop import RunResult, run_model_loop
 from switchboard.shared.runtime.leases import keeper_for
 from switchboard.shared.runtime.models import resolve_model
 from switchboard.shared.runtime.transcript import to_model_messages, to_transcript
-from switchboard.shared.services import Services
+from switchboard.shared.services import Services, ToolContext, WaitFor
 from switchboard.shared.store import codec
-from switchboard.shared.store.events import publish_event, run_event
+from switchboard.shared.store.events import run_event
 from switchboard.shared.store.keyspace import EVENTS_MAXLEN
 from switchboard.shared.store.runs import Claim, ParkedCall, RunRecord, now_ms
-from switchboard.shared.tools.offer import tools_for_session
-from switchboard.shared.tools.registry import ToolContext, WaitFor
 
 log = logging.getLogger("switchboard.run")
 
@@ -41,17 +42,29 @@ log = logging.getLogger("switchboard.run")
 HISTORY_LIMIT = 200
 
 
+# Where a caller collects the runs that ended with a follow-up step, to run those steps
+# itself; None: each step is enqueued as the run ends (the plain path).
+FollowUps = list[RunRecord] | None
+
+
 async def execute_run(
-    svc: Services, run_id: str, session_key: str | None = None, *, claim: Claim | None = None
+    svc: Services,
+    run_id: str,
+    session_key: str | None = None,
+    *,
+    claim: Claim | None = None,
+    follow_ups: FollowUps = None,
 ) -> None:
     """Claim and execute a queued run that holds its session lane.
 
     ``session_key`` is the one the run was enqueued with: the claim then reads the run,
     its session and its history in the same step. ``claim``: the run was claimed as it
-    started (`RunStore.start` with ``claim_history``); execute it as claimed."""
+    started (`RunStore.start` with ``claim_history``); execute it as claimed.
+    ``follow_ups``: collect the run there if it ends with a follow-up step, instead of
+    enqueuing the step."""
     if claim is not None and claim.run is not None:
         bind_run(claim.run)
-        await _execute(svc, claim.run, claim, deferred=None)
+        await _execute(svc, claim.run, claim, deferred=None, follow_ups=follow_ups)
         return
     if session_key is None:
         found = svc.store.runs.get(run_id)
@@ -68,11 +81,12 @@ async def execute_run(
         return
     assert claimed.run is not None
     bind_run(claimed.run)  # this run's ids on every log line until it ends
-    await _execute(svc, claimed.run, claimed, deferred=None)
+    await _execute(svc, claimed.run, claimed, deferred=None, follow_ups=follow_ups)
 
 
-async def resume_run(svc: Services, run_id: str) -> None:
-    """Continue a parked run once every call it waits on has an answer or timed out."""
+async def resume_run(svc: Services, run_id: str, *, follow_ups: FollowUps = None) -> None:
+    """Continue a parked run once every call it waits on has an answer or timed out
+    (``follow_ups`` as for `execute_run`)."""
     rec = svc.store.runs.get(run_id)
     if rec is None or rec.status != "parked":
         return
@@ -95,7 +109,7 @@ async def resume_run(svc: Services, run_id: str) -> None:
         )
         for c, t in zip(calls, targets, strict=True)
     ]
-    await _execute(svc, rec, claim, deferred=results)
+    await _execute(svc, rec, claim, deferred=results, follow_ups=follow_ups)
 
 
 def _complete_call(
@@ -106,22 +120,37 @@ def _complete_call(
         return {"status": "error", "error": f"tool {call.tool_name} cannot be resumed"}
     try:
         return spec.complete(ctx, call.context, target)
+    except StoreUnavailable:
+        raise  # the store is away: retried, not an outcome
     except SwitchboardError as exc:
         return {"status": "error", "tool": call.tool_name, "error": exc.message}
 
 
 async def _execute(
-    svc: Services, rec: RunRecord, claim: Claim, deferred: Sequence[ToolReturnPart] | None
+    svc: Services,
+    rec: RunRecord,
+    claim: Claim,
+    deferred: Sequence[ToolReturnPart] | None,
+    follow_ups: FollowUps,
 ) -> None:
     if claim.exhausted:
-        _finish(svc, rec, claim, status="error", error="run gave up after repeated worker loss")
+        _finish(
+            svc,
+            rec,
+            claim,
+            follow_ups,
+            status="error",
+            error="run gave up after repeated worker loss",
+        )
         return
     if not claim.started_published:  # a fresh claim adds the event itself
         started = run_event(rec, attempt=claim.attempt, resumed=deferred is not None or None)
-        publish_event(svc.store.redis, svc.store.ks, "run.started", started)
+        svc.store.events.publish("run.started", started)
     remaining_s = (claim.deadline_at_ms - now_ms()) / 1000
     if remaining_s <= 0:
-        _finish(svc, rec, claim, status="timeout", error=_timeout_text(rec), aborted=True)
+        _finish(
+            svc, rec, claim, follow_ups, status="timeout", error=_timeout_text(rec), aborted=True
+        )
         return
     # The lane's lease is renewed while the run executes (one keeper per process).
     with keeper_for(svc.store.runs).holding(rec.session_key):
@@ -129,27 +158,37 @@ async def _execute(
             async with asyncio.timeout(remaining_s):
                 result = await _run_agent(svc, rec, claim, deferred)
         except TimeoutError:
-            _finish(svc, rec, claim, status="timeout", error=_timeout_text(rec), aborted=True)
+            _finish(
+                svc,
+                rec,
+                claim,
+                follow_ups,
+                status="timeout",
+                error=_timeout_text(rec),
+                aborted=True,
+            )
             return
-        except RedisError:
+        except StoreUnavailable:
             # The store went away mid-run: not the run's fault. Its lane lease lapses and the
             # sweep runs it again once the store is back.
             raise
         except SwitchboardError as exc:
-            _finish(svc, rec, claim, status="error", error=exc.message)
+            _finish(svc, rec, claim, follow_ups, status="error", error=exc.message)
             return
         except Exception as exc:  # a model or provider failure ends the run as an error
             log.exception("run %s failed", rec.run_id)
-            _finish(svc, rec, claim, status="error", error=f"{type(exc).__name__}: {exc}")
+            _finish(
+                svc, rec, claim, follow_ups, status="error", error=f"{type(exc).__name__}: {exc}"
+            )
             return
     try:
-        _record_result(svc, rec, claim, result)
-    except RedisError:
+        _record_result(svc, rec, claim, result, follow_ups)
+    except StoreUnavailable:
         raise  # the store is away: the lane lease lapses and the sweep runs it again
     except Exception as exc:  # the result itself cannot be stored: end the run, never strand it
         log.exception("run %s: its result could not be recorded", rec.run_id)
         error = f"the run's result could not be recorded ({type(exc).__name__}: {exc})"
-        _finish(svc, rec, claim, status="error", error=error)
+        _finish(svc, rec, claim, follow_ups, status="error", error=error)
 
 
 def _timeout_text(rec: RunRecord) -> str:
@@ -161,13 +200,15 @@ async def _run_agent(
 ) -> RunResult:
     agent_id = sk.agent_id_of(rec.session_key)
     model_ref = rec.model or svc.config.model_for(agent_id)
-    model = resolve_model(model_ref, svc.config.models.providers)
+    model = resolve_model(
+        model_ref, svc.config.models.providers, fast_paths=svc.settings.fast_paths
+    )
     ctx = _tool_context(svc, rec, claim.session)
     if claim.history is None:
         claim = replace(claim, history=svc.store.transcripts.tail(rec.session_key, HISTORY_LIMIT))
     return await run_model_loop(
         model,
-        specs=tools_for_session(svc, ctx, claim.session),
+        specs=svc.tools.offered(ctx, claim.session),
         ctx=ctx,
         history=to_model_messages(_history(claim.history or [])),
         instructions=_instructions(svc, agent_id, rec),
@@ -226,7 +267,9 @@ def _tool_context(
     )
 
 
-def _record_result(svc: Services, rec: RunRecord, claim: Claim, result: RunResult) -> None:
+def _record_result(
+    svc: Services, rec: RunRecord, claim: Claim, result: RunResult, follow_ups: FollowUps
+) -> None:
     model_ref = rec.model or svc.config.model_for(sk.agent_id_of(rec.session_key))
     provider, _, model_name = model_ref.partition("/")
     messages = to_transcript(result.new_messages(), model=model_name, provider=provider)
@@ -238,6 +281,7 @@ def _record_result(svc: Services, rec: RunRecord, claim: Claim, result: RunResul
         svc,
         rec,
         claim,
+        follow_ups,
         status="ok",
         reply=str(result.output),
         messages=messages,
@@ -284,7 +328,7 @@ def _park(
     log.info("run %s parked on %d call(s): %s", rec.run_id, len(calls), verdict)
     if verdict != "stale":
         parked = run_event(rec, waitsOn=[c.target_run_id for c in calls])
-        publish_event(svc.store.redis, svc.store.ks, "run.parked", parked)
+        svc.store.events.publish("run.parked", parked)
     if verdict == "ready":
         svc.queue.enqueue_resume(rec.run_id, rec.session_key)
 
@@ -293,6 +337,7 @@ def _finish(
     svc: Services,
     rec: RunRecord,
     claim: Claim,
+    follow_ups: FollowUps,
     *,
     status: str,
     reply: str | None = None,
@@ -324,7 +369,9 @@ def _finish(
         log.warning("run %s outcome not applied (superseded attempt)", rec.run_id)
         return
     log.info("run %s ended: %s", rec.run_id, status, extra={"status": status, "error": error})
-    after_run_end(svc, rec.run_id, res.next_run_id, res.waiters, ended=res.run)
+    after_run_end(
+        svc, rec.run_id, res.next_run_id, res.waiters, ended=res.run, follow_ups=follow_ups
+    )
 
 
 def _follow_up_reads(svc: Services, rec: RunRecord) -> str | None:
@@ -341,8 +388,10 @@ def after_run_end(
     waiters: Sequence[str],
     *,
     ended: RunRecord | None = None,
+    follow_ups: FollowUps = None,
 ) -> None:
-    """Start the lane's next run, resume parked waiters and run the end-of-run hooks.
+    """Start the lane's next run, resume parked waiters, enqueue the run's follow-up step
+    (or collect the run in ``follow_ups``) and run the end-of-run hooks.
 
     ``ended`` is the run as its end step stored it (read again when not given)."""
     if ended is None:
@@ -355,58 +404,15 @@ def after_run_end(
     if ended is None:
         return
     if ended.on_end:
-        collected = _follow_ups.get()
-        if collected is not None:
-            collected.append(ended)  # run by the caller once the run is done with
-        else:
+        if follow_ups is None:
             enqueue_follow_up(svc, ended)
+        else:
+            follow_ups.append(ended)  # run by the caller once the run is done with
     for hook in svc.on_run_end:
         try:
             hook(svc, ended)
         except Exception:
             log.exception("end-of-run hook %s failed for run %s", hook, run_id)
-
-
-# Set by `collect_follow_ups`: ended runs whose `onEnd` step the caller runs itself.
-_follow_ups: ContextVar[list[RunRecord] | None] = ContextVar("follow_ups", default=None)
-
-
-async def collect_follow_ups(work: Awaitable[None]) -> list[RunRecord]:
-    """Await ``work`` (an `execute_run` or `resume_run`) and return the runs it ended that
-    have an `onEnd` step, instead of enqueuing those steps.
-
-    The worker then runs each step in the task that ran the run, on the same loop, as
-    soon as the run ends (`run_follow_up`): a run's follow-up costs no message of its own."""
-    collected: list[RunRecord] = []
-    token = _follow_ups.set(collected)
-    try:
-        await work
-    finally:
-        _follow_ups.reset(token)
-    return collected
-
-
-def run_follow_up(svc: Services, rec: RunRecord) -> bool:
-    """Run an ended run's `onEnd` step here and now; True when its outbox entry is to be
-    cleared (`RunStore.outbox_done`, which the caller does for all the runs it followed
-    up at once), False when the step is left to the sweep.
-
-    Until it is cleared the outbox holds it: if this worker dies first, or the store is
-    away, the sweep enqueues the step (steps are idempotent)."""
-    from switchboard.shared.flows.steps import run_step_inline
-
-    assert rec.on_end is not None
-    task, args = str(rec.on_end["task"]), [str(a) for a in rec.on_end.get("args", [])]
-    try:
-        run_step_inline(svc, task, *args, following=rec)
-    except Unavailable:  # not ready yet: a task of its own, retried with backoff
-        svc.queue.enqueue(task, *args)
-    except RedisError:
-        log.warning("run %s: its follow-up %s is left to the sweep", rec.run_id, task)
-        return False
-    except Exception:
-        log.exception("run %s: its follow-up %s failed", rec.run_id, task)
-    return True
 
 
 def enqueue_follow_up(svc: Services, rec: RunRecord) -> None:

@@ -32,6 +32,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
 
 from switchboard.shared.errors import InvalidInput
+from switchboard.shared.runtime import openai_body
 from switchboard.shared.runtime.echo import ECHO_MODEL_NAME, echo_model
 
 if TYPE_CHECKING:
@@ -91,9 +92,17 @@ _cache_lock = threading.Lock()
 
 
 def resolve_model(
-    ref: str, providers: Mapping[str, ProviderLike], env: Mapping[str, str] | None = None
+    ref: str,
+    providers: Mapping[str, ProviderLike],
+    env: Mapping[str, str] | None = None,
+    *,
+    fast_paths: bool = False,
 ) -> Model:
-    """Build (or reuse) the model for `ref`; raise `InvalidInput` if it cannot be used."""
+    """Build (or reuse) the model for `ref`; raise `InvalidInput` if it cannot be used.
+
+    With ``fast_paths`` (`Settings.fast_paths`), building the first OpenAI model puts the
+    SDK's body shortcut in place (`openai_body`): only a process that talks to an OpenAI
+    API imports that SDK's request machinery."""
     spec = _model_spec(ref, providers, os.environ if env is None else env)
     loop = _running_loop()
     key = (spec, None if loop is None else id(loop))
@@ -102,7 +111,7 @@ def resolve_model(
         if cached is not None and _deref(cached[1]) is loop:
             _cache.move_to_end(key)
             return cached[0]
-    model = _build(spec, ref)
+    model = _build(spec, ref, fast_paths)
     with _cache_lock:
         _cache[key] = (model, None if loop is None else weakref.ref(loop))
         _cache.move_to_end(key)
@@ -224,14 +233,14 @@ def _configured_spec(
     raise _invalid(ref, f"provider {provider!r} has unsupported api {api!r}")
 
 
-def _build(spec: _ModelSpec, ref: str) -> Model:
+def _build(spec: _ModelSpec, ref: str, fast_paths: bool) -> Model:
     if spec.kind == "echo":
         return echo_model()
     settings = ModelSettings(timeout=HTTP_TIMEOUT_S)
     try:
         if spec.kind == "anthropic":
             return _anthropic_model(spec, settings)
-        return _openai_model(spec, settings)
+        return _openai_model(spec, settings, fast_paths)
     except UserError as exc:  # e.g. a missing API key
         raise _invalid(ref, str(exc)) from exc
 
@@ -246,14 +255,14 @@ def _anthropic_model(spec: _ModelSpec, settings: ModelSettings) -> Model:
     return AnthropicModel(spec.model, provider=provider, settings=settings)
 
 
-def _openai_model(spec: _ModelSpec, settings: ModelSettings) -> Model:
+def _openai_model(spec: _ModelSpec, settings: ModelSettings, fast_paths: bool) -> Model:
     if spec.provider == "openai" and not spec.api_key and not spec.base_url:
         raise UserError("set OPENAI_API_KEY or models.providers.openai.apiKey")
     from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
 
-    from switchboard.shared.runtime import openai_body
+    if fast_paths:
+        openai_body.install_shortcut()  # bodies skip the SDK's per-request type walk
 
-    openai_body.install()  # chat-completion bodies skip the SDK's per-request type walk
     provider = _openai_provider(spec)
     if spec.kind == "openai-responses":
         return OpenAIResponsesModel(spec.model, provider=provider, settings=settings)

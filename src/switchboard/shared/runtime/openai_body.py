@@ -16,6 +16,9 @@ applies when both hold, and otherwise leaves the SDK's transform to do its work:
   None) once the top-level omitted arguments are dropped.
 
 For such a body the SDK's transform is the identity, so the request sent is the same.
+
+Put in place when a process builds its first OpenAI model, only with the fast paths on
+(``Settings.fast_paths``, handed to `models.resolve_model`): off, the SDK is left unpatched.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import typing
 from collections.abc import Callable, Coroutine
 from functools import cache
 from typing import Any
+
+from switchboard.shared.config import Settings
 
 _PLAIN_SCALARS = (str, int, float, bool, type(None))
 _lock = threading.Lock()
@@ -99,14 +104,22 @@ def shortcut(original: Transform) -> Transform:
     return transform
 
 
-def install() -> None:
-    """Put the shortcut in front of the transform of the SDK's async chat completions."""
+def install(settings: Settings) -> bool:
+    """With the fast paths on, put the shortcut in place (`install_shortcut`). True when
+    it is in place; off, the SDK is left as it is."""
+    return install_shortcut() if settings.fast_paths else False
+
+
+def install_shortcut() -> bool:
+    """Put the shortcut in front of the transform of the SDK's async chat completions
+    (once per process; it imports that part of the SDK). True."""
     global _installed
     with _lock:
         if _installed:
-            return
+            return True
         from openai.resources.chat.completions import completions as module
 
         names = vars(module)  # the name the module's `create` calls
         names["async_maybe_transform"] = shortcut(names["async_maybe_transform"])
         _installed = True
+    return True

@@ -1,18 +1,48 @@
-"""Redis model: sessions, transcripts, runs and session lanes, behind one facade."""
+"""Redis model: sessions, transcripts, runs and session lanes, behind one facade.
+
+The store is the only part of the product that talks to Redis. Its client (`client`)
+raises `StoreUnavailable` for any Redis failure, so callers handle one error of ours.
+"""
 
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from redis import Redis
+from redis.client import Pipeline
 
 from switchboard.shared import keys as sk
+from switchboard.shared.store.bulk import BulkLoader
+from switchboard.shared.store.client import connect
+from switchboard.shared.store.counters import CounterStore, ListLengths
+from switchboard.shared.store.deliveries import DeliveryStore
+from switchboard.shared.store.events import EventStore
+from switchboard.shared.store.flows import FlowStore
 from switchboard.shared.store.keyspace import Keyspace
+from switchboard.shared.store.pending import PendingStepStore
 from switchboard.shared.store.runs import RunStore
 from switchboard.shared.store.sessions import SessionStore
+from switchboard.shared.store.spawns import SpawnStore
+from switchboard.shared.store.stats import ProgressReads, ServerStats
+from switchboard.shared.store.sweeps import SweepStore
 from switchboard.shared.store.transcripts import TranscriptStore
 
-__all__ = ["Keyspace", "RunStore", "SessionStore", "Store", "TranscriptStore"]
+__all__ = [
+    "CounterStore",
+    "DeliveryStore",
+    "EventStore",
+    "FlowStore",
+    "Keyspace",
+    "PendingStepStore",
+    "Pipeline",
+    "RunStore",
+    "SessionStore",
+    "SpawnStore",
+    "Store",
+    "SweepStore",
+    "TranscriptStore",
+]
 
 
 class Store:
@@ -42,3 +72,34 @@ class Store:
             kind_of=kind_of,
             lease_s=lease_s,
         )
+        self.events = EventStore(redis, self.ks)
+        self.flows = FlowStore(redis, self.ks)  # reply-back flows (sessions_send)
+        self.spawns = SpawnStore(redis, self.ks, retention_s=retention_s)  # sub-agents, batches
+        self.deliveries = DeliveryStore(redis, self.ks)
+        self.pending = PendingStepStore(redis, self.ks)  # flow steps enqueued, not yet run
+        self.counters = CounterStore(redis, self.ks)
+        self.sweeps = SweepStore(redis, self.ks)  # the beat sweep's marks and stale entries
+        self.list_lengths = ListLengths(redis)  # the broker's queues, when it shares the Redis
+        self.stats = ServerStats(redis)  # INFO: calls per command, memory, version
+        self.progress = ProgressReads(redis, self.ks)  # how far a burst of work has got
+        self.bulk = BulkLoader(redis, self.ks)  # whole datasets (the bench's), pipelined
+
+    @classmethod
+    def from_url(cls, url: str, *, fast_paths: bool = True, **options: Any) -> Store:
+        """A store on a new client for ``url`` (`client.connect`; ``options`` as for
+        `Store`): thread-held connections with ``fast_paths``, redis-py's plain client
+        without."""
+        return cls(connect(url, fast_paths=fast_paths), **options)
+
+    def pipeline(self) -> Pipeline:
+        """A pipeline (no transaction) the stores' ``client=`` methods queue on: one
+        ``execute`` sends a step's writes across stores in one round trip."""
+        return self.redis.pipeline(transaction=False)
+
+    def ping(self) -> bool:
+        """Whether Redis answers (raises `StoreUnavailable` when it does not)."""
+        return bool(self.redis.ping())
+
+    def close(self) -> None:
+        """Close the client's connections."""
+        self.redis.close()

@@ -47,11 +47,23 @@ def encode_value(value: Any) -> str | None:
     return dumps(value)
 
 
+def text_fields(fields: Mapping[str, Any]) -> dict[str, str | None]:
+    """Hash fields as text values, None for a field to delete (Lua ``set_table``)."""
+    return {k: encode_value(v) for k, v in fields.items()}
+
+
 def fields_json(fields: Mapping[str, Any]) -> str:
     """A JSON object of text values for the Lua ``set_fields`` helper (null = HDEL)."""
     if not fields:
         return ""
-    return dumps({k: encode_value(v) for k, v in fields.items()})
+    return dumps(text_fields(fields))
+
+
+def as_text(value: Any) -> str:
+    """Decode a Redis reply element (bytes or str or int) to text."""
+    if isinstance(value, bytes):
+        return value.decode()
+    return "" if value is None else str(value)
 
 
 def decode_hash(raw: Mapping[bytes | str, bytes | str]) -> dict[str, str]:

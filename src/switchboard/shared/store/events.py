@@ -14,8 +14,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import redis
+from redis import Redis
 
+from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store import codec
 from switchboard.shared.store.keyspace import EVENTS_MAXLEN, Keyspace
 from switchboard.shared.store.runs import RunRecord, now_ms
@@ -26,22 +27,27 @@ log = logging.getLogger("switchboard.events")
 _TEXT_CHARS = 500
 
 
-def publish_event(
-    client: redis.Redis, ks: Keyspace, event_type: str, data: Mapping[str, Any]
-) -> str | None:
-    """Append one event; returns its stream id, None when Redis refused it."""
-    fields = {"type": event_type, "data": codec.dumps({**data, "ts": now_ms()})}
-    try:
-        entry_id = client.xadd(
-            ks.events,
-            fields,  # type: ignore[arg-type]
-            maxlen=EVENTS_MAXLEN,
-            approximate=True,
-        )
-    except redis.RedisError as exc:
-        log.warning("event %s not published: %s", event_type, exc)
-        return None
-    return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+class EventStore:
+    """The events stream's writer (readers follow it through the api's `AsyncStore`)."""
+
+    def __init__(self, redis: Redis, ks: Keyspace) -> None:
+        self.redis = redis
+        self.ks = ks
+
+    def publish(self, event_type: str, data: Mapping[str, Any]) -> str | None:
+        """Append one event; returns its stream id, None when Redis refused it."""
+        fields = {"type": event_type, "data": codec.dumps({**data, "ts": now_ms()})}
+        try:
+            entry_id = self.redis.xadd(
+                self.ks.events,
+                fields,  # type: ignore[arg-type]
+                maxlen=EVENTS_MAXLEN,
+                approximate=True,
+            )
+        except StoreUnavailable as exc:
+            log.warning("event %s not published: %s", event_type, exc.fields.get("detail", exc))
+            return None
+        return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
 
 
 def run_event(rec: RunRecord, **extra: Any) -> dict[str, Any]:

@@ -57,7 +57,7 @@ class Keyspace:
 
     # -- transcripts ------------------------------------------------------------------
     def transcript(self, key: str) -> str:
-        """Stream: the session transcript; entry id ``<seq>-1``, field ``m`` = JSON message."""
+        """Stream: the session transcript; entry id ``<seq>-0``, field ``m`` = JSON message."""
         return f"{self.prefix}t:{key}"
 
     # -- runs -------------------------------------------------------------------------

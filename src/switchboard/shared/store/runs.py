@@ -8,244 +8,54 @@ queued run or write a transcript twice.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from redis import Redis
 from redis.client import Pipeline
 
 from switchboard.shared import keys as sk
-from switchboard.shared.errors import Conflict
 from switchboard.shared.store import codec
-from switchboard.shared.store.keyspace import EVENTS_MAXLEN, LANE_LEASE_S, Keyspace
-from switchboard.shared.store.scripts import Scripts, as_text
+from switchboard.shared.store.codec import as_text
+from switchboard.shared.store.keyspace import (
+    EVENTS_MAXLEN,
+    IDEMPOTENCY_TTL_S,
+    LANE_LEASE_S,
+    Keyspace,
+)
+from switchboard.shared.store.lua_scripts import LuaScripts
+from switchboard.shared.store.run_records import (
+    TERMINAL,
+    Claim,
+    FinishResult,
+    LinkAdvance,
+    LinkMoved,
+    LinkRecord,
+    NewRun,
+    ParkedCall,
+    RunRecord,
+    RunStatus,
+    Started,
+    now_ms,
+)
 from switchboard.shared.store.transcripts import decode_entries
 
-RunStatus = Literal["queued", "running", "parked", "ok", "error", "timeout"]
-TERMINAL: frozenset[str] = frozenset({"ok", "error", "timeout"})
-
-
-def now_ms() -> int:
-    """Wall-clock time in milliseconds."""
-    return int(time.time() * 1000)
-
-
-@dataclass
-class RunRecord:
-    """A run as stored in its hash."""
-
-    run_id: str
-    session_key: str
-    status: str
-    created_at_ms: int | None = None
-    started_at_ms: int | None = None
-    ended_at_ms: int | None = None
-    deadline_at_ms: int | None = None
-    timeout_s: float | None = None
-    attempt: int = 0
-    message: dict[str, Any] | None = None
-    extra_system_prompt: str | None = None
-    reply: str | None = None
-    error: str | None = None
-    usage: dict[str, Any] = field(default_factory=dict)
-    model: str | None = None
-    channel: str | None = None
-    kind: str = "agent"
-    parked: list[dict[str, Any]] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)
-    on_end: dict[str, Any] | None = None
-    # Hashes the run's end step read for its follow-up step (Redis key -> decoded fields;
-    # an absent hash is {}): the step takes them instead of reading them again.
-    read_at_end: Mapping[str, Mapping[str, str]] = field(
-        default_factory=dict, compare=False, repr=False
-    )
-
-    @property
-    def terminal(self) -> bool:
-        """True once the run has an outcome."""
-        return self.status in TERMINAL
-
-    @classmethod
-    def from_hash(cls, run_id: str, h: Mapping[str, str]) -> RunRecord:
-        """Build from a decoded HGETALL reply."""
-        timeout = h.get("timeoutS")
-        return cls(
-            run_id=run_id,
-            session_key=h.get("sessionKey", ""),
-            status=h.get("status", "queued"),
-            created_at_ms=codec.as_int(h.get("createdAt")),
-            started_at_ms=codec.as_int(h.get("startedAt")),
-            ended_at_ms=codec.as_int(h.get("endedAt")),
-            deadline_at_ms=codec.as_int(h.get("deadlineAt")),
-            timeout_s=float(timeout) if timeout else None,
-            attempt=codec.as_int(h.get("attempt")) or 0,
-            message=codec.as_json(h.get("message")),
-            extra_system_prompt=h.get("extraSystemPrompt"),
-            reply=h.get("reply"),
-            error=h.get("error"),
-            usage=codec.as_json(h.get("usage"), {}),
-            model=h.get("model"),
-            channel=h.get("channel"),
-            kind=h.get("kind", "agent"),
-            parked=codec.as_json(h.get("parked"), []),
-            meta=codec.as_json(h.get("meta"), {}),
-            on_end=codec.as_json(h.get("onEnd")),
-        )
-
-    def outcome(self) -> dict[str, Any]:
-        """The public outcome as `agent.wait` reports it."""
-        out: dict[str, Any] = {"runId": self.run_id, "status": self.status}
-        if self.status not in TERMINAL:
-            out["status"] = "timeout"
-            out["pending"] = self.status
-            return out
-        if self.reply is not None and self.status == "ok":
-            out["reply"] = self.reply
-        if self.error:
-            out["error"] = self.error
-        if self.started_at_ms:
-            out["startedAt"] = self.started_at_ms
-        if self.ended_at_ms:
-            out["endedAt"] = self.ended_at_ms
-        return out
-
-
-@dataclass(frozen=True)
-class NewRun:
-    """What a caller supplies to start a run."""
-
-    run_id: str
-    session_key: str
-    message: dict[str, Any] | None
-    timeout_s: float
-    extra_system_prompt: str | None = None
-    model: str | None = None
-    channel: str | None = None
-    kind: str = "agent"
-    meta: Mapping[str, Any] = field(default_factory=dict)
-    # A follow-up task enqueued (durably, via the outbox) when the run ends:
-    # {"task": "<celery task name>", "args": ["<id>", ...]}.
-    on_end: Mapping[str, Any] | None = None
-    # (hash key, field): where the run's id is recorded as it is recorded, unless that
-    # field is set already (a flow's ``run:<turn>`` or ``announceRunId``).
-    link: tuple[str, str] | None = None
-    # A new record at the link's hash, written in the same step as the run (a new flow).
-    link_record: LinkRecord | None = None
-    # A compare-and-set on the link's hash, made in the same step; the run is recorded only
-    # if it holds (`LinkAdvance`).
-    link_advance: LinkAdvance | None = None
-    # Someone will wait for the run's end: it is published on the run-ended channel (an
-    # unwatched run's end is published only if a waiter marks it first, `WATCH_RUN`).
-    watched: bool = False
-
-
-@dataclass(frozen=True)
-class LinkRecord:
-    """A record created in the step that records the run linking to it (a new flow and
-    its first run: one round trip, not two). ``fields`` are text values; the hash is kept
-    ``ttl_s``; ``member`` is added at ``score`` to each of ``indexes`` (sorted sets kept
-    ``ttl_s`` too), whose members scored at or below ``trim_to`` are dropped."""
-
-    fields: Mapping[str, str]
-    ttl_s: int
-    indexes: tuple[str, ...] = ()
-    member: str = ""
-    score: int = 0
-    trim_to: int = 0
-
-
-@dataclass(frozen=True)
-class LinkAdvance:
-    """A compare-and-set on the link's hash made in the step that records the run linking
-    to it: the run is recorded only if the hash still shows ``status`` (and ``turn``, ''
-    for any), and ``fields`` are then written over it (a None value removes a field) and
-    the hash kept ``ttl_s``. A flow step that moves its flow on and starts the run of the
-    next stage does both in one round trip, and never leaves the flow moved on without
-    that run."""
-
-    status: str
-    turn: str
-    fields: Mapping[str, Any]
-    ttl_s: int
-
-
-class LinkMoved(Conflict):
-    """The link's hash was no longer where a `LinkAdvance` expected it: nothing recorded."""
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A successful claim: the attempt number guards every later write.
-
-    ``run`` is the run as claimed; ``session`` (the session hash) and ``history`` (its
-    last messages, oldest first) are read in the same step when asked for."""
-
-    attempt: int
-    deadline_at_ms: int
-    exhausted: bool = False
-    run: RunRecord | None = None
-    session: dict[str, str] | None = None
-    history: list[dict[str, Any]] | None = None
-    # The claim step added the run.started event itself.
-    started_published: bool = False
-
-
-@dataclass(frozen=True)
-class Started:
-    """A recorded run: whether it took the lane (enqueue it), or the run an idempotency
-    key already names (then nothing was recorded)."""
-
-    took_lane: bool
-    session_id: str
-    session_created: bool
-    existing_run_id: str | None = None
-    # The run claimed in the same step (`start` with ``claim_history``), or why not.
-    claim: Claim | str | None = None
-
-
-@dataclass(frozen=True)
-class FinishResult:
-    """What ending a run set in motion: the next run of the lane, and parked waiters."""
-
-    applied: bool
-    next_run_id: str | None = None
-    waiters: tuple[str, ...] = ()
-    # The run as ended (read in the same step).
-    run: RunRecord | None = None
-
-
-@dataclass(frozen=True)
-class ParkedCall:
-    """A deferred tool call a parked run waits on."""
-
-    tool_call_id: str
-    tool_name: str
-    target_run_id: str
-    deadline_ms: int
-    context: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        """As stored in the run hash."""
-        return {
-            "toolCallId": self.tool_call_id,
-            "toolName": self.tool_name,
-            "targetRunId": self.target_run_id,
-            "deadlineMs": self.deadline_ms,
-            "context": dict(self.context),
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> ParkedCall:
-        """From the run hash."""
-        return cls(
-            tool_call_id=d["toolCallId"],
-            tool_name=d["toolName"],
-            target_run_id=d["targetRunId"],
-            deadline_ms=int(d["deadlineMs"]),
-            context=d.get("context") or {},
-        )
+# The records live in run_records; importing them from here keeps callers' imports short.
+__all__ = [
+    "TERMINAL",
+    "Claim",
+    "FinishResult",
+    "LinkAdvance",
+    "LinkMoved",
+    "LinkRecord",
+    "NewRun",
+    "ParkedCall",
+    "RunRecord",
+    "RunStatus",
+    "RunStore",
+    "Started",
+    "now_ms",
+]
 
 
 def _run_fields(run: NewRun, created_at_ms: int | None = None) -> dict[str, Any]:
@@ -268,13 +78,39 @@ def _run_fields(run: NewRun, created_at_ms: int | None = None) -> dict[str, Any]
     return {k: v for k, v in fields.items() if v is not None}
 
 
-def _link_advance_args(adv: LinkAdvance) -> tuple[str, str, str, int]:
-    """A `LinkAdvance` as LUA_LINK_ADVANCE takes it."""
-    return adv.status, adv.turn, codec.fields_json(adv.fields), adv.ttl_s
+# A run's default timeout when it has none of its own (the claim sets its deadline).
+_DEFAULT_TIMEOUT_MS = 600_000
+
+
+def _advance_args(adv: LinkAdvance | None) -> dict[str, Any]:
+    """A `LinkAdvance` as start_run.lua's ``advance_*`` arguments ('' status: none)."""
+    if adv is None:
+        return {"advance_status": "", "advance_turn": "", "advance_fields": "", "advance_ttl_s": ""}
+    return {
+        "advance_status": adv.status,
+        "advance_turn": adv.turn,
+        "advance_fields": codec.fields_json(adv.fields),
+        "advance_ttl_s": adv.ttl_s,
+    }
+
+
+def _record_arg(rec: LinkRecord | None) -> str:
+    """A `LinkRecord` as start_run.lua's ``record`` argument ('' = none)."""
+    if rec is None:
+        return ""
+    return codec.dumps(
+        {
+            "fields": codec.text_fields(rec.fields),
+            "ttl_s": rec.ttl_s,
+            "member": rec.member,
+            "score": rec.score,
+            "trim_to": rec.trim_to,
+        }
+    )
 
 
 def _claim_of(run_id: str, res: Any) -> Claim | str:
-    """A claim script's answer (CLAIM_RUN, or START_RUN's fifth element) as a `Claim`, or
+    """A claim's answer (claim_run.lua, or start_run.lua's fifth element) as a `Claim`, or
     the reason string when the run must not run."""
     verdict = as_text(res[0])
     if verdict == "exhausted":
@@ -313,7 +149,7 @@ class RunStore:
         self.redis = redis
         self.ks = ks
         self._kind_of = kind_of
-        self.scripts = Scripts(redis)
+        self._lua = LuaScripts(redis)
         self.retention_s = retention_s
         self.max_attempts = max_attempts
 
@@ -337,6 +173,10 @@ class RunStore:
             out.append(RunRecord.from_hash(rid, codec.decode_hash(raw)) if raw else None)
         return out
 
+    def status(self, run_id: str) -> str:
+        """A run's status alone ("" when unknown or expired)."""
+        return as_text(self.redis.hget(self.ks.run(run_id), "status"))
+
     def lane_holder(self, session_key: str) -> str | None:
         """The run holding a session's lane."""
         raw = self.redis.get(self.ks.lane(session_key))
@@ -349,8 +189,6 @@ class RunStore:
     # -- idempotency ------------------------------------------------------------------
     def remember_idempotency(self, session_key: str, idem_key: str, run_id: str) -> str:
         """Map an idempotency key to a run; returns the run already mapped, if any."""
-        from switchboard.shared.store.keyspace import IDEMPOTENCY_TTL_S
-
         k = self.ks.idempotency(session_key, idem_key)
         if self.redis.set(k, run_id, nx=True, ex=IDEMPOTENCY_TTL_S):
             return run_id
@@ -360,14 +198,15 @@ class RunStore:
     def submit(self, run: NewRun) -> bool:
         """Record a new queued run; True when it took the lane and should be enqueued."""
         lease = now_ms() + self.lease_s * 1000
-        took = self.scripts.submit_run(
-            keys=[
-                self.ks.run(run.run_id),
-                self.ks.lane(run.session_key),
-                self.ks.lane_queue(run.session_key),
-                self.ks.lane_leases,
-            ],
-            args=[run.run_id, run.session_key, lease, codec.fields_json(_run_fields(run))],
+        took = self._lua["submit_run"](
+            run=self.ks.run(run.run_id),
+            lane=self.ks.lane(run.session_key),
+            lane_queue=self.ks.lane_queue(run.session_key),
+            leases=self.ks.lane_leases,
+            run_id=run.run_id,
+            session_key=run.session_key,
+            lease_at_ms=lease,
+            run_fields=codec.fields_json(_run_fields(run)),
         )
         return bool(int(took))
 
@@ -398,7 +237,14 @@ class RunStore:
     def advance_link(self, key: str, adv: LinkAdvance) -> None:
         """Make a `LinkAdvance` on hash ``key`` on its own (not with a run's start); raise
         `LinkMoved` if the hash has moved on."""
-        if not int(self.scripts.advance_link(keys=[key], args=_link_advance_args(adv))):
+        made = self._lua["advance_link"](
+            link=key,
+            status=adv.status,
+            turn=adv.turn,
+            fields=codec.fields_json(adv.fields),
+            ttl_s=adv.ttl_s,
+        )
+        if not int(made):
             raise LinkMoved(f"{key} has moved on")
 
     def write_link_record(self, key: str, rec: LinkRecord) -> None:
@@ -411,6 +257,10 @@ class RunStore:
             pipe.zremrangebyscore(index, "-inf", rec.trim_to)
             pipe.expire(index, rec.ttl_s)
         pipe.execute()
+
+    def name_link(self, link: tuple[str, str], run_id: str) -> None:
+        """Name ``run_id`` at the link's (hash, field) unless a run is named there already."""
+        self.redis.hsetnx(link[0], link[1], run_id)
 
     def start_in(
         self, pipe: Pipeline, run: NewRun, *, on_create: Mapping[str, Any], now: int
@@ -428,53 +278,76 @@ class RunStore:
         client: Redis | Pipeline,
         claim_history: int | None = None,
     ) -> Any:
-        from switchboard.shared.store.keyspace import IDEMPOTENCY_TTL_S
-
         key = run.session_key
-        agent_id = sk.agent_id_of(key)
-        idem = self.ks.idempotency(key, idempotency_key) if idempotency_key else ""
+        own = self.ks.run(run.run_id)  # stands in for an idempotency key or link not given
         rec = run.link_record if run.link else None
-        return self.scripts.start_run(
-            keys=[
-                self.ks.session(key),
-                self.ks.session_ids,
-                self.ks.updated_all,
-                self.ks.updated_agent(agent_id),
-                self.ks.updated_kind(agent_id, self._kind_of(key)),
-                self.ks.run(run.run_id),
-                self.ks.lane(key),
-                self.ks.lane_queue(key),
-                self.ks.lane_leases,
-                idem or self.ks.run(run.run_id),
-                run.link[0] if run.link else self.ks.run(run.run_id),
-                self.ks.active_runs,
-                self.ks.transcript(key),
-                self.ks.metrics,
-                self.ks.events,
-                *(rec.indexes if rec else ()),
-            ],
-            args=[
-                key,
-                now,
-                sk.new_session_id(),
-                codec.fields_json(on_create or {}),
-                run.run_id,
-                now + self.lease_s * 1000,
-                codec.fields_json(_run_fields(run, now)),
-                IDEMPOTENCY_TTL_S if idem else "",
-                run.link[1] if run.link else "",
-                codec.fields_json(rec.fields) if rec else "",
-                rec.ttl_s if rec else "",
-                rec.score if rec else "",
-                rec.member if rec else "",
-                rec.trim_to if rec else "",
-                "" if claim_history is None else claim_history,
-                self.max_attempts,
-                600_000,
-                EVENTS_MAXLEN,
-                *(_link_advance_args(run.link_advance) if run.link_advance else ("",) * 4),
-            ],
+        return self._lua["start_run"](
             client=client,
+            **self._session_keys(key),
+            run=own,
+            lane=self.ks.lane(key),
+            lane_queue=self.ks.lane_queue(key),
+            leases=self.ks.lane_leases,
+            idempotency=self.ks.idempotency(key, idempotency_key) if idempotency_key else own,
+            link=run.link[0] if run.link else own,
+            active=self.ks.active_runs,
+            transcript=self.ks.transcript(key),
+            metrics=self.ks.metrics,
+            events=self.ks.events,
+            record_indexes=rec.indexes if rec else (),
+            session_key=key,
+            now=now,
+            session_id=sk.new_session_id(),
+            on_create=codec.fields_json(on_create or {}),
+            run_id=run.run_id,
+            lease_at_ms=now + self.lease_s * 1000,
+            run_fields=codec.fields_json(_run_fields(run, now)),
+            idem_ttl_s=IDEMPOTENCY_TTL_S if idempotency_key else "",
+            link_field=run.link[1] if run.link else "",
+            record=_record_arg(rec),
+            claim=self._claim_arg(claim_history),
+            **_advance_args(run.link_advance),
+        )
+
+    def _session_keys(self, key: str) -> dict[str, str]:
+        """A session's hash, the sessionId index and its three updatedAt indexes, as the
+        scripts name them."""
+        agent_id = sk.agent_id_of(key)
+        return {
+            "session": self.ks.session(key),
+            "sid_index": self.ks.session_ids,
+            "idx_all": self.ks.updated_all,
+            "idx_agent": self.ks.updated_agent(agent_id),
+            "idx_kind": self.ks.updated_kind(agent_id, self._kind_of(key)),
+        }
+
+    def _lane_keys(self, run_id: str, session_key: str) -> dict[str, Any]:
+        """The keys a run's claim and its end both touch, as the scripts name them: the run,
+        its session's lane, hash, transcript and updatedAt indexes, the lease and active-run
+        sets and the metrics hash."""
+        keys = self._session_keys(session_key)
+        del keys["sid_index"]
+        return {
+            **keys,
+            "run": self.ks.run(run_id),
+            "lane": self.ks.lane(session_key),
+            "leases": self.ks.lane_leases,
+            "active": self.ks.active_runs,
+            "transcript": self.ks.transcript(session_key),
+            "metrics": self.ks.metrics,
+        }
+
+    def _claim_arg(self, history: int | None) -> str:
+        """start_run.lua's ``claim`` argument: claim with this history ('' = no claim)."""
+        if history is None:
+            return ""
+        return codec.dumps(
+            {
+                "history": history,
+                "max_attempts": self.max_attempts,
+                "timeout_ms": _DEFAULT_TIMEOUT_MS,
+                "events_cap": EVENTS_MAXLEN,
+            }
         )
 
     def claim(self, run_id: str, session_key: str, *, history: int = 0) -> Claim | str:
@@ -489,49 +362,35 @@ class RunStore:
         return _claim_of(run_id, res)
 
     def _claim(self, run_id: str, session_key: str, history: int) -> Any:
-        # KEYS and ARGV as `LUA_CLAIM` takes them; `_start` passes the same to its claim.
-        agent_id = sk.agent_id_of(session_key)
-        kind = self._kind_of(session_key)
         now = now_ms()
-        return self.scripts.claim_run(
-            keys=[
-                self.ks.run(run_id),
-                self.ks.lane(session_key),
-                self.ks.lane_leases,
-                self.ks.active_runs,
-                self.ks.session(session_key),
-                self.ks.transcript(session_key),
-                self.ks.updated_all,
-                self.ks.updated_agent(agent_id),
-                self.ks.updated_kind(agent_id, kind),
-                self.ks.metrics,
-                self.ks.events,
-            ],
-            args=[
-                run_id,
-                session_key,
-                now,
-                now + self.lease_s * 1000,
-                "queued",
-                self.max_attempts,
-                600_000,
-                history,
-                EVENTS_MAXLEN,
-            ],
+        return self._lua["claim_run"](
+            **self._lane_keys(run_id, session_key),
+            events=self.ks.events,
+            run_id=run_id,
+            session_key=session_key,
+            now=now,
+            lease_at_ms=now + self.lease_s * 1000,
+            expect="queued",
+            max_attempts=self.max_attempts,
+            timeout_ms=_DEFAULT_TIMEOUT_MS,
+            history=history,
+            events_cap=EVENTS_MAXLEN,
         )
 
     def resume(self, run_id: str, session_key: str, *, history: int = 0) -> Claim | str:
         """Move a parked run back to running (one resume wins); the claim carries the
         session hash and the last ``history`` messages."""
-        res = self.scripts.resume_run(
-            keys=[
-                self.ks.run(run_id),
-                self.ks.parked_runs,
-                self.ks.lane_leases,
-                self.ks.session(session_key),
-                self.ks.transcript(session_key),
-            ],
-            args=[run_id, session_key, now_ms() + self.lease_s * 1000, self.max_attempts, history],
+        res = self._lua["resume_run"](
+            run=self.ks.run(run_id),
+            parked=self.ks.parked_runs,
+            leases=self.ks.lane_leases,
+            session=self.ks.session(session_key),
+            transcript=self.ks.transcript(session_key),
+            run_id=run_id,
+            session_key=session_key,
+            lease_at_ms=now_ms() + self.lease_s * 1000,
+            max_attempts=self.max_attempts,
+            history=history,
         )
         verdict = as_text(res[0])
         if verdict not in ("ok", "exhausted"):
@@ -576,7 +435,6 @@ class RunStore:
         ``event`` (type, data, stream cap) goes to the events stream if the end applies.
         ``follow_up_reads`` names the hash the run's follow-up step reads first: it and the
         session hash are read in the same step (`RunRecord.read_at_end`)."""
-        agent_id = sk.agent_id_of(session_key)
         run_fields = {
             "status": status,
             "reply": reply,
@@ -585,39 +443,29 @@ class RunStore:
             "parked": None,
         }
         sfields = {"status": status, **(session_fields or {})}
-        res = self.scripts.finish_run(
-            keys=[
-                self.ks.run(run_id),
-                self.ks.lane(session_key),
-                self.ks.lane_queue(session_key),
-                self.ks.lane_leases,
-                self.ks.active_runs,
-                self.ks.session(session_key),
-                self.ks.transcript(session_key),
-                self.ks.updated_all,
-                self.ks.updated_agent(agent_id),
-                self.ks.updated_kind(agent_id, self._kind_of(session_key)),
-                self.ks.run_waiters(run_id),
-                self.ks.outbox,
-                self.ks.metrics,
-                self.ks.events,
-                follow_up_reads or self.ks.run(run_id),
-            ],
-            args=[
-                run_id,
-                session_key,
-                now_ms(),
-                attempt,
-                codec.fields_json(run_fields),
-                codec.fields_json(sfields),
-                codec.dumps(dict(session_incr)) if session_incr else "",
-                self.retention_s,
-                now_ms() + self.lease_s * 1000,
-                self.ks.run_events,
-                *((event[0], codec.dumps(event[1]), event[2]) if event else ("", "", 0)),
-                "1" if follow_up_reads else "",
-                *[codec.dumps(m) for m in messages],
-            ],
+        now = now_ms()
+        res = self._lua["finish_run"](
+            **self._lane_keys(run_id, session_key),
+            lane_queue=self.ks.lane_queue(session_key),
+            waiters=self.ks.run_waiters(run_id),
+            outbox=self.ks.outbox,
+            events=self.ks.events,
+            follow_up=follow_up_reads or self.ks.run(run_id),
+            run_id=run_id,
+            session_key=session_key,
+            now=now,
+            attempt=attempt,
+            run_fields=codec.fields_json(run_fields),
+            session_fields=codec.fields_json(sfields),
+            session_incr=codec.dumps(dict(session_incr)) if session_incr else "",
+            retention_s=self.retention_s,
+            lease_at_ms=now + self.lease_s * 1000,
+            channel=self.ks.run_events,
+            event_type=event[0] if event else "",
+            event_data=codec.dumps(event[1]) if event else "",
+            events_cap=event[2] if event else 0,
+            read_follow_up="1" if follow_up_reads else "",
+            messages=[codec.dumps(m) for m in messages],
         )
         if as_text(res[0]) != "ok":
             return FinishResult(applied=False)
@@ -644,45 +492,41 @@ class RunStore:
         messages: Sequence[Mapping[str, Any]],
     ) -> str:
         """Park a run on deferred calls: 'parked', 'ready' (all targets ended) or 'stale'."""
-        agent_id = sk.agent_id_of(session_key)
         deadline = max(c.deadline_ms for c in calls)
-        keys = [
-            self.ks.run(run_id),
-            self.ks.session(session_key),
-            self.ks.transcript(session_key),
-            self.ks.parked_runs,
-            self.ks.lane_leases,
-            self.ks.updated_all,
-            self.ks.updated_agent(agent_id),
-            self.ks.updated_kind(agent_id, self._kind_of(session_key)),
-        ]
+        keys = self._session_keys(session_key)
+        targets: list[str] = []
         for c in calls:
-            keys += [self.ks.run(c.target_run_id), self.ks.run_waiters(c.target_run_id)]
-        res = self.scripts.park_run(
-            keys=keys,
-            args=[
-                run_id,
-                session_key,
-                now_ms(),
-                attempt,
-                codec.dumps([c.to_json() for c in calls]),
-                deadline,
-                deadline + self.lease_s * 1000,
-                len(messages),
-                *[codec.dumps(m) for m in messages],
-            ],
+            targets += [self.ks.run(c.target_run_id), self.ks.run_waiters(c.target_run_id)]
+        res = self._lua["park_run"](
+            run=self.ks.run(run_id),
+            session=keys["session"],
+            transcript=self.ks.transcript(session_key),
+            parked=self.ks.parked_runs,
+            leases=self.ks.lane_leases,
+            idx_all=keys["idx_all"],
+            idx_agent=keys["idx_agent"],
+            idx_kind=keys["idx_kind"],
+            targets=targets,
+            run_id=run_id,
+            session_key=session_key,
+            now=now_ms(),
+            attempt=attempt,
+            calls=codec.dumps([c.to_json() for c in calls]),
+            deadline_ms=deadline,
+            lease_at_ms=deadline + self.lease_s * 1000,
+            messages=[codec.dumps(m) for m in messages],
         )
         return as_text(res)
 
     def release_lane(self, session_key: str, holder: str) -> str | None:
         """Hand a lane whose holder ended or vanished to the next queued run."""
-        nxt = self.scripts.release_lane(
-            keys=[
-                self.ks.lane(session_key),
-                self.ks.lane_queue(session_key),
-                self.ks.lane_leases,
-            ],
-            args=[holder, session_key, now_ms() + self.lease_s * 1000],
+        nxt = self._lua["release_lane"](
+            lane=self.ks.lane(session_key),
+            lane_queue=self.ks.lane_queue(session_key),
+            leases=self.ks.lane_leases,
+            holder=holder,
+            session_key=session_key,
+            lease_at_ms=now_ms() + self.lease_s * 1000,
         )
         return as_text(nxt) or None
 
@@ -719,8 +563,8 @@ class RunStore:
 
     def requeue(self, run_id: str, attempt: int | None = None) -> str:
         """Mark a running run whose worker vanished as queued again."""
-        res = self.scripts.requeue_run(
-            keys=[self.ks.run(run_id)], args=["" if attempt is None else attempt]
+        res = self._lua["requeue_run"](
+            run=self.ks.run(run_id), attempt="" if attempt is None else attempt
         )
         return as_text(res)
 

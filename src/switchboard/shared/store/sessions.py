@@ -16,9 +16,10 @@ from redis.client import Pipeline
 from switchboard.shared import keys as sk
 from switchboard.shared.errors import Conflict
 from switchboard.shared.store import codec
+from switchboard.shared.store.codec import as_text
 from switchboard.shared.store.keyspace import Keyspace
+from switchboard.shared.store.lua_scripts import LuaScripts
 from switchboard.shared.store.runs import now_ms
-from switchboard.shared.store.scripts import Scripts, as_text
 
 # Fields kept as integers / booleans / JSON when read back; everything else is text.
 _INT_FIELDS = frozenset(
@@ -38,6 +39,9 @@ _INT_FIELDS = frozenset(
 )
 _BOOL_FIELDS = frozenset({"systemSent", "abortedLastRun", "deliver"})
 _JSON_FIELDS = frozenset({"deliveryContext", "origin"})
+
+# How many index sets `SessionStore.recent_entries` remembers a first page for.
+_PAGE_HINTS_KEPT = 64
 
 
 @dataclass(frozen=True)
@@ -103,8 +107,12 @@ class SessionStore:
     def __init__(self, redis: Redis, ks: Keyspace, kind_of: Callable[[str], str]) -> None:
         self.redis = redis
         self.ks = ks
-        self.scripts = Scripts(redis)
+        self._lua = LuaScripts(redis)
         self.kind_of = kind_of
+        # The members of the last first page listed per index set: recent_entries.lua is
+        # handed their hashes (it builds no key), so a listing whose first page has not
+        # changed takes one round trip.
+        self._page_hints: dict[tuple[str, ...], list[str]] = {}
 
     def _index_keys(self, key: str) -> list[str]:
         agent_id = sk.agent_id_of(key)
@@ -144,16 +152,19 @@ class SessionStore:
         always: Mapping[str, Any],
         client: Pipeline | None = None,
     ) -> Any:
-        return self.scripts.ensure_session(
-            keys=[self.ks.session(key), self.ks.session_ids, *self._index_keys(key)],
-            args=[
-                key,
-                now_ms(),
-                sk.new_session_id(),
-                codec.fields_json(on_create),
-                codec.fields_json(always),
-            ],
+        idx_all, idx_agent, idx_kind = self._index_keys(key)
+        return self._lua["ensure_session"](
             client=client,
+            session=self.ks.session(key),
+            sid_index=self.ks.session_ids,
+            idx_all=idx_all,
+            idx_agent=idx_agent,
+            idx_kind=idx_kind,
+            session_key=key,
+            now=now_ms(),
+            session_id=sk.new_session_id(),
+            on_create=codec.fields_json(on_create),
+            always=codec.fields_json(always),
         )
 
     def get(self, key: str) -> SessionEntry | None:
@@ -165,7 +176,7 @@ class SessionStore:
         """Several entries in one round trip."""
         if not keys:
             return []
-        replies = self.scripts.get_hashes(keys=[self.ks.session(key) for key in keys])
+        replies = self._lua["get_hashes"](hashes=[self.ks.session(key) for key in keys])
         return [
             SessionEntry.from_hash(key, codec.decode_flat_hash(flat)) if flat else None
             for key, flat in zip(keys, replies, strict=True)
@@ -303,11 +314,15 @@ class SessionStore:
         """The first page of ``recent_page`` and each listed session's entry, in one round
         trip: (key, updatedAt) pairs, their entries (None for a key whose entry is gone),
         and the cursor of the next page."""
+        agent_ids = None if agent_ids is None else list(agent_ids)
+        kinds = None if kinds is None else list(kinds)
         lo = "-inf" if min_updated_ms is None else str(min_updated_ms)
-        rows = self.scripts.recent_entries(
-            keys=self._indexes_for(agent_ids, kinds),
-            args=["+inf", lo, limit, self.ks.session("")],
-        )
+        rows = self._recent_rows(tuple(self._indexes_for(agent_ids, kinds)), lo, limit)
+        if rows is None:  # the page kept changing under the listing: read it in two steps
+            listed, cursor = self.recent_page(
+                agent_ids=agent_ids, kinds=kinds, min_updated_ms=min_updated_ms, limit=limit
+            )
+            return listed, self.get_many([key for key, _ in listed]), cursor
         page: list[tuple[str, int]] = []
         entries: list[SessionEntry | None] = []
         for member, score, flat in rows:
@@ -317,6 +332,27 @@ class SessionStore:
                 SessionEntry.from_hash(key, codec.decode_flat_hash(flat)) if flat else None
             )
         return page, entries, _next_cursor(page, limit, None)
+
+    def _recent_rows(self, indexes: tuple[str, ...], lo: str, limit: int) -> Any:
+        """recent_entries.lua's rows, handing it the hashes of the members it asks for
+        (at most three tries); None when every try found a member it was not handed."""
+        members = self._page_hints.get(indexes, [])
+        for _ in range(3):
+            rows = self._lua["recent_entries"](
+                keys=[*indexes, *(self.ks.session(m) for m in members)],
+                max_score="+inf",
+                min_score=lo,
+                want=limit,
+                indexes=len(indexes),
+                members=codec.dumps(members),
+            )
+            if not rows or not isinstance(rows[0], bytes | str):
+                if len(self._page_hints) >= _PAGE_HINTS_KEPT:
+                    self._page_hints.clear()  # a crude bound: hints are only a guess
+                self._page_hints[indexes] = [as_text(row[0]) for row in rows]
+                return rows
+            members = [as_text(m) for m in rows[1]]  # {'retry', the page's members}
+        return None
 
     def _indexes_for(
         self, agent_ids: Iterable[str] | None, kinds: Iterable[str] | None

@@ -6,21 +6,15 @@ change); this module reads, and appends for callers outside a run (announces, no
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from redis import Redis
 
 from switchboard.shared.store import codec
+from switchboard.shared.store.codec import as_text
 from switchboard.shared.store.keyspace import Keyspace
-from switchboard.shared.store.scripts import as_text
-
-_APPEND = """
-local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
-redis.call('XADD', KEYS[2], seq .. '-0', 'm', ARGV[1])
-redis.call('HSET', KEYS[1], 'updatedAt', ARGV[2])
-return seq
-"""
+from switchboard.shared.store.lua_scripts import LuaScripts
 
 
 def _decode(entry_id: bytes | str, fields: Mapping[bytes | str, bytes | str]) -> dict[str, Any]:
@@ -48,7 +42,7 @@ class TranscriptStore:
     def __init__(self, redis: Redis, ks: Keyspace) -> None:
         self.redis = redis
         self.ks = ks
-        self._append = redis.register_script(_APPEND)
+        self._lua = LuaScripts(redis)
 
     def tail(self, key: str, limit: int) -> list[dict[str, Any]]:
         """The last ``limit`` messages, oldest first."""
@@ -59,6 +53,20 @@ class TranscriptStore:
         """Every message, oldest first."""
         rows: list[Any] = self.redis.xrange(self.ks.transcript(key)) or []
         return [_decode(i, f) for i, f in rows]
+
+    def pages(self, key: str, page_size: int = 500) -> Iterator[list[dict[str, Any]]]:
+        """Every message, oldest first, ``page_size`` at a time (one XRANGE per page)."""
+        start = "-"
+        while True:
+            rows: list[Any] = (
+                self.redis.xrange(self.ks.transcript(key), min=start, count=page_size) or []
+            )
+            if not rows:
+                return
+            yield [_decode(i, f) for i, f in rows]
+            if len(rows) < page_size:
+                return
+            start = f"({as_text(rows[-1][0])}"
 
     def after(self, key: str, seq: int) -> list[dict[str, Any]]:
         """Messages with a sequence number above ``seq``."""
@@ -71,8 +79,10 @@ class TranscriptStore:
 
     def append(self, key: str, message: Mapping[str, Any], now_ms: int) -> int:
         """Append one message outside a run; returns its sequence number."""
-        seq = self._append(
-            keys=[self.ks.session(key), self.ks.transcript(key)],
-            args=[codec.dumps(dict(message)), now_ms],
+        seq = self._lua["transcript_append"](
+            session=self.ks.session(key),
+            transcript=self.ks.transcript(key),
+            message=codec.dumps(dict(message)),
+            now=now_ms,
         )
         return int(seq)

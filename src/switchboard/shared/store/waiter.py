@@ -26,8 +26,8 @@ from redis.asyncio import Redis as AsyncRedis
 
 from switchboard.shared.store import codec
 from switchboard.shared.store.keyspace import Keyspace
+from switchboard.shared.store.lua_scripts import load as load_lua
 from switchboard.shared.store.runs import RunRecord
-from switchboard.shared.store.scripts import WATCH_RUN
 
 log = logging.getLogger("switchboard.wait")
 
@@ -53,7 +53,7 @@ class RunWaiter:
         # and the newest receive time of an ended run dropped from `_recent` for room.
         self._complete_since: float | None = None
         self._dropped_at = float("-inf")
-        self._watch_run = redis.register_script(WATCH_RUN)
+        self._watch_run = redis.register_script(load_lua("watch_run").source)
 
     async def start(self) -> None:
         """Start listening (idempotent)."""
@@ -72,6 +72,7 @@ class RunWaiter:
             self._task = None
 
     async def _listen(self) -> None:
+        lost = False  # one WARNING line per outage, not one per retry
         while True:
             try:
                 async with self.redis.pubsub() as ps:
@@ -81,6 +82,9 @@ class RunWaiter:
                             # Confirmed: from now on no run end is missed.
                             self._complete_since = asyncio.get_running_loop().time()
                             self._ready.set()
+                            if lost:
+                                log.info("run-event listener reconnected")
+                                lost = False
                             # Wake everyone after a (re)subscribe: they re-read state.
                             self._wake_all()
                         elif msg.get("type") == "message":
@@ -91,7 +95,10 @@ class RunWaiter:
             except Exception as exc:
                 self._complete_since = None
                 self._ready.clear()
-                log.warning("run-event listener lost its connection (%s); retrying", exc)
+                (log.debug if lost else log.warning)(
+                    "run-event listener lost its connection (%s); retrying", exc
+                )
+                lost = True
                 await asyncio.sleep(0.5)
 
     def _ended(self, run_id: str, fields: dict[str, str] | None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from switchboard.shared.tools.offer import tools_for_session
 from switchboard.shared.tools.registry import ToolRegistry, ToolSpec
 
 # One import per tool module (each defines SPEC: ToolSpec):
@@ -29,7 +30,8 @@ ALL_TOOLS: list[ToolSpec] = [
 
 
 def register_session_tools(registry: ToolRegistry) -> ToolRegistry:
-    """Add every session tool to ``registry``."""
+    """Add every session tool to ``registry``, and the rule for which a session is offered."""
     for spec in ALL_TOOLS:
         registry.register(spec)
+    registry.offer = tools_for_session
     return registry

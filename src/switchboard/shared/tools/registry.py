@@ -1,86 +1,19 @@
-"""The tool registry: one ToolSpec per tool, offered to agent runs and to /tools/invoke.
+"""The names a tool module is written against: ToolSpec, ToolContext, WaitFor, the registry.
 
-A tool handler is a plain function of (context, arguments) returning the tool's JSON. A
-handler that must wait for another run raises ``WaitFor``: inside an agent run the run is
-parked (no worker slot is held) and resumed when the target ends or the deadline passes;
-over HTTP the api waits asynchronously. Either way ``ToolSpec.complete`` turns the target
-run's outcome into the tool result, so both paths answer the same.
+They are defined in `switchboard.shared.services` (see its docstring for the handler
+contract), below the runtime and the api that use them; tool modules import them here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from switchboard.shared.services import (
+    Completer,
+    Handler,
+    Offer,
+    ToolContext,
+    ToolRegistry,
+    ToolSpec,
+    WaitFor,
+)
 
-if TYPE_CHECKING:
-    from switchboard.shared.services import Services
-    from switchboard.shared.store.runs import RunRecord
-
-
-@dataclass(frozen=True)
-class ToolContext:
-    """Who is acting: decided by the server from the run's identity, never from arguments."""
-
-    services: Services
-    session_key: str
-    agent_id: str
-    run_id: str | None = None
-    channel: str | None = None
-    sandboxed: bool = False
-    owner: bool = False
-    spawn_depth: int = 0
-
-
-class WaitFor(Exception):
-    """Raised by a handler that must wait for a run before it can answer."""
-
-    def __init__(self, target_run_id: str, timeout_s: float, context: Mapping[str, Any]) -> None:
-        super().__init__(target_run_id)
-        self.target_run_id = target_run_id
-        self.timeout_s = timeout_s
-        self.context = dict(context)
-
-
-Handler = Callable[[ToolContext, dict[str, Any]], dict[str, Any]]
-Completer = Callable[[ToolContext, Mapping[str, Any], "RunRecord | None"], dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    """One tool: its name, model-facing description and JSON schema, and its handler."""
-
-    name: str
-    description: str
-    parameters: Mapping[str, Any]
-    handler: Handler
-    complete: Completer | None = None
-    session_tool: bool = True
-    # `complete` only reshapes the target run it is given (no store or network call), so
-    # an async caller may run it in place rather than on a thread.
-    complete_is_pure: bool = False
-
-
-@dataclass
-class ToolRegistry:
-    """The tools known to this process, by name."""
-
-    tools: dict[str, ToolSpec] = field(default_factory=dict)
-
-    def register(self, spec: ToolSpec) -> ToolSpec:
-        """Add (or replace) a tool."""
-        self.tools[spec.name] = spec
-        return spec
-
-    def get(self, name: str) -> ToolSpec | None:
-        """A tool by name."""
-        return self.tools.get(name)
-
-    def names(self) -> list[str]:
-        """All tool names, sorted."""
-        return sorted(self.tools)
-
-    def select(self, names: Iterable[str]) -> list[ToolSpec]:
-        """The tools with these names, in registry order."""
-        wanted = set(names)
-        return [t for n, t in self.tools.items() if n in wanted]
+__all__ = ["Completer", "Handler", "Offer", "ToolContext", "ToolRegistry", "ToolSpec", "WaitFor"]

@@ -20,13 +20,13 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from switchboard.redact import redact_text
 from switchboard.shared.errors import NotFound
 from switchboard.shared.gateway.resolve import display_key, resolve_session_ref
 from switchboard.shared.gateway.sessions import chat_history_method
 from switchboard.shared.policy.visibility import Verdict
 from switchboard.shared.tools.access import visibility_guard
 from switchboard.shared.tools.args import read_bool, read_int, read_string
-from switchboard.shared.tools.redact import redact_text
 from switchboard.shared.tools.registry import ToolContext, ToolSpec
 
 MAX_TEXT_CHARS = 4000

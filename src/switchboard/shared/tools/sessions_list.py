@@ -17,11 +17,9 @@ Message previews (``messageLimit``) go through the same sanitiser as ``sessions_
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from switchboard.shared import keys as sk
@@ -263,17 +261,10 @@ def list_row(svc: Services, entry: SessionEntry, requester_agent: str) -> dict[s
         flag = fields.get(field)
         if isinstance(flag, bool):
             row[field] = flag
-    if session_id := row.get("sessionId"):
-        row["transcriptPath"] = f"{_sessions_dir(str(svc.settings.data_dir))}/{session_id}.jsonl"
+    row["transcriptPath"] = sk.transcript_url(entry.key)
     if parent := _text(fields.get("spawnedBy")):
         row["spawnedBy"] = display_key(svc, parent, requester_agent)
     return row
-
-
-@lru_cache(maxsize=8)
-def _sessions_dir(data_dir: str) -> str:
-    """Where transcript paths point (as text, built once per data dir)."""
-    return os.path.join(data_dir, "sessions")
 
 
 def _delivery_context(value: Any) -> dict[str, str]:

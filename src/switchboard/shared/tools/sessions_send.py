@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from switchboard.shared import keys as sk
-from switchboard.shared.errors import SwitchboardError
+from switchboard.shared.errors import StoreUnavailable, SwitchboardError
 from switchboard.shared.flows import a2a_rules as rules
 from switchboard.shared.flows.a2a_flow import advance, load_flow, new_flow
 from switchboard.shared.flows.reply_back import SOURCE_TOOL, send_allowed, step_after
@@ -107,6 +107,8 @@ def handle(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         return _error(run_id, "Either sessionKey or label is required")
     try:
         target = resolve_session_ref(ctx.services, raw_key, requester_key=ctx.session_key)
+    except StoreUnavailable:
+        raise  # the store is away: retried, not an outcome
     except SwitchboardError as exc:
         return _error(run_id, exc.message)
     shown = display_key(ctx.services, target, ctx.agent_id)
@@ -154,6 +156,8 @@ def _resolve_label(ctx: ToolContext, label: str, agent_arg: str | None) -> str |
             return _forbidden(a2a_denied_message("send"))
     try:
         key = resolve_label(ctx.services, label, requested)
+    except StoreUnavailable:
+        raise  # the store is away: retried, not an outcome
     except SwitchboardError as exc:
         if restricted:
             return _forbidden(f"{SANDBOX_NOT_VISIBLE}.")
@@ -236,6 +240,8 @@ def _send(
                 watched=timeout_s > 0,  # the api waits for it (`WaitFor`)
             ),
         )
+    except StoreUnavailable:
+        raise  # the store is away: retried, not an outcome
     except SwitchboardError as exc:
         _abandon(ctx, flow_id)
         return _error(str(uuid.uuid4()), exc.message, sessionKey=shown)

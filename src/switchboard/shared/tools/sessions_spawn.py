@@ -15,7 +15,7 @@ from typing import Any
 
 from switchboard.shared import keys as sk
 from switchboard.shared.config import EffectiveSubagents
-from switchboard.shared.errors import InvalidInput, SwitchboardError
+from switchboard.shared.errors import InvalidInput, StoreUnavailable, SwitchboardError
 from switchboard.shared.flows.spawn import (
     Child,
     ChildPlan,
@@ -26,9 +26,9 @@ from switchboard.shared.flows.spawn import (
     start_batch,
     start_child,
 )
-from switchboard.shared.flows.spawns import SpawnRecords
 from switchboard.shared.runtime.models import validate_model_ref
 from switchboard.shared.services import Services
+from switchboard.shared.store.spawns import SpawnStore
 from switchboard.shared.tools.args import read_bool, read_int, read_string
 from switchboard.shared.tools.registry import ToolContext, ToolSpec
 
@@ -137,7 +137,7 @@ def _spawn_one(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
     mode, thread = _mode(args)
     req = requester_for(ctx)
     _check_depth(req)
-    records = SpawnRecords(ctx.services)
+    records = ctx.services.store.spawns
     _check_capacity(ctx.services, records, req, 1)
     plan = _plan(ctx.services, req, args, task)
     _check_thread(thread)
@@ -145,6 +145,8 @@ def _spawn_one(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
     _reserve(records, req, [child])
     try:
         started = start_child(ctx.services, records, req, child, mode=mode)
+    except StoreUnavailable:
+        raise  # the store is away: retried, not an outcome
     except SwitchboardError as exc:
         abandon(ctx.services, records, req, child)
         return {"status": "error", "error": exc.message, "childSessionKey": child.key}
@@ -177,7 +179,7 @@ def _spawn_batch(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
             raise _Refused(refused.result["status"], f"tasks[{index}]: {refused}") from None
         except InvalidInput as exc:
             raise InvalidInput(f"tasks[{index}]: {exc.message}", field="tasks") from None
-    records = SpawnRecords(ctx.services)
+    records = ctx.services.store.spawns
     _check_capacity(ctx.services, records, req, len(plans))
     _check_thread(thread)
     children = [Child.for_plan(plan) for plan in plans]
@@ -256,7 +258,7 @@ def _check_depth(req: Requester) -> None:
         )
 
 
-def _check_capacity(svc: Services, records: SpawnRecords, req: Requester, wanted: int) -> None:
+def _check_capacity(svc: Services, records: SpawnStore, req: Requester, wanted: int) -> None:
     active = live_children(svc, records, req.key)
     limit = req.limits.max_children_per_agent
     if active + wanted > limit:
@@ -339,7 +341,7 @@ def _check_thread(thread: bool) -> None:
 # -- starting ----------------------------------------------------------------------------
 
 
-def _reserve(records: SpawnRecords, req: Requester, children: Sequence[Child]) -> None:
+def _reserve(records: SpawnStore, req: Requester, children: Sequence[Child]) -> None:
     limit = req.limits.max_children_per_agent
     ok, active = records.reserve_children(req.key, [c.key for c in children], limit)
     if not ok:  # another spawn took the slots since the check

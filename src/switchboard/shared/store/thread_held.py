@@ -1,9 +1,7 @@
-"""What every Redis client of the product is made with.
+"""Fast path: the store's Redis client that runs each thread's commands on a connection of
+its own, sent straight to it (only with ``Settings.fast_paths``; see `ThreadHeldRedis`).
 
-redis-py reads its own version from the installed package's metadata for each connection
-it opens unless given it: a scan of the import path that costs milliseconds, so a burst
-that filled a pool (forty api threads at once, a worker's sixty-four) paid seconds of CPU
-for it. The version is read once here and handed to every client.
+The plain path is redis-py's own client on a blocking pool (`store.client.connect`).
 """
 
 from __future__ import annotations
@@ -15,9 +13,6 @@ from typing import Any
 
 import redis
 from redis.client import EMPTY_RESPONSE, NEVER_DECODE
-from redis.driver_info import DriverInfo
-
-DRIVER_INFO = DriverInfo(lib_version=redis.__version__)
 
 # Command options only redis-py's full client path handles (see `ThreadHeldRedis`).
 _FULL_PATH_OPTIONS = frozenset({NEVER_DECODE, EMPTY_RESPONSE})

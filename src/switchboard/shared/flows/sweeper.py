@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from switchboard.shared.delivery import enqueue_due
 from switchboard.shared.flows.pending import enqueue_lost
 from switchboard.shared.flows.subagent_archive import sweep_archive
+from switchboard.shared.runtime.executor import enqueue_follow_up
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import now_ms
 
@@ -51,9 +52,11 @@ def sweep(svc: Services) -> SweepReport:
     report.deliveries = enqueue_due(svc, now)
     report.lost_steps = enqueue_lost(svc, now)
     sweep_archive(svc, now)
-    svc.store.redis.hset(svc.store.ks.beat_marks, "sweep", now)
-    if any(vars(report).values()):
-        log.info("sweep: %s", report)
+    svc.store.sweeps.mark_ran("sweep", now)
+    # Only a sweep that did something is logged: an idle stack writes nothing at INFO.
+    done = {name: count for name, count in vars(report).items() if count}
+    if done:
+        log.info("sweep recovered %s", ", ".join(f"{n}={c}" for n, c in done.items()))
     return report
 
 
@@ -62,7 +65,7 @@ def _sweep_lanes(svc: Services, now: int, report: SweepReport) -> None:
     for session_key in runs.expired_leases(now):
         holder = runs.lane_holder(session_key)
         if holder is None:
-            svc.store.redis.zrem(svc.store.ks.lane_leases, session_key)
+            svc.store.sweeps.drop_lease(session_key)
             continue
         rec = runs.get(holder)
         if rec is None or rec.terminal:
@@ -91,7 +94,7 @@ def _sweep_parked(svc: Services, now: int, report: SweepReport) -> None:
     for run_id in runs.overdue_parked(now):
         rec = runs.get(run_id)
         if rec is None or rec.status != "parked":
-            svc.store.redis.zrem(svc.store.ks.parked_runs, run_id)
+            svc.store.sweeps.drop_parked(run_id)
             continue
         runs.push_parked(run_id, now + _PARKED_RECHECK_MS)
         svc.queue.enqueue_resume(run_id, rec.session_key)
@@ -100,8 +103,6 @@ def _sweep_parked(svc: Services, now: int, report: SweepReport) -> None:
 
 def _sweep_outbox(svc: Services, now: int, report: SweepReport) -> None:
     """Re-enqueue follow-up steps of ended runs that were never confirmed enqueued."""
-    from switchboard.shared.runtime.executor import enqueue_follow_up
-
     runs = svc.store.runs
     for run_id in runs.outbox_due(now - _OUTBOX_GRACE_MS):
         rec = runs.get(run_id)

@@ -1,0 +1,58 @@
+"""The `bench` command: the product against its anchors, side by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from switchboard.cli.common import (
+    EXIT_USAGE,
+    _fail,
+    app,
+    console,
+)
+from switchboard.shared.config import get_settings
+
+if TYPE_CHECKING:
+    pass
+
+
+@app.command()
+def bench(
+    scenario: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--scenario",
+            "-s",
+            help="Scenario to run, repeatable (default all): latency, throughput, listing, "
+            "history, fanout, parked.",
+        ),
+    ] = None,
+    quick: Annotated[
+        bool,
+        typer.Option(help="Scaled-down counts, a smoke test that judges no speed (< 2 min)."),
+    ] = False,
+    out: Annotated[Path, typer.Option(help="Where the JSON figures go.")] = Path("bench/results"),
+    fast_paths: Annotated[
+        str | None,
+        typer.Option(
+            help="Run the product with its fast paths on or off (default: "
+            "SWITCHBOARD_FAST_PATHS, else on); write off-mode figures to their own --out.",
+        ),
+    ] = None,
+) -> None:
+    """Benchmark the product against its anchors, side by side in one run."""
+    from switchboard.bench import SCENARIOS, run_bench
+
+    if fast_paths not in (None, "on", "off"):
+        _fail("--fast-paths must be on or off", f"not {fast_paths!r}", EXIT_USAGE)
+    fast = get_settings().fast_paths if fast_paths is None else fast_paths == "on"
+
+    names = scenario or list(SCENARIOS)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        known = ", ".join(SCENARIOS)
+        _fail("unknown scenario(s)", f"{', '.join(unknown)}; known: {known}", EXIT_USAGE)
+    raise typer.Exit(run_bench(names, quick=quick, out_dir=out, console=console, fast_paths=fast))

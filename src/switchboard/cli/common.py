@@ -1,0 +1,120 @@
+"""The CLI's shared pieces: the typer app, consoles, option types, exit codes, settings."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from switchboard.shared.config import Settings, get_config, get_settings, reset_caches
+from switchboard.shared.errors import InvalidInput, SwitchboardError, Unavailable
+
+if TYPE_CHECKING:
+    from switchboard.supervisor.runfile import StackInfo
+
+
+app = typer.Typer(
+    help="Session tools for AI agents on Celery + Redis.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+# soft_wrap: replies and keys print unbroken (a pipe gets the text as is, not re-wrapped at 80).
+console = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="JSON5 config file (default: $SWITCHBOARD_CONFIG)."),
+]
+HostOpt = Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1).")]
+PortOpt = Annotated[int | None, typer.Option(help="Port (default 8780).")]
+ConcurrencyOpt = Annotated[
+    int, typer.Option(help="Runs one worker process keeps in flight (threads).", min=1, max=4096)
+]
+UrlOpt = Annotated[str | None, typer.Option("--url", help="Api base URL (default from settings).")]
+TokenOpt = Annotated[str | None, typer.Option("--token", help="Bearer token.")]
+
+TOKEN_FILE = "token"
+# Exit codes, the same for every command (README: "The switchboard command").
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+
+
+def _fail(label: str, detail: str, code: int) -> NoReturn:
+    """Print one red line on stderr (the detail verbatim, brackets and all) and exit."""
+    err.print(f"[red]{escape(label)}:[/] {escape(detail)}")
+    raise typer.Exit(code)
+
+
+def _exit_code(exc: SwitchboardError) -> int:
+    """The exit code of a domain error: usage, unavailable, else not found / refused."""
+    if isinstance(exc, InvalidInput):
+        return EXIT_USAGE
+    if isinstance(exc, Unavailable):
+        return EXIT_UNAVAILABLE
+    return EXIT_REFUSED
+
+
+def _running_stack(settings: Settings) -> StackInfo | None:
+    """The live stack `up` described in the data directory, if any."""
+    from switchboard.supervisor.runfile import read_stack
+
+    return read_stack(settings.data_dir.resolve())
+
+
+def _announce(stack: StackInfo, settings: Settings) -> None:
+    """Say on stderr which stack a command found (stdout stays the command's output)."""
+    where = escape(str(settings.data_dir.resolve()))
+    err.print(f"[dim]switchboard: using the stack in {where} ({escape(stack.describe())})[/]")
+
+
+def _with_stack_redis(settings: Settings) -> Settings:
+    """Settings whose Redis is the running `up`'s, unless SWITCHBOARD_REDIS_URL says otherwise."""
+    if settings.redis_url:
+        return settings
+    stack = _running_stack(settings)
+    if stack is None:
+        return settings
+    _announce(stack, settings)
+    broker = settings.broker_url or stack.broker_url
+    return settings.model_copy(update={"redis_url": stack.redis_url, "broker_url": broker})
+
+
+def _api_base(settings: Settings, url: str | None, *, quiet: bool = False) -> str:
+    """--url, else SWITCHBOARD_HOST/PORT when set, else the running `up`'s api, else default."""
+    if url:
+        return url.rstrip("/")
+    if not {"host", "port"} & settings.model_fields_set:
+        stack = _running_stack(settings)
+        if stack is not None:
+            if not quiet:
+                _announce(stack, settings)
+            return stack.api_url
+    return f"http://{settings.host}:{settings.port}"
+
+
+def _settings(config: Path | None) -> Settings:
+    """Settings, with --config applied the same way SWITCHBOARD_CONFIG is."""
+    if config is not None:
+        os.environ["SWITCHBOARD_CONFIG"] = str(config)
+        reset_caches()
+    settings = get_settings()
+    get_config(settings.config)  # validate early: a bad config is a clear error, not a trace
+    return settings
+
+
+def _saved_token(data_dir: Path, *, create: bool) -> str:
+    path = data_dir / TOKEN_FILE
+    if path.exists():
+        return path.read_text().strip()
+    if not create:
+        return ""
+    token = secrets.token_urlsafe(24)
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return token

@@ -1,0 +1,216 @@
+"""The single-process commands: api, worker, beat, mcp and flower."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from switchboard.cli.common import (
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    ConcurrencyOpt,
+    ConfigOpt,
+    HostOpt,
+    PortOpt,
+    _fail,
+    _settings,
+    _with_stack_redis,
+    app,
+)
+from switchboard.shared.config import Settings
+
+if TYPE_CHECKING:
+    pass
+
+
+def _celery_quiet(settings: Settings) -> list[str]:
+    """Celery's startup banner is not a log line: left out when logs are JSON lines."""
+    from switchboard.logs import resolve_format
+
+    return ["--quiet"] if resolve_format(settings.log_format, sys.stderr) == "json" else []
+
+
+@app.command()
+def api(config: ConfigOpt = None, host: HostOpt = None, port: PortOpt = None) -> None:
+    """Run the HTTP api (FastAPI on uvicorn)."""
+    import uvicorn
+
+    from switchboard.api.app import create_app
+    from switchboard.logs import setup_logging
+
+    settings = _settings(config)
+    setup_logging(settings.log_level)
+    application = create_app(settings, tune_gc=True)
+    uvicorn.run(
+        application,
+        host=host or settings.host,
+        port=port if port is not None else settings.port,
+        log_level=settings.log_level.lower(),
+        log_config=None,  # uvicorn's records go through the product's handler (logs.py)
+        access_log=False,
+    )
+
+
+@app.command()
+def worker(config: ConfigOpt = None, concurrency: ConcurrencyOpt = 128) -> None:
+    """Run a Celery worker executing agent runs (threads pool)."""
+    from switchboard.logs import setup_logging
+    from switchboard.workers.app import ALL_QUEUES, create_celery_app
+
+    settings = _settings(config)
+    setup_logging(settings.log_level)
+    celery_app = create_celery_app(settings)
+    celery_app.worker_main(
+        [
+            *_celery_quiet(settings),
+            "worker",
+            f"--concurrency={concurrency}",
+            f"--queues={','.join(ALL_QUEUES)}",
+            f"--loglevel={settings.log_level}",
+            "--without-gossip",
+            "--without-mingle",
+        ]
+    )
+
+
+@app.command()
+def beat(config: ConfigOpt = None) -> None:
+    """Run Celery beat: the periodic recovery sweep."""
+    from switchboard.logs import setup_logging
+    from switchboard.workers.app import create_celery_app
+
+    settings = _settings(config)
+    setup_logging(settings.log_level)
+    data_dir = settings.data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    celery_app = create_celery_app(settings)
+    celery_app.start(
+        [
+            *_celery_quiet(settings),
+            "beat",
+            f"--loglevel={settings.log_level}",
+            f"--schedule={data_dir / 'beat-schedule'}",
+        ]
+    )
+
+
+@app.command("mcp")
+def mcp_stdio(
+    session_key: Annotated[
+        str | None,
+        typer.Option(
+            "--session-key",
+            help="The session the MCP client acts for: a key, `main`, or a sessionId "
+            "(default: the default agent's main session).",
+        ),
+    ] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Serve the session tools over MCP on stdin/stdout (talks to Redis directly)."""
+    import anyio
+
+    from switchboard.api.mcp import serve_stdio
+    from switchboard.api.tools import tool_context
+    from switchboard.logs import setup_logging
+    from switchboard.shared.errors import StoreUnavailable
+    from switchboard.wiring import build_services
+    from switchboard.workers.app import create_celery_app
+    from switchboard.workers.queue import CeleryQueue
+
+    settings = _with_stack_redis(_settings(config))
+    if not settings.redis_url:
+        _fail(
+            "no Redis", "start `switchboard up` here or set SWITCHBOARD_REDIS_URL", EXIT_UNAVAILABLE
+        )
+    setup_logging(settings.log_level)
+    services = build_services(settings, queue=CeleryQueue(create_celery_app(settings)))
+    try:
+        tool_context(services, session_key)  # an unknown sessionId is an error before serving
+        anyio.run(serve_stdio, services, session_key)
+    except StoreUnavailable as exc:
+        _fail("cannot reach Redis", str(exc.__cause__), EXIT_UNAVAILABLE)
+
+
+@app.command()
+def flower(
+    config: ConfigOpt = None,
+    address: Annotated[
+        str | None, typer.Option(help="Bind address (default: SWITCHBOARD_HOST, 127.0.0.1).")
+    ] = None,
+    port: Annotated[int, typer.Option(help="Port.", min=1, max=65535)] = 5555,
+    basic_auth: Annotated[
+        str | None,
+        typer.Option(
+            "--basic-auth",
+            envvar="SWITCHBOARD_FLOWER_BASIC_AUTH",
+            show_envvar=True,
+            help="user:password for HTTP basic auth (several pairs: comma-separated). "
+            "Prefer the environment variable: a command line is visible to `ps`.",
+        ),
+    ] = None,
+    no_auth: Annotated[
+        bool,
+        typer.Option(
+            "--no-auth",
+            help="Run without authentication (Flower can revoke tasks and stop workers: "
+            "only on a trusted network; its HTTP API stays disabled).",
+        ),
+    ] = False,
+    max_tasks: Annotated[
+        int, typer.Option(help="Tasks Flower keeps in memory.", min=100, max=1_000_000)
+    ] = 10_000,
+    url_prefix: Annotated[
+        str | None, typer.Option(help="Serve under this path (behind a reverse proxy).")
+    ] = None,
+) -> None:
+    """Run Flower, Celery's monitoring UI, against the product's Celery app."""
+    pairs = [pair.strip() for pair in (basic_auth or "").split(",") if pair.strip()]
+    if no_auth and pairs:
+        _fail("conflicting options", "--no-auth and --basic-auth (or its env var)", EXIT_USAGE)
+    if not no_auth and not pairs:
+        _fail(
+            "refusing to start Flower without authentication",
+            "set SWITCHBOARD_FLOWER_BASIC_AUTH=user:password (or pass --basic-auth), "
+            "or pass --no-auth on a trusted network",
+            EXIT_USAGE,
+        )
+    problem = _basic_auth_problem(pairs)
+    if problem:
+        # Exit 2 (usage) once: a supervisor that restarts on failure should not loop on it.
+        _fail("refusing to start Flower", problem, EXIT_USAGE)
+
+    from switchboard.logs import setup_logging
+    from switchboard.workers.app import create_celery_app
+
+    settings = _with_stack_redis(_settings(config))
+    setup_logging(settings.log_level)
+    celery_app = create_celery_app(settings)
+    argv = [
+        "flower",
+        f"--address={address or settings.host}",
+        f"--port={port}",
+        f"--max_tasks={max_tasks}",
+        # Autoscaled workers come and go: forget offline ones after a minute.
+        "--purge_offline_workers=60",
+    ]
+    if pairs:
+        argv.append(f"--basic_auth={','.join(pairs)}")
+    if url_prefix:
+        argv.append(f"--url_prefix={url_prefix}")
+    celery_app.start(argv)
+
+
+def _basic_auth_problem(pairs: list[str]) -> str | None:
+    """What is wrong with Flower's user:password pairs (never echoing a password), or None."""
+    for number, pair in enumerate(pairs, start=1):
+        user, colon, password = pair.partition(":")
+        which = f"pair {number} of --basic-auth / SWITCHBOARD_FLOWER_BASIC_AUTH"
+        if not colon:
+            return f"{which} has no password (expected user:password)"
+        if not user:
+            return f"{which} has an empty user name (expected user:password)"
+        if not password:
+            return f"{which} (user {user!r}) has an empty password (expected user:password)"
+    return None

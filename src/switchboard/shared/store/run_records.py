@@ -1,0 +1,241 @@
+"""What the run store takes and answers: run records, new runs, claims and outcomes.
+
+A run may be started with a record written in the same step (`NewRun.link`,
+`LinkRecord`, `LinkAdvance`): a hash the store writes for its caller without knowing
+what it is, so the record exists exactly when the run does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from switchboard.shared.errors import Conflict
+from switchboard.shared.store import codec
+
+RunStatus = Literal["queued", "running", "parked", "ok", "error", "timeout"]
+TERMINAL: frozenset[str] = frozenset({"ok", "error", "timeout"})
+
+
+def now_ms() -> int:
+    """Wall-clock time in milliseconds."""
+    return int(time.time() * 1000)
+
+
+@dataclass
+class RunRecord:
+    """A run as stored in its hash."""
+
+    run_id: str
+    session_key: str
+    status: str
+    created_at_ms: int | None = None
+    started_at_ms: int | None = None
+    ended_at_ms: int | None = None
+    deadline_at_ms: int | None = None
+    timeout_s: float | None = None
+    attempt: int = 0
+    message: dict[str, Any] | None = None
+    extra_system_prompt: str | None = None
+    reply: str | None = None
+    error: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+    model: str | None = None
+    channel: str | None = None
+    kind: str = "agent"
+    parked: list[dict[str, Any]] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+    on_end: dict[str, Any] | None = None
+    # Hashes the run's end step read for its follow-up step (Redis key -> decoded fields;
+    # an absent hash is {}): the step takes them instead of reading them again.
+    read_at_end: Mapping[str, Mapping[str, str]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    @property
+    def terminal(self) -> bool:
+        """True once the run has an outcome."""
+        return self.status in TERMINAL
+
+    @classmethod
+    def from_hash(cls, run_id: str, h: Mapping[str, str]) -> RunRecord:
+        """Build from a decoded HGETALL reply."""
+        timeout = h.get("timeoutS")
+        return cls(
+            run_id=run_id,
+            session_key=h.get("sessionKey", ""),
+            status=h.get("status", "queued"),
+            created_at_ms=codec.as_int(h.get("createdAt")),
+            started_at_ms=codec.as_int(h.get("startedAt")),
+            ended_at_ms=codec.as_int(h.get("endedAt")),
+            deadline_at_ms=codec.as_int(h.get("deadlineAt")),
+            timeout_s=float(timeout) if timeout else None,
+            attempt=codec.as_int(h.get("attempt")) or 0,
+            message=codec.as_json(h.get("message")),
+            extra_system_prompt=h.get("extraSystemPrompt"),
+            reply=h.get("reply"),
+            error=h.get("error"),
+            usage=codec.as_json(h.get("usage"), {}),
+            model=h.get("model"),
+            channel=h.get("channel"),
+            kind=h.get("kind", "agent"),
+            parked=codec.as_json(h.get("parked"), []),
+            meta=codec.as_json(h.get("meta"), {}),
+            on_end=codec.as_json(h.get("onEnd")),
+        )
+
+    def outcome(self) -> dict[str, Any]:
+        """The public outcome as `agent.wait` reports it."""
+        out: dict[str, Any] = {"runId": self.run_id, "status": self.status}
+        if self.status not in TERMINAL:
+            out["status"] = "timeout"
+            out["pending"] = self.status
+            return out
+        if self.reply is not None and self.status == "ok":
+            out["reply"] = self.reply
+        if self.error:
+            out["error"] = self.error
+        if self.started_at_ms:
+            out["startedAt"] = self.started_at_ms
+        if self.ended_at_ms:
+            out["endedAt"] = self.ended_at_ms
+        return out
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """What a caller supplies to start a run."""
+
+    run_id: str
+    session_key: str
+    message: dict[str, Any] | None
+    timeout_s: float
+    extra_system_prompt: str | None = None
+    model: str | None = None
+    channel: str | None = None
+    kind: str = "agent"
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    # A follow-up task enqueued (durably, via the outbox) when the run ends:
+    # {"task": "<celery task name>", "args": ["<id>", ...]}.
+    on_end: Mapping[str, Any] | None = None
+    # (hash key, field): a record written with the run. The run's id is named in that
+    # field of that hash as the run is recorded, unless the field is set already (first
+    # writer wins). The store does not know what the hash is; its owner does.
+    link: tuple[str, str] | None = None
+    # A new record at the link's hash, written in the same step as the run.
+    link_record: LinkRecord | None = None
+    # A compare-and-set on the link's hash, made in the same step; the run is recorded only
+    # if it holds (`LinkAdvance`).
+    link_advance: LinkAdvance | None = None
+    # Someone will wait for the run's end: it is published on the run-ended channel (an
+    # unwatched run's end is published only if a waiter marks it first, watch_run.lua).
+    watched: bool = False
+
+
+@dataclass(frozen=True)
+class LinkRecord:
+    """A record created in the step that records the run linking to it (a record and its
+    first run: one round trip, not two). ``fields`` are text values; the hash is kept
+    ``ttl_s``; ``member`` is added at ``score`` to each of ``indexes`` (sorted sets kept
+    ``ttl_s`` too), whose members scored at or below ``trim_to`` are dropped."""
+
+    fields: Mapping[str, str]
+    ttl_s: int
+    indexes: tuple[str, ...] = ()
+    member: str = ""
+    score: int = 0
+    trim_to: int = 0
+
+
+@dataclass(frozen=True)
+class LinkAdvance:
+    """A compare-and-set on the link's hash made in the step that records the run linking
+    to it: the run is recorded only if the hash still shows ``status`` (and ``turn``, ''
+    for any), and ``fields`` are then written over it (a None value removes a field) and
+    the hash kept ``ttl_s``. A caller that moves its record on and starts the run of the
+    next stage does both in one round trip, and never leaves the record moved on without
+    that run."""
+
+    status: str
+    turn: str
+    fields: Mapping[str, Any]
+    ttl_s: int
+
+
+class LinkMoved(Conflict):
+    """The link's hash was no longer where a `LinkAdvance` expected it: nothing recorded."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A successful claim: the attempt number guards every later write.
+
+    ``run`` is the run as claimed; ``session`` (the session hash) and ``history`` (its
+    last messages, oldest first) are read in the same step when asked for."""
+
+    attempt: int
+    deadline_at_ms: int
+    exhausted: bool = False
+    run: RunRecord | None = None
+    session: dict[str, str] | None = None
+    history: list[dict[str, Any]] | None = None
+    # The claim step added the run.started event itself.
+    started_published: bool = False
+
+
+@dataclass(frozen=True)
+class Started:
+    """A recorded run: whether it took the lane (enqueue it), or the run an idempotency
+    key already names (then nothing was recorded)."""
+
+    took_lane: bool
+    session_id: str
+    session_created: bool
+    existing_run_id: str | None = None
+    # The run claimed in the same step (`start` with ``claim_history``), or why not.
+    claim: Claim | str | None = None
+
+
+@dataclass(frozen=True)
+class FinishResult:
+    """What ending a run set in motion: the next run of the lane, and parked waiters."""
+
+    applied: bool
+    next_run_id: str | None = None
+    waiters: tuple[str, ...] = ()
+    # The run as ended (read in the same step).
+    run: RunRecord | None = None
+
+
+@dataclass(frozen=True)
+class ParkedCall:
+    """A deferred tool call a parked run waits on."""
+
+    tool_call_id: str
+    tool_name: str
+    target_run_id: str
+    deadline_ms: int
+    context: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """As stored in the run hash."""
+        return {
+            "toolCallId": self.tool_call_id,
+            "toolName": self.tool_name,
+            "targetRunId": self.target_run_id,
+            "deadlineMs": self.deadline_ms,
+            "context": dict(self.context),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ParkedCall:
+        """From the run hash."""
+        return cls(
+            tool_call_id=d["toolCallId"],
+            tool_name=d["toolName"],
+            target_run_id=d["targetRunId"],
+            deadline_ms=int(d["deadlineMs"]),
+            context=d.get("context") or {},
+        )

@@ -1,0 +1,112 @@
+"""What the server says about itself, and batched reads of how far work has got.
+
+`ServerStats` reads ``INFO``: the calls per command (``commandstats``, for Redis commands
+per run), memory and the server's version. `ProgressReads` answers "is the work done?"
+for many runs or sessions in one round trip each: a load generator polls them while a
+burst runs, so they read the least that answers (``HMGET`` of two fields, ``XLEN``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis import Redis
+
+from switchboard.shared.store.keyspace import Keyspace
+from switchboard.shared.store.run_records import TERMINAL
+
+# The hash where kombu's Redis transport keeps messages delivered but not yet acked.
+UNACKED = "unacked"
+
+
+@dataclass(frozen=True)
+class CommandCalls:
+    """Calls per Redis command (``cmdstat_get`` → ``get``) at one moment."""
+
+    calls: Mapping[str, int]
+
+    def since(self, before: CommandCalls, *, ignore: Sequence[str] = ("info",)) -> dict[str, int]:
+        """Calls made between ``before`` and this reading, per command (``ignore``d left
+        out: by default the ``INFO`` that took the readings)."""
+        out = {}
+        for name, calls in self.calls.items():
+            delta = calls - before.calls.get(name, 0)
+            if delta and name not in ignore:
+                out[name] = delta
+        return out
+
+
+class ServerStats:
+    """The Redis server's own counters (``INFO``)."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+
+    def command_calls(self) -> CommandCalls:
+        """Calls per command since the server started (``INFO commandstats``)."""
+        info: dict[str, Any] = self.redis.info("commandstats")
+        calls = {
+            name.removeprefix("cmdstat_"): int(stat["calls"])
+            for name, stat in info.items()
+            if name.startswith("cmdstat_")
+        }
+        return CommandCalls(calls)
+
+    def memory_bytes(self) -> int:
+        """Memory Redis holds for data and overhead (``used_memory``)."""
+        info: dict[str, Any] = self.redis.info("memory")
+        return int(info["used_memory"])
+
+    def version(self) -> str:
+        """The server's version (``redis_version``)."""
+        info: dict[str, Any] = self.redis.info("server")
+        return str(info["redis_version"])
+
+
+class ProgressReads:
+    """Batched reads of how far work has got: run ends, transcript lengths, the backlog."""
+
+    def __init__(self, redis: Redis, ks: Keyspace) -> None:
+        self.redis = redis
+        self.ks = ks
+
+    def run_ends(self, run_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
+        """The runs that have ended: run id → (terminal status, ``endedAt`` ms)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for run_id in run_ids:
+            pipe.hmget(self.ks.run(run_id), "status", "endedAt")
+        ended = {}
+        for run_id, (status, ended_at) in zip(run_ids, pipe.execute(), strict=True):
+            if status is not None and status.decode() in TERMINAL:
+                ended[run_id] = (status.decode(), int(ended_at or 0))
+        return ended
+
+    def transcript_lengths(self, session_keys: Sequence[str]) -> list[int]:
+        """The number of messages in each session's transcript, in order."""
+        pipe = self.redis.pipeline(transaction=False)
+        for key in session_keys:
+            pipe.xlen(self.ks.transcript(key))
+        return [int(n) for n in pipe.execute()]
+
+    def parked_runs(self) -> int:
+        """How many runs are parked (waiting on another run, holding no worker thread)."""
+        return int(self.redis.zcard(self.ks.parked_runs))
+
+    def backlog(self, queues: Sequence[str]) -> int:
+        """Work not yet done: messages queued on ``queues`` or unacked, active and parked
+        runs, and outbox entries (0 when everything has settled)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for name in queues:
+            pipe.llen(name)
+        pipe.hlen(UNACKED)
+        pipe.zcard(self.ks.active_runs)
+        pipe.zcard(self.ks.outbox)
+        pipe.zcard(self.ks.parked_runs)
+        return sum(int(n) for n in pipe.execute())
+
+    @staticmethod
+    def backlog_commands(queues: Sequence[str]) -> dict[str, int]:
+        """The Redis commands one `backlog` sends, per command (to leave out of a count)."""
+        return {"llen": len(queues), "hlen": 1, "zcard": 3}

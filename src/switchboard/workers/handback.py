@@ -1,0 +1,115 @@
+"""A stopping worker hands its runs back: cancelled here, queued again for another worker.
+
+Runs are durable (the run record, its transcript and its session lane live in Redis), so a
+worker told to stop (SIGTERM: a rollout, a scale-down, `docker compose stop`) need not
+finish them: it cancels the runs in flight, puts each one back in the queued state and
+sends its message again, as the sweep does for a worker that died, only at once rather
+than when the lane lease lapses. The worker then exits in seconds, whatever the runs'
+deadlines. Flow steps (short) finish as in Celery's warm shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from switchboard.shared.runtime.leases import keeper_for
+from switchboard.shared.services import Services
+
+log = logging.getLogger("switchboard.worker")
+
+T = TypeVar("T")
+
+# How long the hand-back waits for cancelled runs to unwind (they stop at their next await:
+# a model call or a sleep), and how long a pool thread waits for the hand-back to end.
+UNWIND_TIMEOUT_S = 10.0
+HANDBACK_TIMEOUT_S = 30.0
+
+Lanes = list[tuple[str, str]]  # (session key, the run holding its lane)
+
+
+class InFlight:
+    """The run coroutines a worker process executes, and the hand-back when it stops."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tasks: dict[asyncio.Task[Any], threading.Event] = {}
+        self.stopping = threading.Event()
+        self.handed_back = threading.Event()
+
+    async def track(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` as a run the hand-back can cancel (started after a stop: cancelled)."""
+        task = asyncio.current_task()
+        assert task is not None
+        ended = threading.Event()
+        with self._lock:
+            self._tasks[task] = ended
+        try:
+            if self.stopping.is_set():
+                coro.close()
+                raise asyncio.CancelledError
+            return await coro
+        finally:
+            with self._lock:
+                self._tasks.pop(task, None)
+            ended.set()
+
+    def stop(self, hand_back: Callable[[Lanes], int], held: Callable[[], Lanes]) -> None:
+        """Start the hand-back on a thread of its own (called from a signal handler, which
+        must not block on locks the interrupted main thread may hold)."""
+        if self.stopping.is_set():
+            return
+        self.stopping.set()
+        threading.Thread(
+            target=self._hand_back, args=(hand_back, held), name="switchboard-handback"
+        ).start()
+
+    def _hand_back(self, hand_back: Callable[[Lanes], int], held: Callable[[], Lanes]) -> None:
+        try:
+            lanes = held()  # before cancelling: a cancelled run lets go of its lane here
+            ended = self._cancel_all()
+            for event in ended:
+                event.wait(UNWIND_TIMEOUT_S)
+            count = hand_back(lanes)
+            if count:
+                log.warning("stopping: %d run(s) handed back to the queue", count)
+        except Exception:  # the sweep recovers them once their leases lapse
+            log.exception("handing runs back failed; the sweep will queue them again")
+        finally:
+            self.handed_back.set()
+
+    def _cancel_all(self) -> list[threading.Event]:
+        with self._lock:
+            tasks = list(self._tasks.items())
+        for task, _ in tasks:
+            task.get_loop().call_soon_threadsafe(task.cancel)
+        return [ended for _, ended in tasks]
+
+
+def hand_back_runs(svc: Services, lanes: Lanes) -> int:
+    """Queue again the runs of ``lanes`` still running and still holding their lane, and
+    send their messages: returns how many."""
+    runs = svc.store.runs
+    count = 0
+    for session_key, run_id in lanes:
+        # A run that ended as it was cancelled stays ended, and the lane's next run (taken
+        # by some other worker) is not this process's to hand back. (`requeue` answers
+        # "queued" for a run already queued too: only a running one is sent again.)
+        if runs.lane_holder(session_key) != run_id or runs.status(run_id) != "running":
+            continue
+        if runs.requeue(run_id) != "queued":
+            continue
+        runs.renew_lease(session_key)
+        svc.queue.enqueue_run(run_id, session_key)
+        count += 1
+    return count
+
+
+def held_runs(svc: Services) -> Lanes:
+    """The lanes this process's runs hold now, each with the run holding it."""
+    runs = svc.store.runs
+    pairs = [(key, runs.lane_holder(key)) for key in keeper_for(runs).held()]
+    return [(key, run_id) for key, run_id in pairs if run_id is not None]

@@ -1,0 +1,20 @@
+"""The broker queues the worker consumes and which task goes to which (names only).
+
+Kept apart from the Celery app so that the app, its tasks and the queue that sends them
+all import it and none of them imports another in a circle."""
+
+from __future__ import annotations
+
+RUNS_QUEUE = "sb.runs"
+FLOWS_QUEUE = "sb.flows"
+SWEEP_QUEUE = "sb.sweep"
+ALL_QUEUES = (RUNS_QUEUE, FLOWS_QUEUE, SWEEP_QUEUE)
+
+# Runs and resumes get a queue of their own, so a burst of flow steps never queues ahead
+# of them; every other task (the flow steps) goes to the default, `FLOWS_QUEUE`.
+TASK_ROUTES = {
+    "switchboard.run": {"queue": RUNS_QUEUE},
+    "switchboard.runs": {"queue": RUNS_QUEUE},
+    "switchboard.resume": {"queue": RUNS_QUEUE},
+    "switchboard.sweep": {"queue": SWEEP_QUEUE},
+}

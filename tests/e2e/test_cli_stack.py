@@ -1,0 +1,225 @@
+"""Every command finds a running `switchboard up` with no settings; CLI errors and exit codes.
+
+One `up` in a fresh directory is shared by the module; each command runs as a newcomer runs
+it: in that directory, with no SWITCHBOARD_* variable and no --url.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from switchboard.shared.store.client import connect_plain
+from switchboard.supervisor.runfile import RUNFILE, StackInfo, write_stack
+from switchboard.testing.up import UpProcess, clean_env, free_port, start_up
+
+pytestmark = pytest.mark.e2e
+
+NOT_FOUND, USAGE, UNAVAILABLE = 1, 2, 3
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpProcess]:
+    """`switchboard up` with the offline model, in a directory of its own."""
+    with start_up(tmp_path_factory.mktemp("stack"), {}, concurrency=4) as started:
+        yield started
+
+
+def cli(workdir: Path, *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    """`switchboard ARGS` in workdir with no SWITCHBOARD_* setting."""
+    return subprocess.run(
+        [sys.executable, "-m", "switchboard", *args],
+        cwd=workdir,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+def test_runtime_file_is_private_and_names_the_stack(stack: UpProcess) -> None:
+    """`up` writes .switchboard/stack.json (0600) with its pid, api URL and a live Redis URL."""
+    path = stack.workdir / ".switchboard" / RUNFILE
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    info = json.loads(path.read_text())
+    assert info["pid"] == stack.proc.pid
+    assert info["api_url"] == stack.url
+    assert info["broker_url"] == info["redis_url"]
+    assert connect_plain(info["redis_url"], socket_timeout=3).ping()
+
+
+def test_send_and_sessions_find_the_stack_without_settings(stack: UpProcess) -> None:
+    """`send` and `sessions` reach the running stack and say on stderr which one."""
+    sent = cli(stack.workdir, "send", "main", "found you")
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stdout.strip() == "found you"
+    assert f"pid {stack.proc.pid}" in sent.stderr and stack.url in sent.stderr
+    listing = cli(stack.workdir, "sessions", "--wide")
+    assert listing.returncode == 0, listing.stderr
+    assert "agent:main:main" in listing.stdout
+
+
+def test_check_health_finds_redis_and_api(stack: UpProcess) -> None:
+    """`check-health --api` checks the stack's embedded Redis and its api with no settings."""
+    health = cli(stack.workdir, "check-health", "--api")
+    assert health.returncode == 0, health.stderr
+    assert health.stdout.strip() == "healthy"
+    assert health.stderr.count("using the stack") == 1
+
+
+def test_mcp_stdio_lists_the_tools_without_settings(stack: UpProcess) -> None:
+    """The MCP SDK's stdio client starts `switchboard mcp` beside `up` and lists the tools."""
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "switchboard", "mcp"],
+        env=clean_env(),
+        cwd=stack.workdir,
+    )
+
+    async def tool_names() -> set[str]:
+        with anyio.fail_after(30), (stack.workdir / "mcp-stderr.log").open("w") as errlog:
+            async with (
+                stdio_client(params, errlog=errlog) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                return {tool.name for tool in (await session.list_tools()).tools}
+
+    names = anyio.run(tool_names)
+    assert {"sessions_list", "sessions_send", "sessions_spawn"} <= names
+
+
+def test_a_second_up_is_refused_fast_naming_the_pid(stack: UpProcess) -> None:
+    """`up` on a data dir whose stack is alive exits 1 in under 5 s with its pid and URL."""
+    second = subprocess.Popen(
+        [sys.executable, "-m", "switchboard", "up", "--port", str(free_port())],
+        cwd=stack.workdir,
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _, stderr = second.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        _kill_tree(second.pid)  # it started a stack of its own: leave no orphans
+        raise AssertionError("a second `up` was not refused within 5 s") from None
+    assert second.returncode == NOT_FOUND, stderr
+    assert f"pid {stack.proc.pid}" in stderr
+    assert stack.url in stderr
+    assert stack.proc.poll() is None
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a process and every descendant (each child runs in a session of its own)."""
+    parent = psutil.Process(pid)
+    for proc in [*parent.children(recursive=True), parent]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+
+
+def test_history_of_an_unknown_key_exits_1(stack: UpProcess) -> None:
+    """`history` of a key no session has is `not found`: exit 1 naming the key."""
+    missing = cli(stack.workdir, "history", "agent:main:nobody-here")
+    assert missing.returncode == NOT_FOUND, missing.stderr
+    assert "no session agent:main:nobody-here" in missing.stderr
+
+
+def test_square_brackets_survive_in_error_messages(stack: UpProcess) -> None:
+    """Text in square brackets in a refusal or a run's error prints whole, not as markup."""
+    refused = cli(stack.workdir, "spawn", "x", "--model", "[red]x/y")
+    assert refused.returncode == NOT_FOUND, refused.stderr
+    assert "[red]x/y" in refused.stderr
+    failed = cli(stack.workdir, "send", "main", "/fail [boom] broke")
+    assert failed.returncode == NOT_FOUND, failed.stderr
+    assert "[boom] broke" in failed.stderr
+
+
+def test_an_unreachable_api_exits_3(stack: UpProcess) -> None:
+    """A client command whose api does not answer exits 3 (unavailable)."""
+    down = cli(stack.workdir, "sessions", "--url", f"http://127.0.0.1:{free_port()}")
+    assert down.returncode == UNAVAILABLE, down.stderr
+    assert "cannot reach the api" in down.stderr
+
+
+def test_an_invalid_argument_exits_2(stack: UpProcess) -> None:
+    """An api refusal of bad input (a malformed session key) is a usage error: exit 2."""
+    bad = cli(stack.workdir, "send", "agent:main:[x]", "hi", "--url", stack.url)
+    assert bad.returncode == USAGE, bad.stderr
+    assert "illegal characters" in bad.stderr
+
+
+def test_a_timed_out_send_says_why(stack: UpProcess) -> None:
+    """A send whose reply does not come in time exits 1 and prints a reason."""
+    slow = cli(stack.workdir, "send", "agent:main:slow", "/sleep 3", "--timeout", "0.5")
+    assert slow.returncode == NOT_FOUND
+    assert "timeout" in slow.stderr and "no reply within 0.5 s" in slow.stderr
+
+
+def test_json_listings_and_kinds(stack: UpProcess) -> None:
+    """`--json` prints whole keys as JSON; `--kinds` (repeatable or comma list) filters."""
+    sent = cli(stack.workdir, "send", "agent:main:discord:group:dev", "hi group")
+    assert sent.returncode == 0, sent.stderr
+    groups = json.loads(cli(stack.workdir, "sessions", "--kinds", "group", "--json").stdout)
+    assert [row["key"] for row in groups["sessions"]] == ["agent:main:discord:group:dev"]
+    both = cli(stack.workdir, "sessions", "--kinds", "main,group", "--json")
+    kinds = {row["kind"] for row in json.loads(both.stdout)["sessions"]}
+    assert kinds == {"main", "group"}
+    again = cli(stack.workdir, "sessions", "--kinds", "main", "--kinds", "group", "--json")
+    assert json.loads(again.stdout)["count"] == json.loads(both.stdout)["count"]
+    table = cli(stack.workdir, "sessions", "--kinds", "group", "--wide")
+    assert "discord" in table.stdout.split("agent:main:discord:group:dev", 1)[1].splitlines()[0]
+    history = json.loads(cli(stack.workdir, "history", "main", "--json").stdout)
+    assert history["sessionKey"] == "agent:main:main"
+    assert any(m["role"] == "user" for m in history["messages"])
+
+
+def test_a_stale_runtime_file_is_replaced(tmp_path: Path) -> None:
+    """`up` over a file left by a killed stack (pid dead) starts and writes its own."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    data_dir = tmp_path / ".switchboard"
+    data_dir.mkdir()
+    write_stack(data_dir, StackInfo(dead.pid, "http://127.0.0.1:1", "redis://x:1", "redis://x:1"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "switchboard", "up", "--port", str(free_port())],
+        cwd=tmp_path,
+        env=clean_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        # Its children running means its signal handlers are in place: SIGINT is a clean stop.
+        while time.monotonic() < deadline and not _started_beat(proc.pid):
+            assert proc.poll() is None
+            time.sleep(0.1)
+        info = json.loads((data_dir / RUNFILE).read_text())
+        assert info["pid"] == proc.pid, info
+        assert info["api_url"] != "http://127.0.0.1:1"
+    finally:
+        os.kill(proc.pid, signal.SIGINT)
+        proc.wait(timeout=40)
+    assert proc.returncode == 0
+    assert not (data_dir / RUNFILE).exists()  # removed on the clean stop
+
+
+def _started_beat(pid: int) -> bool:
+    """True once `up` (pid) has started its beat child."""
+    children = psutil.Process(pid).children()
+    return any("beat" in child.cmdline() for child in children)

@@ -1,0 +1,80 @@
+"""`make venv` as a newcomer's first `make up` runs it: uv installs the package with pip's
+index settings, and plain pip takes over when uv cannot be had.
+
+The real recipe runs against a stand-in `.venv/bin/python` that records its calls (and
+plays pip), so these tests take a second and need no network.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+MAKEFILE = Path(__file__).resolve().parents[2] / "Makefile"
+
+# Plays `python -m pip`: answers `config list` like a machine with a mirror, "installs" uv
+# as a script that records its arguments, or fails to when NO_UV is set.
+FAKE_PYTHON = r"""#!/bin/bash
+echo "python $*" >> "$CALLS"
+case "$*" in
+  "-m pip config list")
+    echo "global.index-url='https://mirror.test/simple'"
+    echo "global.extra-index-url='file:///opt/a/simple file:///opt/b/simple'"
+    echo "global.find-links='/from/pip.conf'"
+    echo ":env:.find-links='/from/env'" ;;
+  "-m pip install --progress-bar off uv")
+    [ -z "$NO_UV" ] || exit 1
+    printf '#!/bin/bash\necho "uv $*" >> "$CALLS"\n' > "$(dirname "$0")/uv"
+    chmod +x "$(dirname "$0")/uv" ;;
+esac
+"""
+
+
+def make_venv(tmp_path: Path, **env: str) -> tuple[str, list[str]]:
+    """Run `make venv` in a project holding the real Makefile; (output, recorded calls)."""
+    shutil.copy(MAKEFILE, tmp_path / "Makefile")
+    (tmp_path / "pyproject.toml").write_text("")
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(FAKE_PYTHON)
+    python.chmod(0o755)
+    calls = tmp_path / "calls"
+    done = subprocess.run(
+        ["make", "venv"],
+        cwd=tmp_path,
+        env={**os.environ, "CALLS": str(calls), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / ".venv" / ".installed").exists()
+    return done.stdout, calls.read_text().splitlines()
+
+
+def test_uv_installs_the_package_from_pips_indexes(tmp_path: Path) -> None:
+    """uv gets pip's index, extra indexes and links (environment over pip.conf), picks the
+    best version across them, and pip never installs the package itself."""
+    out, calls = make_venv(tmp_path)
+    assert calls[-1] == (
+        "uv pip install --python .venv/bin/python --index-strategy unsafe-best-match"
+        " --index-url https://mirror.test/simple"
+        " --extra-index-url file:///opt/a/simple --extra-index-url file:///opt/b/simple"
+        " --find-links /from/env -e .[dev]"
+    )
+    assert not any("-e .[dev]" in call for call in calls if call.startswith("python"))
+    assert "==> installing uv" in out and "==> installing switchboard" in out
+
+
+def test_plain_pip_installs_when_uv_cannot_be_installed(tmp_path: Path) -> None:
+    """No uv from the index: the recipe says so and installs with pip, still succeeding."""
+    out, calls = make_venv(tmp_path, NO_UV="1")
+    assert calls[-1] == "python -m pip install --progress-bar off -e .[dev]"
+    assert not any(call.startswith("uv ") for call in calls)
+    assert "installing with pip instead" in out

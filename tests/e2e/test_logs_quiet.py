@@ -1,0 +1,178 @@
+"""Logs as a user reads them: an idle stack is quiet at INFO, and Redis going away is one
+WARNING line per failed request, without a traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from switchboard.supervisor.redis_server import RedisServer
+from switchboard.testing.up import clean_env, free_port, start_up
+
+pytestmark = pytest.mark.e2e
+
+TOKEN = "logs-test-token-123456"
+
+
+def _levels(lines: list[str]) -> list[tuple[str, str]]:
+    """(level, line) for each JSON log line (a `name | ` prefix from `up` is skipped)."""
+    found = []
+    for line in lines:
+        text = line.split(" | ", 1)[-1].strip()
+        if text.startswith("{"):
+            found.append((str(json.loads(text).get("level")), line))
+    return found
+
+
+def test_an_idle_stack_writes_no_info_line(tmp_path: Path) -> None:
+    """`switchboard up` left idle for 12 s after startup settles: no INFO line (the sweep
+    runs every 5 s; Celery's lines about it are DEBUG, and an idle sweep logs nothing)."""
+    with start_up(tmp_path, {}) as up:
+        time.sleep(6)  # the worker's ready lines, beat's first tick
+        settled = len(up.lines)
+        time.sleep(12)
+        idle = up.lines[settled:]
+    info = [line for level, line in _levels(idle) if level == "info"]
+    assert info == [], "".join(info)
+
+
+class Api:
+    """A `switchboard api` process and the lines it wrote on stderr."""
+
+    def __init__(self, redis_url: str, workdir: Path) -> None:
+        self.port = free_port()
+        env = {
+            **clean_env(),
+            "SWITCHBOARD_REDIS_URL": redis_url,
+            "SWITCHBOARD_TOKEN": TOKEN,
+            "SWITCHBOARD_DATA_DIR": str(workdir),
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "switchboard", "api", "--port", str(self.port)],
+            cwd=workdir,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        stderr = self.proc.stderr
+        assert stderr is not None
+        threading.Thread(target=lambda: self.lines.extend(stderr), daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def wait_healthy(self, timeout_s: float = 60) -> None:
+        """Until /healthz answers 200."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError("the api never became healthy:\n" + "".join(self.lines))
+
+
+@pytest.fixture
+def api_and_redis(tmp_path: Path) -> Iterator[tuple[Api, RedisServer]]:
+    """A real Redis and a `switchboard api` using it; both stopped afterwards."""
+    redis_server = RedisServer(tmp_path / "redis")
+    redis_server.data_dir.mkdir(parents=True)
+    redis_server.start()
+    api = Api(redis_server.url, tmp_path)
+    try:
+        api.wait_healthy()
+        yield api, redis_server
+    finally:
+        api.proc.terminate()
+        api.proc.wait(timeout=30)
+        redis_server.stop()
+
+
+def test_redis_stopped_is_a_503_and_one_warning_line(
+    api_and_redis: tuple[Api, RedisServer],
+) -> None:
+    """With Redis stopped, a request gets 503 and the api logs exactly one WARNING line for
+    it (naming the request), no error line and no traceback."""
+    api, redis_server = api_and_redis
+    redis_server.stop()
+    time.sleep(3)  # the api notices the outage on its own (its run-event listener)
+    before = len(api.lines)
+    resp = httpx.post(
+        f"{api.url}/rpc",
+        json={"method": "sessions.list", "params": {}},
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        timeout=30,
+    )
+    assert resp.status_code == 503, resp.text
+    time.sleep(2)  # anything the request logs late
+    written = api.lines[before:]
+    warnings = [line for level, line in _levels(written) if level == "warning"]
+    assert len(warnings) == 1, "".join(written)
+    assert "/rpc" in warnings[0] and "503" in warnings[0]
+    assert not [line for level, line in _levels(written) if level in ("error", "critical")]
+    assert "Traceback" not in "".join(api.lines)
+
+
+def _start(
+    role: str, env: dict[str, str], workdir: Path, lines: list[str]
+) -> subprocess.Popen[str]:
+    """`switchboard <role>` with its output collected into ``lines``."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "switchboard", role],
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    out = proc.stdout
+    assert out is not None
+    threading.Thread(target=lambda: lines.extend(f"{role} | {x}" for x in out), daemon=True).start()
+    return proc
+
+
+def test_worker_and_beat_ride_out_a_redis_outage_in_warning_lines(tmp_path: Path) -> None:
+    """Redis stopped for 8 s under a running worker and beat (sweeping every second): their
+    lines about it are WARNINGs, with no ERROR line and no traceback."""
+    redis_server = RedisServer(tmp_path / "redis")
+    redis_server.data_dir.mkdir(parents=True)
+    redis_server.start()
+    env = {
+        **clean_env(),
+        "SWITCHBOARD_REDIS_URL": redis_server.url,
+        "SWITCHBOARD_DATA_DIR": str(tmp_path),
+        "SWITCHBOARD_SWEEP_INTERVAL_S": "1",
+    }
+    lines: list[str] = []
+    procs = [_start(role, env, tmp_path, lines) for role in ("worker", "beat")]
+    try:
+        deadline = time.monotonic() + 60
+        while not any("ready" in line for line in lines) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(2)
+        before = len(lines)
+        redis_server.stop()
+        time.sleep(8)
+        redis_server.start()
+        time.sleep(6)
+        during = lines[before:]
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=30)
+        redis_server.stop()
+    levels = _levels(during)
+    assert any(level == "warning" for level, _ in levels), "".join(during)
+    assert not [line for level, line in levels if level in ("error", "critical")], "".join(during)
+    assert "Traceback" not in "".join(lines)

@@ -1,0 +1,107 @@
+"""`switchboard check-health` per role, through the real CLI: a worker pings itself, the
+beat's sweep mark must be recent."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from switchboard.shared.store.keyspace import Keyspace
+from switchboard.shared.store.runs import now_ms
+from switchboard.shared.store.sweeps import SweepStore
+from switchboard.testing.procs import stop_groups
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def env(redis_url: str, tmp_path: Path) -> dict[str, str]:
+    """The environment of a Switchboard process on the private Redis (sweep every 5 s)."""
+    out = {
+        **os.environ,
+        "SWITCHBOARD_REDIS_URL": redis_url,
+        "SWITCHBOARD_TOKEN": "t",
+        "SWITCHBOARD_DATA_DIR": str(tmp_path / "data"),
+        "SWITCHBOARD_LOG_LEVEL": "WARNING",
+        "SWITCHBOARD_SWEEP_INTERVAL_S": "5",
+    }
+    out.pop("SWITCHBOARD_CONFIG", None)
+    return out
+
+
+def check_health(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """Run `switchboard check-health <args>` as a container's healthcheck would."""
+    return subprocess.run(
+        [sys.executable, "-m", "switchboard", "check-health", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.fixture
+def worker_proc(env: dict[str, str], tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A `switchboard worker` subprocess (default node name, celery@<hostname>)."""
+    with (tmp_path / "worker.log").open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "switchboard", "worker", "--concurrency", "2"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        yield proc
+    finally:
+        stop_groups([proc], timeout_s=20)
+
+
+def test_worker_check_pings_this_hosts_worker(
+    env: dict[str, str], worker_proc: subprocess.Popen[bytes], tmp_path: Path
+) -> None:
+    """`--worker` passes once the local worker answers its ping; another node's name fails."""
+    deadline = time.monotonic() + 60
+    while (result := check_health(env, "--worker")).returncode != 0:
+        assert worker_proc.poll() is None, (tmp_path / "worker.log").read_text()
+        assert time.monotonic() < deadline, result.stderr
+        time.sleep(1)
+    assert result.stdout.strip() == "healthy"
+    absent = check_health(env, "--worker", "--node", "celery@no-such-host")
+    assert absent.returncode == 3
+    assert "celery@no-such-host" in absent.stderr and "no reply" in absent.stderr
+    default = f"celery@{socket.gethostname()}"
+    stop_groups([worker_proc], timeout_s=20)
+    gone = check_health(env, "--worker")
+    assert gone.returncode == 3 and default in gone.stderr
+
+
+def test_beat_check_reads_the_sweep_mark(env: dict[str, str], redis_url: str) -> None:
+    """`--beat` fails with no sweep mark or one older than 6 intervals, passes on a fresh one."""
+    never = check_health(env, "--beat")
+    assert never.returncode == 3 and "never run" in never.stderr
+    with redis.Redis.from_url(redis_url) as client:
+        sweeps = SweepStore(client, Keyspace("sb:"))
+        sweeps.mark_ran("sweep", now_ms() - 31_000)
+        stale = check_health(env, "--beat")
+        assert stale.returncode == 3 and "limit 30s" in stale.stderr
+        sweeps.mark_ran("sweep", now_ms() - 20_000)
+        fresh = check_health(env, "--beat")
+    assert fresh.returncode == 0, fresh.stderr
+
+
+def test_default_check_still_pings_only_redis(env: dict[str, str]) -> None:
+    """Without a role flag check-health stays what it was: Redis answers, exit 0."""
+    result = check_health(env)
+    assert result.returncode == 0, result.stderr
+    env["SWITCHBOARD_REDIS_URL"] = "redis://127.0.0.1:1/0"
+    down = check_health(env, "--beat")
+    assert down.returncode == 3 and "redis:" in down.stderr

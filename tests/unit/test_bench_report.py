@@ -1,0 +1,71 @@
+"""The bench's results README tables and the environment of the processes it starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from switchboard.bench.costs import Costs
+from switchboard.bench.harness import stack_env
+from switchboard.bench.report import TABLE_END, TABLE_START, write_readme
+from switchboard.shared.config import Settings
+
+pytestmark = pytest.mark.unit
+
+
+def _doc(scenario: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "scenario": scenario,
+        "summary": f"{scenario} figure",
+        "anchorSummary": f"{scenario} anchor",
+        "ratio": 1.5,
+        "target": "t",
+        "pass": True,
+        "correct": True,
+        "quick": False,
+        "fastPaths": False,
+        **extra,
+    }
+
+
+def test_readme_tables_list_figures_costs_and_mode(tmp_path: Path) -> None:
+    """Each scenario's JSON becomes a row, its costs a cost row; the fast-paths mode is named."""
+    costs = Costs()
+    costs.commands.update({"evalsha": 20, "hset": 30})
+    costs.cpu_s = 0.5
+    cost = costs.summary(10, unit="completed fire-and-forget run")
+    (tmp_path / "throughput.json").write_text(
+        json.dumps(_doc("throughput", costs={"fireAndForget": cost}))
+    )
+    (tmp_path / "latency.json").write_text(json.dumps(_doc("latency")))
+    text = write_readme(tmp_path).read_text()
+    assert "Fast paths: off" in text
+    assert text.index("| latency |") < text.index("| throughput |")
+    assert "| completed fire-and-forget run (fireAndForget) | 5.0 | 2.0 | 50.0 |" in text
+
+
+def test_readme_tables_replace_only_their_own_block(tmp_path: Path) -> None:
+    """Prose around the marked block survives a rewrite; the old tables do not."""
+    (tmp_path / "README.md").write_text(
+        f"Intro.\n\n{TABLE_START}\nold table\n{TABLE_END}\n\nAfterword.\n"
+    )
+    (tmp_path / "parked.json").write_text(json.dumps(_doc("parked", ratio=None)))
+    text = write_readme(tmp_path).read_text()
+    assert text.startswith("Intro.\n\n" + TABLE_START)
+    assert "old table" not in text and "| parked |" in text
+    assert text.rstrip().endswith("Afterword.")
+
+
+def test_stack_processes_get_the_asked_mode_not_the_callers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stack's env carries its own fast-paths mode and Redis, never the caller's settings."""
+    parent = {"PATH": "/bin", "SWITCHBOARD_FAST_PATHS": "on", "SWITCHBOARD_REDIS_URL": "x"}
+    env = stack_env(parent, "redis://127.0.0.1:1/0", tmp_path, fast_paths=False)
+    assert env["PATH"] == "/bin"
+    assert env["SWITCHBOARD_REDIS_URL"] == "redis://127.0.0.1:1/0"
+    monkeypatch.setenv("SWITCHBOARD_FAST_PATHS", env["SWITCHBOARD_FAST_PATHS"])
+    assert Settings().fast_paths is False  # what the started processes read

@@ -1,0 +1,69 @@
+"""The CLI's own output: the channel column, exit codes of domain errors, escaped messages."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import typer
+
+from switchboard.cli import client, common
+from switchboard.shared.config import Settings
+from switchboard.shared.errors import Conflict, InvalidInput, NotFound, StoreUnavailable
+from switchboard.supervisor.runfile import StackInfo, write_stack
+
+pytestmark = pytest.mark.unit
+
+
+def test_channel_column_prefers_the_delivery_route() -> None:
+    """The column shows deliveryContext's channel, else lastChannel, else the key's channel."""
+    row = {"channel": "unknown", "lastChannel": "slack", "deliveryContext": {"channel": "discord"}}
+    assert client._delivery_channel(row) == "discord"
+    assert client._delivery_channel({"channel": "unknown", "lastChannel": "slack"}) == "slack"
+    assert client._delivery_channel({"channel": "telegram"}) == "telegram"
+    assert client._delivery_channel({"channel": "unknown"}) == "-"
+
+
+def test_domain_errors_map_to_documented_exit_codes() -> None:
+    """Bad input exits 2, unavailable 3, not found and refusals 1."""
+    assert common._exit_code(InvalidInput("bad")) == common.EXIT_USAGE
+    assert common._exit_code(StoreUnavailable("down")) == common.EXIT_UNAVAILABLE
+    assert common._exit_code(NotFound("gone")) == common.EXIT_REFUSED
+    assert common._exit_code(Conflict("busy")) == common.EXIT_REFUSED
+
+
+def test_failure_lines_keep_square_brackets(capsys: pytest.CaptureFixture[str]) -> None:
+    """A detail like a session key or JSON prints verbatim, not read as rich markup."""
+    with pytest.raises(typer.Exit) as exited:
+        common._fail(
+            "not found", 'no session agent:main:[x] {"a": [1]} [bold]', common.EXIT_REFUSED
+        )
+    assert exited.value.exit_code == 1
+    assert 'no session agent:main:[x] {"a": [1]} [bold]' in capsys.readouterr().err
+
+
+def test_wide_table_shows_whole_keys() -> None:
+    """With --wide, the key column is at least as wide as the longest key."""
+    key = "agent:main:subagent:0b7e3c1e-7d0f-4b43-9a4e-1f6f0a1b2c3d"
+    table = client._sessions_table([{"key": key, "updatedAt": 0}], wide=True)
+    assert (table.columns[0].min_width or 0) >= len(key)
+
+
+def test_a_running_stack_fills_in_only_what_no_setting_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stack's Redis and api are used unless SWITCHBOARD_REDIS_URL / HOST / PORT / --url say."""
+    for name in ("REDIS_URL", "BROKER_URL", "HOST", "PORT"):
+        monkeypatch.delenv(f"SWITCHBOARD_{name}", raising=False)
+    write_stack(
+        tmp_path, StackInfo(os.getpid(), "http://127.0.0.1:9999", "redis://h:1/0", "redis://b:2/0")
+    )
+    bare = Settings(data_dir=tmp_path)
+    found = common._with_stack_redis(bare)
+    assert (found.redis_url, found.broker_url) == ("redis://h:1/0", "redis://b:2/0")
+    assert common._api_base(bare, None) == "http://127.0.0.1:9999"
+    configured = Settings(data_dir=tmp_path, redis_url="redis://mine:3/0", port=8000)
+    assert common._with_stack_redis(configured).redis_url == "redis://mine:3/0"
+    assert common._api_base(configured, None) == "http://127.0.0.1:8000"
+    assert common._api_base(bare, "http://elsewhere:1/") == "http://elsewhere:1"

@@ -1,0 +1,121 @@
+"""The README and docs/ stay true to the code: commands, settings, keys, scripts, links.
+
+The README is what a newcomer reads first (at most 250 lines); the rest lives in docs/.
+These tests fail when the code grows something the docs do not name (a CLI command, a
+setting, a Redis key, a Lua script) or when a doc names something the code lacks.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+
+from switchboard.cli import app
+from switchboard.shared.config import Settings
+from switchboard.shared.store.keyspace import Keyspace
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+LUA = ROOT / "src" / "switchboard" / "shared" / "store" / "lua"
+README_MAX_LINES = 250
+
+
+def doc_files() -> list[Path]:
+    """The README and every page under docs/."""
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+def cli_commands() -> dict[str, Any]:
+    """The `switchboard` commands, from the typer app's click group."""
+    group: Any = typer.main.get_command(app)
+    return dict(group.commands)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_readme_fits_a_newcomer() -> None:
+    """The README stays within 250 lines."""
+    lines = README.read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines"
+
+
+def test_readme_cli_table_lists_every_command_with_real_options() -> None:
+    """Every CLI command has a README table row, and each option named there exists."""
+    commands = cli_commands()
+    rows = re.findall(r"^\| `switchboard ([a-z-]+)([^`]*)` \|", README.read_text(), re.M)
+    assert {name for name, _ in rows} == set(commands)
+    for name, usage in rows:
+        known = {o for p in commands[name].params for o in p.opts + p.secondary_opts}
+        for option in re.findall(r"(?<![\w-])(--?[a-z][a-z-]*)", usage):
+            assert option in known, f"switchboard {name} has no option {option}"
+
+
+def test_docs_name_only_real_commands() -> None:
+    """Every `switchboard <command>` the README and docs/ mention is a CLI command."""
+    commands = cli_commands()
+    for path in doc_files():
+        for name in re.findall(r"`switchboard ([a-z][a-z-]*)", path.read_text()):
+            assert name in commands, f"{path.name}: switchboard {name}"
+
+
+def test_readme_names_every_setting() -> None:
+    """Every SWITCHBOARD_* setting is in the README's configuration table."""
+    text = README.read_text()
+    for field in Settings.model_fields:
+        assert f"`SWITCHBOARD_{field.upper()}" in text, field
+
+
+def test_architecture_lists_every_redis_key() -> None:
+    """Every key shape Keyspace builds is in docs/architecture.md's Redis model."""
+    text = (DOCS / "architecture.md").read_text()
+    ks = Keyspace()
+    for name, member in inspect.getmembers(Keyspace):
+        if name.startswith("_"):
+            continue
+        if isinstance(member, property):
+            key = getattr(ks, name)
+        elif inspect.isfunction(member):
+            params = list(inspect.signature(member).parameters)[1:]
+            key = member(ks, *(f"<{_camel(p)}>" for p in params))
+        else:
+            continue
+        assert f"`{key}`" in text, f"Keyspace.{name} ({key}) is not in docs/architecture.md"
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def test_architecture_lists_every_lua_script() -> None:
+    """Every .lua script and include is named in docs/architecture.md (add a row there)."""
+    text = (DOCS / "architecture.md").read_text()
+    for path in sorted(LUA.glob("*.lua")) + sorted((LUA / "includes").glob("*.lua")):
+        assert f"`{path.stem}`" in text, f"{path.relative_to(LUA)} is not in docs/architecture.md"
+
+
+def test_relative_links_reach_files_and_headings() -> None:
+    """Every relative link in the README and docs/ names a file that exists, and its
+    #anchor a heading of that file."""
+    for path in doc_files():
+        for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue
+            file_part, _, anchor = target.partition("#")
+            linked = (path.parent / file_part).resolve() if file_part else path
+            assert linked.exists(), f"{path.name}: {target}"
+            if anchor and linked.suffix == ".md":
+                headings = re.findall(r"^#+ (.+)$", linked.read_text(), re.M)
+                assert anchor in {slug(h) for h in headings}, f"{path.name}: {target}"
