@@ -122,7 +122,7 @@ def test_empty_config_means_all_defaults() -> None:
     assert config.session.scope == "per-sender"
     assert config.session.send_policy is None
     assert config.session.agent_to_agent.max_ping_pong_turns == 5
-    assert config.tools.sessions.visibility == "tree"
+    assert config.tools.sessions.visibility == "agent"
     assert config.tools.agent_to_agent.enabled is False
     assert config.agents.defaults.sandbox.mode == "off"
     assert config.agents.defaults.sandbox.session_tools_visibility == "spawned"
@@ -384,11 +384,13 @@ def test_visibility_is_case_insensitive(raw: str) -> None:
     assert visibility == raw.strip().lower()
 
 
-def test_invalid_visibility_falls_back_to_tree_with_warning() -> None:
-    """An unknown visibility is `tree`, as in OpenClaw, and says so."""
-    with pytest.warns(ConfigWarning, match=r"tools\.sessions\.visibility = \"everyone\""):
+def test_invalid_visibility_falls_back_to_agent_with_warning() -> None:
+    """An unknown visibility is the default `agent` (OpenClaw PR #133469), and says so."""
+    with pytest.warns(
+        ConfigWarning, match=r"tools\.sessions\.visibility = \"everyone\": using \"agent\""
+    ):
         config = parse_config({"tools": {"sessions": {"visibility": "everyone"}}})
-    assert config.tools.sessions.visibility == "tree"
+    assert config.tools.sessions.visibility == "agent"
 
 
 def test_agent_ids_are_lower_cased() -> None:

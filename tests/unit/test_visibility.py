@@ -75,7 +75,7 @@ A2A_DENIED_MSG = {
     "list": "Agent-to-agent listing denied by tools.agentToAgent.allow.",
     "history": "Agent-to-agent history denied by tools.agentToAgent.allow.",
     "send": "Agent-to-agent messaging denied by tools.agentToAgent.allow.",
-    "status": "Agent-to-agent status denied by tools.agentToAgent.allow.",
+    "status": "Agent-to-agent session status denied by tools.agentToAgent.allow.",
 }
 
 OK = Verdict(allowed=True, status="ok", error=None)

@@ -166,6 +166,18 @@ def sessions(
             "(repeatable or comma-separated).",
         ),
     ] = None,
+    label: Annotated[
+        str | None, typer.Option("--label", help="Only the session with this label.")
+    ] = None,
+    agent: Annotated[
+        str | None, typer.Option("--agent", help="Only sessions of this agent id.")
+    ] = None,
+    search: Annotated[
+        str | None,
+        typer.Option(
+            "--search", help="Only sessions whose key, label, name or id contains this text."
+        ),
+    ] = None,
     wide: Annotated[bool, typer.Option("--wide", help="Never truncate keys.")] = False,
     as_json: JsonOpt = False,
     config: ConfigOpt = None,
@@ -177,6 +189,9 @@ def sessions(
     params: dict[str, Any] = {"limit": limit}
     if active_minutes:
         params["activeMinutes"] = active_minutes
+    for name, value in (("label", label), ("agentId", agent), ("search", search)):
+        if value:
+            params[name] = value
     wanted = [k.strip() for item in kinds or [] for k in item.split(",") if k.strip()]
     if wanted:
         params["kinds"] = wanted

@@ -211,17 +211,19 @@ class SessionConfig(_Section):
 class SessionsToolConfig(_Section):
     """`tools.sessions`: which sessions the session tools may see."""
 
-    visibility: Literal["self", "tree", "agent", "all"] = "tree"
+    # OpenClaw's default since PR #133469 (was "tree"): every session of the caller's agent.
+    visibility: Literal["self", "tree", "agent", "all"] = "agent"
 
     @field_validator("visibility", mode="before")
     @classmethod
     def _lenient_visibility(cls, value: object) -> object:
-        # OpenClaw reads this case-insensitively and falls back to "tree" on anything else.
+        # OpenClaw reads this case-insensitively and falls back to the default ("agent")
+        # on anything else.
         if isinstance(value, str) and value.strip().lower() in _VISIBILITIES:
             return value.strip().lower()
         if value is not None:
-            _warn(f'invalid config: tools.sessions.visibility = {_show(value)}: using "tree"')
-        return "tree"
+            _warn(f'invalid config: tools.sessions.visibility = {_show(value)}: using "agent"')
+        return "agent"
 
 
 class AgentToAgentConfig(_Section):
@@ -245,12 +247,29 @@ class SubagentToolsConfig(_Section):
     tools: ToolPolicy = Field(default_factory=ToolPolicy)
 
 
+class SwarmConfig(_Section):
+    """`tools.swarm`: collector children (`sessions_spawn` `collect`) and `agents_wait`.
+
+    OpenClaw's keys, bounds and caps; OpenClaw ships the feature off (experimental),
+    Switchboard on (`enabled: false` refuses the collector parameters with OpenClaw's
+    message and offers no `agents_wait`)."""
+
+    enabled: bool = True
+    # Collector children of one group (per requester; `groupId`, else the requester's
+    # ungrouped collectors) not yet completed, and spawned over the group's life.
+    max_children_per_group: Annotated[int, _between(1, 10_000)] = 50
+    max_total_per_group: Annotated[int, _between(1, 100_000)] = 200
+    # The most an `agents_wait` may wait (its `timeoutSeconds` is clamped to it).
+    wait_timeout_seconds_max: Annotated[int, _between(1, 86_400)] = 600
+
+
 class ToolsConfig(_Section):
     """`tools.*`: session-tool visibility, agent-to-agent policy, sub-agent tools."""
 
     sessions: SessionsToolConfig = Field(default_factory=SessionsToolConfig)
     agent_to_agent: AgentToAgentConfig = Field(default_factory=AgentToAgentConfig)
     subagents: SubagentToolsConfig = Field(default_factory=SubagentToolsConfig)
+    swarm: SwarmConfig = Field(default_factory=SwarmConfig)
 
 
 class SandboxConfig(_Section):

@@ -18,7 +18,8 @@ from switchboard.shared.keys import agent_id_of
 Action = Literal["list", "history", "send", "status"]
 Visibility = Literal["self", "tree", "agent", "all"]
 
-# The exact messages OpenClaw returns (reference §2.2), per action.
+# The exact messages OpenClaw returns (reference §7.1 and, for status, the short reference's
+# session_status section), per action.
 _PREFIX: dict[str, str] = {
     "list": "Session list",
     "history": "Session history",
@@ -39,7 +40,7 @@ _A2A_DENIED: dict[str, str] = {
     "list": "Agent-to-agent listing denied by tools.agentToAgent.allow.",
     "history": "Agent-to-agent history denied by tools.agentToAgent.allow.",
     "send": "Agent-to-agent messaging denied by tools.agentToAgent.allow.",
-    "status": "Agent-to-agent status denied by tools.agentToAgent.allow.",
+    "status": "Agent-to-agent session status denied by tools.agentToAgent.allow.",
 }
 
 

@@ -186,6 +186,15 @@ class RunStore:
         """Runs waiting for a session's lane, oldest first."""
         return [as_text(v) for v in self.redis.lrange(self.ks.lane_queue(session_key), 0, -1)]
 
+    def lane_state(self, session_key: str) -> tuple[str | None, int]:
+        """A session's lane in one round trip: the run holding it (None when free) and
+        how many runs are queued behind it."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.get(self.ks.lane(session_key))
+        pipe.llen(self.ks.lane_queue(session_key))
+        holder, queued = pipe.execute()
+        return as_text(holder) or None, int(queued)
+
     # -- idempotency ------------------------------------------------------------------
     def remember_idempotency(self, session_key: str, idem_key: str, run_id: str) -> str:
         """Map an idempotency key to a run; returns the run already mapped, if any."""
@@ -429,18 +438,21 @@ class RunStore:
         session_incr: Mapping[str, int] | None = None,
         event: tuple[str, Mapping[str, Any], int] | None = None,
         follow_up_reads: str | None = None,
+        run_fields: Mapping[str, Any] | None = None,
     ) -> FinishResult:
         """End a run: append messages, store the outcome, hand the lane on, wake waiters.
 
         ``event`` (type, data, stream cap) goes to the events stream if the end applies.
         ``follow_up_reads`` names the hash the run's follow-up step reads first: it and the
-        session hash are read in the same step (`RunRecord.read_at_end`)."""
-        run_fields = {
+        session hash are read in the same step (`RunRecord.read_at_end`). ``run_fields``:
+        more fields written on the run (``yielded``)."""
+        fields = {
             "status": status,
             "reply": reply,
             "error": error,
             "usage": dict(usage) if usage else None,
             "parked": None,
+            **(run_fields or {}),
         }
         sfields = {"status": status, **(session_fields or {})}
         now = now_ms()
@@ -455,7 +467,7 @@ class RunStore:
             session_key=session_key,
             now=now,
             attempt=attempt,
-            run_fields=codec.fields_json(run_fields),
+            run_fields=codec.fields_json(fields),
             session_fields=codec.fields_json(sfields),
             session_incr=codec.dumps(dict(session_incr)) if session_incr else "",
             retention_s=self.retention_s,
@@ -496,7 +508,8 @@ class RunStore:
         keys = self._session_keys(session_key)
         targets: list[str] = []
         for c in calls:
-            targets += [self.ks.run(c.target_run_id), self.ks.run_waiters(c.target_run_id)]
+            for target in c.target_run_ids:
+                targets += [self.ks.run(target), self.ks.run_waiters(target)]
         res = self._lua["park_run"](
             run=self.ks.run(run_id),
             session=keys["session"],

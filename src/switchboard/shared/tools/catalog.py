@@ -16,6 +16,12 @@ from switchboard.shared.tools import sessions_spawn
 # isort: split
 from switchboard.shared.tools import sessions_send
 
+# isort: split
+from switchboard.shared.tools import session_status
+
+# isort: split
+from switchboard.shared.tools import sessions_yield
+
 # TOOLS-END
 
 ALL_TOOLS: list[ToolSpec] = [
@@ -25,6 +31,8 @@ ALL_TOOLS: list[ToolSpec] = [
     agents_list.SPEC,
     sessions_spawn.SPEC,
     sessions_send.SPEC,
+    session_status.SPEC,
+    sessions_yield.SPEC,
     # ALL-TOOLS-END
 ]
 

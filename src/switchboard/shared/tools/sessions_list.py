@@ -11,6 +11,13 @@ filtering (**Fix**): index pages are read until enough visible rows are found, u
 bounded scan. The result carries ``scope`` so a model can tell the list is scoped
 (OpenClaw #50646).
 
+Filters (OpenClaw's names): ``label`` (exact) is one read of the label index (labels are
+unique), then the visibility check; ``agentId`` (exact) narrows the indexes read to that
+agent's (nothing outside visibility is ever read for it); ``search`` (case-insensitive
+substring of the key as stored or as shown, the label, the display name or the sessionId,
+as the gateway's ``sessions.list`` matches) is a row filter over the same bounded index
+scan, so it stops at ``limit`` matches or at the scan bound (``scope.partial``).
+
 Message previews (``messageLimit``) go through the same sanitiser as ``sessions_history``
 (OpenClaw previews skip redaction, which would make this tool a way round it).
 """
@@ -18,12 +25,13 @@ Message previews (``messageLimit``) go through the same sanitiser as ``sessions_
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from switchboard.shared import keys as sk
 from switchboard.shared.config import SwitchboardConfig
+from switchboard.shared.errors import InvalidInput
 from switchboard.shared.gateway.resolve import display_key, key_options
 from switchboard.shared.gateway.sessions import chat_history_method
 from switchboard.shared.policy.visibility import (
@@ -36,7 +44,7 @@ from switchboard.shared.services import Services
 from switchboard.shared.store.runs import now_ms
 from switchboard.shared.store.sessions import SessionEntry
 from switchboard.shared.tools.access import visibility_guard
-from switchboard.shared.tools.args import read_int, read_string_list
+from switchboard.shared.tools.args import read_int, read_string, read_string_list
 from switchboard.shared.tools.registry import ToolContext, ToolSpec
 from switchboard.shared.tools.sessions_history import (
     TOOL_ROLES,
@@ -47,6 +55,7 @@ from switchboard.shared.tools.sessions_history import (
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
 MAX_MESSAGE_LIMIT = 20
+MAX_AGENT_ID_CHARS = 64
 # Index entries read per page, and at most per call, while looking for visible rows.
 _PAGE_SIZE = 200
 _SCAN_LIMIT = 5000
@@ -74,19 +83,35 @@ _SANDBOX_NOTE = " (sandboxed: agents.defaults.sandbox.sessionToolsVisibility=spa
 
 
 @dataclass(frozen=True)
-class _Query:
-    """The filters of one call, already normalised."""
+class ListQuery:
+    """The filters of one call, already normalised (``search`` lower-cased)."""
 
     kinds: frozenset[str] | None
     limit: int
     min_updated_ms: int | None
     message_limit: int
+    label: str | None = None
+    agent_id: str | None = None
+    search: str | None = None
 
-    def accepts(self, entry: SessionEntry, kind: str) -> bool:
-        """Kind and activity filters (visibility is decided separately)."""
+    def accepts(self, entry: SessionEntry, kind: str, names: Callable[[], Iterable[str]]) -> bool:
+        """Every filter but visibility (decided separately). ``names`` gives the texts
+        ``search`` looks in; it is only called when there is a search."""
         if self.kinds is not None and kind not in self.kinds:
             return False
-        return self.min_updated_ms is None or entry.updated_at_ms >= self.min_updated_ms
+        if self.min_updated_ms is not None and entry.updated_at_ms < self.min_updated_ms:
+            return False
+        if self.label is not None and entry.get("label") != self.label:
+            return False
+        if self.agent_id is not None and sk.agent_id_of(entry.key) != self.agent_id:
+            return False
+        return self.search is None or search_hit(self.search, names())
+
+    @property
+    def filters_rows(self) -> bool:
+        """True when many rows of the indexes read may fail the query (a ``search``), so a
+        page should be read whole, not just ``limit`` rows of it (``label`` never pages)."""
+        return self.search is not None
 
 
 @dataclass
@@ -97,20 +122,36 @@ class _Found:
     partial: bool = False
 
 
-def _read_query(args: Mapping[str, Any]) -> _Query:
+def search_hit(needle: str, names: Iterable[str]) -> bool:
+    """True when the lower-case ``needle`` is a substring of one of ``names``, any case."""
+    return any(needle in name.lower() for name in names if name)
+
+
+def read_query(args: Mapping[str, Any]) -> ListQuery:
+    """The call's filters from its arguments (OpenClaw's names and limits)."""
     kinds = {k.lower() for k in read_string_list(args, "kinds") or []} & set(sk.KINDS)
     active = read_int(args, "activeMinutes", default=None, lo=1)
-    return _Query(
+    agent_id = read_string(args, "agentId")
+    if agent_id is not None and len(agent_id) > MAX_AGENT_ID_CHARS:
+        raise InvalidInput(
+            f"agentId must be at most {MAX_AGENT_ID_CHARS} characters", field="agentId"
+        )
+    search = read_string(args, "search")
+    return ListQuery(
         kinds=frozenset(kinds) or None,
         limit=read_int(args, "limit", default=DEFAULT_LIMIT, lo=1, hi=MAX_LIMIT) or DEFAULT_LIMIT,
         min_updated_ms=now_ms() - active * 60_000 if active else None,
         message_limit=read_int(args, "messageLimit", default=0, lo=0, hi=MAX_MESSAGE_LIMIT) or 0,
+        label=read_string(args, "label"),
+        # Agent ids are case-insensitive (stored lower-case); otherwise matched exactly.
+        agent_id=agent_id.lower() if agent_id is not None else None,
+        search=search.lower() if search is not None else None,
     )
 
 
 def _sessions_list(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     svc = ctx.services
-    query = _read_query(args)
+    query = read_query(args)
     guard = visibility_guard(ctx)
     reach = _agents_in_reach(svc.config, ctx.agent_id)
     found = _candidates(ctx, guard, reach, query)
@@ -127,51 +168,66 @@ def _sessions_list(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _candidates(
-    ctx: ToolContext, guard: VisibilityGuard, reach: list[str] | None, query: _Query
+    ctx: ToolContext, guard: VisibilityGuard, reach: list[str] | None, query: ListQuery
 ) -> _Found:
     """The visible entries matching the query, newest first, at most ``query.limit``."""
+    svc = ctx.services
+    if query.label is not None:
+        # Labels are unique: one index read, then the same visibility check as any row.
+        key = svc.store.sessions.key_for_label(query.label)
+        keys = [key] if key is not None and guard.check(key, "list").allowed else []
+        return _from_keys(svc, keys, query, ctx.agent_id)
     if guard.visibility == "self":
-        return _from_keys(ctx.services, [ctx.session_key], query)
+        return _from_keys(svc, [ctx.session_key], query, ctx.agent_id)
     if guard.visibility == "tree":
         # Exactly the set the guard allows under `tree`: the caller and its spawned closure.
-        spawned = spawned_closure(ctx.session_key, ctx.services.store.sessions.children)
-        return _from_keys(ctx.services, [ctx.session_key, *sorted(spawned)], query)
+        spawned = spawned_closure(ctx.session_key, svc.store.sessions.children)
+        return _from_keys(svc, [ctx.session_key, *sorted(spawned)], query, ctx.agent_id)
     agents = [ctx.agent_id] if guard.visibility == "agent" else reach
-    return _from_indexes(ctx.services, guard, agents, query)
+    if query.agent_id is not None:
+        if agents is not None and query.agent_id not in agents:
+            return _Found([])  # that agent's sessions are out of reach: nothing to read
+        agents = [query.agent_id]
+    return _from_indexes(ctx, guard, agents, query)
 
 
-def _from_keys(svc: Services, keys: list[str], query: _Query) -> _Found:
-    """Entries of known keys (self, tree), filtered, sorted by updatedAt, limited."""
+def _from_keys(svc: Services, keys: list[str], query: ListQuery, requester_agent: str) -> _Found:
+    """Entries of known keys (self, tree, a label), filtered, sorted by updatedAt, limited."""
     kind_of = _kind_function(svc)
-    entries = [
-        e
-        for e in svc.store.sessions.get_many(keys)
-        if e is not None and _listable(svc, e.key) and query.accepts(e, kind_of(e.key))
-    ]
+    entries = []
+    for entry in svc.store.sessions.get_many(keys):
+        if entry is None or not _listable(svc, entry.key):
+            continue
+        kind = kind_of(entry.key)
+        if query.accepts(entry, kind, _names_of(svc, entry, kind, requester_agent)):
+            entries.append(entry)
     entries.sort(key=lambda e: e.updated_at_ms, reverse=True)
     return _Found(entries[: query.limit])
 
 
 def _from_indexes(
-    svc: Services, guard: VisibilityGuard, agents: list[str] | None, query: _Query
+    ctx: ToolContext, guard: VisibilityGuard, agents: list[str] | None, query: ListQuery
 ) -> _Found:
     """Page through the updatedAt indexes until ``query.limit`` visible rows are found.
 
     ``agents`` None means the global index (kinds then filtered per row); otherwise the
     per-agent indexes, or their per-kind indexes when kinds are given.
     """
+    svc = ctx.services
     kind_of = _kind_function(svc)
     kinds = sorted(query.kinds) if query.kinds is not None and agents is not None else None
     out: list[SessionEntry] = []
     scanned = 0
     partial = False
     # The first page asks for just what is wanted (usually all visible), with the entries
-    # in the same round trip; later pages ask for more.
+    # in the same round trip; later pages ask for more. A row filter (search) reads whole
+    # pages from the start: most rows may fail it.
+    first = _PAGE_SIZE if query.filters_rows else min(query.limit + 2, _PAGE_SIZE)
     page, entries, cursor = svc.store.sessions.recent_entries(
         agent_ids=agents,
         kinds=kinds,
         min_updated_ms=query.min_updated_ms,
-        limit=min(query.limit + 2, _PAGE_SIZE),
+        limit=first,
     )
     seen = {key for key, _ in page}
     while True:
@@ -179,7 +235,9 @@ def _from_indexes(
         for entry in entries:
             if entry is None or not _listable(svc, entry.key):
                 continue
-            if query.accepts(entry, kind_of(entry.key)) and guard.check(entry.key, "list").allowed:
+            kind = kind_of(entry.key)
+            names = _names_of(svc, entry, kind, ctx.agent_id)
+            if query.accepts(entry, kind, names) and guard.check(entry.key, "list").allowed:
                 out.append(entry)
         if cursor is None or len(out) >= query.limit:
             break
@@ -210,6 +268,31 @@ def _agents_in_reach(config: SwitchboardConfig, own: str) -> list[str] | None:
     if not patterns or any("*" in p for p in patterns):
         return None
     return sorted({own, *patterns})
+
+
+def _names_of(
+    svc: Services, entry: SessionEntry, kind: str, requester_agent: str
+) -> Callable[[], list[str]]:
+    """What ``search`` looks in for one entry: its key as stored and as the caller sees it,
+    its label, its display name (as the row shows it) and its sessionId."""
+
+    def names() -> list[str]:
+        channel = sk.derive_channel(
+            entry.key,
+            kind=kind,
+            entry_channel=_text(entry.get("channel")),
+            last_channel=_text(_delivery_context(entry.get("deliveryContext")).get("channel"))
+            or _text(entry.get("lastChannel")),
+        )
+        return [
+            entry.key,
+            display_key(svc, entry.key, requester_agent),
+            _text(entry.get("label")) or "",
+            _display_name(entry, kind, channel) or "",
+            entry.session_id,
+        ]
+
+    return names
 
 
 def _kind_function(svc: Services) -> Callable[[str], str]:
@@ -351,9 +434,9 @@ def _text(value: Any) -> str | None:
 SPEC = ToolSpec(
     name="sessions_list",
     description=(
-        "List visible sessions with optional filters for kind, recent activity, and last "
-        "messages. Use this to discover a target session before calling sessions_history "
-        "or sessions_send."
+        "List visible sessions with optional filters for kind, recent activity, label, "
+        "agent, a text search, and last messages. Use this to discover a target session "
+        "before calling sessions_history or sessions_send."
     ),
     parameters={
         "type": "object",
@@ -377,6 +460,25 @@ SPEC = ToolSpec(
                 "type": "number",
                 "minimum": 0,
                 "description": "Include the last N messages of each session (0-20, default 0).",
+            },
+            "label": {
+                "type": "string",
+                "minLength": 1,
+                "description": "Only the session with exactly this label.",
+            },
+            "agentId": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 64,
+                "description": "Only sessions of this agent id.",
+            },
+            "search": {
+                "type": "string",
+                "minLength": 1,
+                "description": (
+                    "Only sessions whose key, label, display name or sessionId contains "
+                    "this text (case-insensitive)."
+                ),
             },
         },
     },
