@@ -259,3 +259,34 @@ def test_a_run_taken_by_a_task_that_died_runs_once_its_lease_lapses(
         assert time.monotonic() < deadline, f"run stayed {rec.status if rec else None}"
         time.sleep(0.05)
     assert (rec.status, rec.reply) == ("ok", "still here")
+
+
+def test_after_a_stall_a_running_run_gets_one_more_lease_before_it_is_run_again(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When nothing was swept for longer than a lease (the store was down), a running
+    run's lapsed lease is extended once: its worker may be alive and renew it. If the
+    lease lapses again, the next sweep runs the run again."""
+    key = "agent:main:stalled"
+    started = start_run(services, RunRequest(session_key=key, message="hello"))
+    run_id = str(started["runId"])
+    claim = services.store.runs.claim(run_id, key)
+    assert not isinstance(claim, str) and claim.attempt == 1
+    lease_ms = int(services.settings.lane_lease_s * 1000)
+    t0 = now_ms() + lease_ms + 1000
+    services.store.sweeps.mark_ran("sweep", t0 - 2 * lease_ms)  # the store was away
+    monkeypatch.setattr(sweeper, "now_ms", lambda: t0)
+    report = sweeper.sweep(services)
+    assert (report.extended, report.requeued) == (1, 0)
+    rec = services.store.runs.get(run_id)
+    assert rec is not None and rec.status == "running"
+    # Sweeps run again on time; nobody renewed the lease: the run is queued again.
+    monkeypatch.setattr(sweeper, "now_ms", lambda: t0 + 500)
+    assert sweeper.sweep(services).requeued == 0  # the extended lease still holds
+    t1 = t0 + lease_ms + 1000
+    services.store.sweeps.mark_ran("sweep", t1 - 500)
+    monkeypatch.setattr(sweeper, "now_ms", lambda: t1)
+    report = sweeper.sweep(services)
+    assert (report.extended, report.requeued) == (0, 1)
+    rec = services.store.runs.get(run_id)
+    assert rec is not None and rec.status == "queued"

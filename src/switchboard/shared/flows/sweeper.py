@@ -40,13 +40,20 @@ class SweepReport:
     followups: int = 0
     deliveries: int = 0
     lost_steps: int = 0
+    extended: int = 0
 
 
 def sweep(svc: Services) -> SweepReport:
     """Run every recovery step once."""
     report = SweepReport()
     now = now_ms()
-    _sweep_lanes(svc, now, report)
+    last = svc.store.sweeps.last_ran("sweep")
+    # Nothing was swept for longer than a lease (the store was unreachable, or no beat
+    # ran): the leases that lapsed meanwhile say nothing of whether their workers live.
+    # Those workers renew within a third of a lease once they reach the store again, so
+    # a running run whose lease lapsed gets one more lease before it is run again.
+    stalled = last is not None and now - last > svc.store.runs.lease_s * 1000
+    _sweep_lanes(svc, now, report, stalled=stalled)
     _sweep_parked(svc, now, report)
     _sweep_outbox(svc, now, report)
     report.deliveries = enqueue_due(svc, now)
@@ -60,7 +67,7 @@ def sweep(svc: Services) -> SweepReport:
     return report
 
 
-def _sweep_lanes(svc: Services, now: int, report: SweepReport) -> None:
+def _sweep_lanes(svc: Services, now: int, report: SweepReport, *, stalled: bool) -> None:
     runs = svc.store.runs
     for session_key in runs.expired_leases(now):
         holder = runs.lane_holder(session_key)
@@ -76,6 +83,10 @@ def _sweep_lanes(svc: Services, now: int, report: SweepReport) -> None:
             continue
         if rec.status == "parked":
             runs.push_lease(session_key, now + runs.lease_s * 1000)
+            continue
+        if rec.status == "running" and stalled:
+            runs.push_lease(session_key, now + runs.lease_s * 1000)
+            report.extended += 1
             continue
         if rec.status == "running":
             # The worker stopped renewing the lease: it died. Run it again (the attempt
