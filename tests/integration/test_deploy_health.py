@@ -105,3 +105,43 @@ def test_default_check_still_pings_only_redis(env: dict[str, str]) -> None:
     env["SWITCHBOARD_REDIS_URL"] = "redis://127.0.0.1:1/0"
     down = check_health(env, "--beat")
     assert down.returncode == 3 and "redis:" in down.stderr
+
+
+def test_two_workers_on_one_host_run_under_their_own_node_names(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """`switchboard worker --node` names each worker; both answer pings under their names
+    (without it, two workers on one host share celery@<host> and collide on RabbitMQ)."""
+    host = socket.gethostname()
+    procs = []
+    for name in ("w1", "w2"):
+        with (tmp_path / f"{name}.log").open("wb") as out:
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "switchboard",
+                        "worker",
+                        "--concurrency",
+                        "2",
+                        "--node",
+                        f"{name}@%h",
+                    ],
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+    try:
+        for name, proc in zip(("w1", "w2"), procs, strict=True):
+            deadline = time.monotonic() + 60
+            while (result := check_health(env, "--worker", "--node", f"{name}@{host}")).returncode:
+                assert proc.poll() is None, (tmp_path / f"{name}.log").read_text()
+                assert time.monotonic() < deadline, result.stderr
+                time.sleep(1)
+        # Neither took the default name.
+        assert check_health(env, "--worker", "--node", f"celery@{host}").returncode == 3
+    finally:
+        stop_groups(procs, timeout_s=20)

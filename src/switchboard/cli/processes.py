@@ -54,7 +54,19 @@ def api(config: ConfigOpt = None, host: HostOpt = None, port: PortOpt = None) ->
 
 
 @app.command()
-def worker(config: ConfigOpt = None, concurrency: ConcurrencyOpt = 128) -> None:
+def worker(
+    config: ConfigOpt = None,
+    concurrency: ConcurrencyOpt = 128,
+    node: Annotated[
+        str,
+        typer.Option(
+            "--node",
+            "-n",
+            help="The worker's node name (Celery's -n; %h is the host name). Give each "
+            "worker on one host its own: two with the same name collide on RabbitMQ.",
+        ),
+    ] = "celery@%h",
+) -> None:
     """Run a Celery worker executing agent runs (threads pool)."""
     from switchboard.logs import setup_logging
     from switchboard.workers.app import ALL_QUEUES, create_celery_app
@@ -67,6 +79,7 @@ def worker(config: ConfigOpt = None, concurrency: ConcurrencyOpt = 128) -> None:
             *_celery_quiet(settings),
             "worker",
             f"--concurrency={concurrency}",
+            f"--hostname={node}",
             f"--queues={','.join(ALL_QUEUES)}",
             f"--loglevel={settings.log_level}",
             "--without-gossip",
