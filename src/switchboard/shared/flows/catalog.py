@@ -13,6 +13,9 @@ from switchboard.shared.flows import subagent  # noqa: F401
 from switchboard.shared.delivery import dispatch  # noqa: F401
 from switchboard.shared.flows import reply_back  # noqa: F401
 
+# isort: split
+from switchboard.shared.flows import yield_wake  # noqa: F401
+
 # FLOWS-END
 
 __all__ = ["FLOW_STEPS"]

@@ -30,6 +30,7 @@ from switchboard.shared.delivery.targets import target_from_entry, target_from_k
 from switchboard.shared.errors import Unavailable
 from switchboard.shared.flows.steps import flow_step
 from switchboard.shared.flows.subagent_archive import archive_session
+from switchboard.shared.flows.yield_wake import append_announce
 from switchboard.shared.runtime.transcript import latest_tool_result_text
 from switchboard.shared.services import Services
 from switchboard.shared.store import Pipeline
@@ -268,7 +269,8 @@ def _append_once(
     source_key: str,
 ) -> None:
     """Append the announce to the requester's transcript unless this flow already did,
-    creating or touching the requester's entry first, in one round trip."""
+    creating or touching the requester's entry first, in one round trip; a requester
+    that yielded its turn gets it as its next run instead (`yield_wake`)."""
     message = {
         "role": "user",
         "content": text,
@@ -280,19 +282,7 @@ def _append_once(
             "sourceTool": "subagent_announce",
         },
     }
-    pipe = svc.store.pipeline()
-    svc.store.sessions.touch(requester, client=pipe)
-    records.append_once(
-        hash_key,
-        requester,
-        message,
-        field="announce",
-        expected="",
-        new="appended",
-        now_ms=now_ms(),
-        client=pipe,
-    )
-    pipe.execute()
+    append_announce(svc, hash_key, requester, message, source_key=source_key)
 
 
 def announce_target(svc: Services, spawn: SpawnRecord) -> Target:

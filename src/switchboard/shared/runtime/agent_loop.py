@@ -21,6 +21,10 @@ Matches `Agent.run(output_type=[str, DeferredToolRequests])` where the product r
   (`tool_results`), which join the trailing request of the history as pydantic-ai does;
 - at most `REQUEST_LIMIT` model requests per run (pydantic-ai's default limit).
 
+A tool may end the turn (`EndTurn`, raised by `sessions_yield`): once the answer's other
+calls are executed, the run ends with `TurnEnded` (the call's result is its tool return)
+instead of asking the model again. A deferred call in the same answer wins: the run parks.
+
 Tool calls of one answer run one after another, in the order the model made them.
 """
 
@@ -53,7 +57,7 @@ from pydantic_ai.usage import RunUsage
 from switchboard.shared.errors import StoreUnavailable, SwitchboardError
 from switchboard.shared.services import ToolContext, ToolSpec, WaitFor
 
-__all__ = ["MAX_RETRIES", "REQUEST_LIMIT", "RunResult", "run_model_loop"]
+__all__ = ["MAX_RETRIES", "REQUEST_LIMIT", "EndTurn", "RunResult", "TurnEnded", "run_model_loop"]
 
 # pydantic-ai's defaults: requests per run, and retries per tool (and for an empty answer).
 REQUEST_LIMIT = 50
@@ -63,11 +67,34 @@ _NO_OUTPUT = "Please return text or call a tool."
 _ARGS = TypeAdapter(dict[str, Any])
 
 
+class EndTurn(Exception):
+    """Raised by a tool handler to end the run after this answer's calls.
+
+    ``result`` is the call's tool return; ``session_fields`` are written on the session
+    in the step that ends the run."""
+
+    def __init__(
+        self, result: Mapping[str, Any], *, session_fields: Mapping[str, Any] | None = None
+    ) -> None:
+        super().__init__(result.get("status"))
+        self.result = dict(result)
+        self.session_fields = dict(session_fields or {})
+
+
+@dataclass(frozen=True)
+class TurnEnded:
+    """The output of a run a tool ended (`EndTurn`): what the model said with the call."""
+
+    text: str | None
+    result: Mapping[str, Any]
+    session_fields: Mapping[str, Any]
+
+
 @dataclass
 class RunResult:
     """A finished model loop: its output, the messages it added, and its usage."""
 
-    output: str | DeferredToolRequests
+    output: str | DeferredToolRequests | TurnEnded
     messages: list[ModelMessage]
     usage: RunUsage = field(default_factory=RunUsage)
 
@@ -123,11 +150,15 @@ async def run_model_loop(
                 return RunResult(output=response.text, messages=new, usage=usage)
             request = ModelRequest(parts=[_no_output_feedback(retries)], instructions=instructions)
         else:
-            parts, deferred = _call_tools(tools, ctx, calls, retries, defer, usage)
-            if deferred.calls:
+            parts, deferred, ended = _call_tools(tools, ctx, calls, retries, defer, usage)
+            if deferred.calls or ended is not None:
                 if parts:
                     new.append(ModelRequest(parts=parts))
-                return RunResult(output=deferred, messages=new, usage=usage)
+                if deferred.calls:
+                    return RunResult(output=deferred, messages=new, usage=usage)
+                assert ended is not None
+                output = TurnEnded(response.text or None, ended.result, ended.session_fields)
+                return RunResult(output=output, messages=new, usage=usage)
             request = ModelRequest(parts=parts, instructions=instructions)
         messages.append(request)
         new.append(request)
@@ -160,10 +191,12 @@ def _call_tools(
     retries: dict[str, int],
     defer: DeferralOf,
     usage: RunUsage,
-) -> tuple[list[ModelRequestPart], DeferredToolRequests]:
-    """Execute an answer's calls: their returns, and the calls that must wait."""
+) -> tuple[list[ModelRequestPart], DeferredToolRequests, EndTurn | None]:
+    """Execute an answer's calls: their returns, the calls that must wait, and the end of
+    the turn a call asked for (the first one)."""
     parts: list[ModelRequestPart] = []
     deferred = DeferredToolRequests()
+    ended: EndTurn | None = None
     for call in calls:
         spec = tools.specs.get(call.tool_name)
         if spec is None:
@@ -186,6 +219,9 @@ def _call_tools(
             deferred.calls.append(call)
             deferred.metadata[call.tool_call_id] = defer(wait)
             continue
+        except EndTurn as end:
+            ended = ended or end
+            result = end.result
         except StoreUnavailable:
             raise  # the store is away: retried, not an outcome
         except SwitchboardError as exc:
@@ -193,7 +229,7 @@ def _call_tools(
         parts.append(
             ToolReturnPart(tool_name=call.tool_name, content=result, tool_call_id=call.tool_call_id)
         )
-    return parts, deferred
+    return parts, deferred, ended
 
 
 def _arguments(call: ToolCallPart) -> dict[str, Any]:

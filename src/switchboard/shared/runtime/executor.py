@@ -26,7 +26,7 @@ from pydantic_ai.tools import DeferredToolRequests
 from switchboard.logs import bind_run
 from switchboard.shared import keys as sk
 from switchboard.shared.errors import StoreUnavailable, SwitchboardError
-from switchboard.shared.runtime.agent_loop import RunResult, run_model_loop
+from switchboard.shared.runtime.agent_loop import RunResult, TurnEnded, run_model_loop
 from switchboard.shared.runtime.leases import keeper_for
 from switchboard.shared.runtime.models import resolve_model
 from switchboard.shared.runtime.transcript import to_model_messages, to_transcript
@@ -277,13 +277,16 @@ def _record_result(
     if isinstance(result.output, DeferredToolRequests):
         _park(svc, rec, claim, result.output, messages)
         return
+    # A turn a tool ended (sessions_yield) ends ok, marked, with what the model said.
+    ended = result.output if isinstance(result.output, TurnEnded) else None
     _finish(
         svc,
         rec,
         claim,
         follow_ups,
         status="ok",
-        reply=str(result.output),
+        reply=ended.text if ended is not None else str(result.output),
+        run_fields={"yielded": True} if ended is not None else None,
         messages=messages,
         usage={
             "input": usage.input_tokens,
@@ -294,6 +297,7 @@ def _record_result(
             "model": model_name,
             "modelProvider": provider,
             "contextTokens": usage.input_tokens,
+            **(ended.session_fields if ended is not None else {}),
         },
         session_incr={
             "inputTokens": usage.input_tokens,
@@ -347,6 +351,7 @@ def _finish(
     session_fields: Mapping[str, Any] | None = None,
     session_incr: Mapping[str, int] | None = None,
     aborted: bool = False,
+    run_fields: Mapping[str, Any] | None = None,
 ) -> None:
     fields = {"abortedLastRun": aborted, **(session_fields or {})}
     # The run.ended event is written by the end step itself (only when it applies).
@@ -364,6 +369,7 @@ def _finish(
         session_incr=session_incr,
         event=("run.ended", {**ended, "ts": now_ms()}, EVENTS_MAXLEN),
         follow_up_reads=_follow_up_reads(svc, rec),
+        run_fields=run_fields,
     )
     if not res.applied:
         log.warning("run %s outcome not applied (superseded attempt)", rec.run_id)

@@ -27,6 +27,7 @@ from switchboard.shared.store.spawns import SpawnStore
 from switchboard.shared.store.stats import ProgressReads, ServerStats
 from switchboard.shared.store.sweeps import SweepStore
 from switchboard.shared.store.transcripts import TranscriptStore
+from switchboard.shared.store.yields import YieldStore
 
 __all__ = [
     "CounterStore",
@@ -42,6 +43,7 @@ __all__ = [
     "Store",
     "SweepStore",
     "TranscriptStore",
+    "YieldStore",
 ]
 
 
@@ -75,6 +77,7 @@ class Store:
         self.events = EventStore(redis, self.ks)
         self.flows = FlowStore(redis, self.ks)  # reply-back flows (sessions_send)
         self.spawns = SpawnStore(redis, self.ks, retention_s=retention_s)  # sub-agents, batches
+        self.yields = YieldStore(redis, self.ks, retention_s=retention_s)  # sessions_yield
         self.deliveries = DeliveryStore(redis, self.ks)
         self.pending = PendingStepStore(redis, self.ks)  # flow steps enqueued, not yet run
         self.counters = CounterStore(redis, self.ks)

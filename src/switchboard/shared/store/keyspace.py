@@ -165,6 +165,22 @@ class Keyspace:
         """Set: spawn ids of a batch that have finished (set size = completion count)."""
         return f"{self.prefix}batch:{batch_id}:done"
 
+    # -- sessions_yield --------------------------------------------------------------
+    def yield_inbox(self, key: str) -> str:
+        """List: announces (JSON) that reached ``key`` while it was yielded, not yet taken
+        by a wake run; deleted when taken."""
+        return f"{self.prefix}yinbox:{key}"
+
+    def yield_wake(self, key: str) -> str:
+        """String: the id of the wake step that will take ``key``'s yield inbox (set by the
+        first announce after the last take); deleted when taken."""
+        return f"{self.prefix}ywake:{key}"
+
+    def wake(self, wake_id: str) -> str:
+        """Hash: one wake of a yielded session (session, the announces it took, the yield
+        message, status taken | started, run id); retention."""
+        return f"{self.prefix}wake:{wake_id}"
+
     @property
     def archive_due(self) -> str:
         """Sorted set: sub-agent session keys scored by when they are archived (ms)."""

@@ -48,6 +48,9 @@ class RunRecord:
     parked: list[dict[str, Any]] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     on_end: dict[str, Any] | None = None
+    # The run ended its turn with `sessions_yield` (status ok): its session waits for its
+    # children's announces, which start its next run.
+    yielded: bool = False
     # Hashes the run's end step read for its follow-up step (Redis key -> decoded fields;
     # an absent hash is {}): the step takes them instead of reading them again.
     read_at_end: Mapping[str, Mapping[str, str]] = field(
@@ -84,6 +87,7 @@ class RunRecord:
             parked=codec.as_json(h.get("parked"), []),
             meta=codec.as_json(h.get("meta"), {}),
             on_end=codec.as_json(h.get("onEnd")),
+            yielded=h.get("yielded") == "1",
         )
 
     def outcome(self) -> dict[str, Any]:

@@ -1,0 +1,137 @@
+"""The wake of a yielded session: its children's announces start its next run, batched.
+
+A session that called ``sessions_yield`` is *yielded* (``yieldedAt`` on its entry) until
+no child it spawned is pending any more. While it is, a child's announce does not land in
+its transcript; it is stashed in the session's yield inbox, in the same script that moves
+the announce's state (`append_announce`, ``yield_announce.lua``), and the first announce
+after the last take opens a wake: the marker ``sb:ywake:<key>`` names a new wake id (SET
+only when none is open) and ``switchboard.yield_wake(sessionKey, wakeId)`` is enqueued
+``BATCH_WINDOW_S`` later. Announces arriving meanwhile join the open wake's inbox.
+
+The step takes the inbox once (``yield_take.lua``: the announces move to the wake hash
+``sb:wake:<wakeId>``, the marker and inbox are deleted, and the session stops being
+yielded when none of its children is pending any more), then starts the session's next run
+whose message holds every announce taken, with the idempotency key
+``yield-wake:<wakeId>``. An announce arriving after the take opens the next wake (a run
+queued behind the first on the session lane).
+
+Durable: the inbox, the marker and the wake live in Redis; the step is a pending flow step
+(``flows/pending.py``), so one lost with a killed worker is enqueued again by the sweep; a
+step run again finds its wake taken and starts the same run (the idempotency key), or does
+nothing once the run is recorded. An announce step run again after its stash (a worker lost
+between the stash and the enqueue) enqueues the open wake again.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from switchboard.shared.flows.steps import flow_step
+from switchboard.shared.gateway.agent import RunRequest, SendBlocked, start_run
+from switchboard.shared.services import Services
+from switchboard.shared.store.runs import now_ms
+from switchboard.shared.store.yields import YieldStore
+
+log = logging.getLogger("switchboard.yield")
+
+WAKE_STEP = "switchboard.yield_wake"
+# The batching window: the wake step runs this long after the announce that opened it, so
+# announces landing within it (children that end close together) make one message.
+BATCH_WINDOW_S = 1.0
+
+
+def append_announce(
+    svc: Services,
+    hash_key: str,
+    requester: str,
+    message: Mapping[str, Any],
+    *,
+    source_key: str,
+) -> None:
+    """Land an announce once (moving ``announce`` "" → "appended" on ``hash_key``): in the
+    requester's yield inbox when it is yielded (opening a wake if none is open), else in
+    its transcript. The requester's entry is created or touched first, in the same round
+    trip."""
+    now = now_ms()
+    entry = {"childKey": source_key, "text": message["content"], "at": now}
+    pipe = svc.store.pipeline()
+    svc.store.sessions.touch(requester, client=pipe)
+    svc.store.yields.append_announce(
+        hash_key,
+        requester,
+        message,
+        entry,
+        field="announce",
+        expected="",
+        new="appended",
+        now_ms=now,
+        wake_id=str(uuid.uuid4()),
+        client=pipe,
+    )
+    landed = YieldStore.landed(pipe.execute()[-1])
+    # A new wake, or one left open by an earlier copy of this step that died before it
+    # enqueued the step (enqueued twice is harmless: the step is idempotent).
+    if landed.wake_id and (landed.opened or landed.outcome == "moved"):
+        svc.queue.enqueue(WAKE_STEP, requester, landed.wake_id, countdown_s=BATCH_WINDOW_S)
+
+
+@flow_step(WAKE_STEP, log_ids=("sessionKey", "wakeId"))
+def yield_wake(svc: Services, session_key: str, wake_id: str) -> None:
+    """Take the yielded session's announces and start its next run with them."""
+    yields = svc.store.yields
+    take = yields.take(session_key, wake_id, now_ms())
+    if take.status != "taken":
+        return  # another wake's (stale) or already started
+    if not take.announces:
+        yields.started(wake_id, "")
+        return
+    message = wake_message([str(a.get("text") or "") for a in take.announces])
+    provenance = {
+        "kind": "inter_session",
+        "sourceSessionKey": str(take.announces[0].get("childKey") or ""),
+        "sourceChannel": "internal",
+        "sourceTool": "subagent_announce",
+    }
+    try:
+        started = start_run(
+            svc,
+            RunRequest(
+                session_key=session_key,
+                message=message,
+                idempotency_key=f"yield-wake:{wake_id}",
+                provenance=provenance,
+                extra_system_prompt=resume_prompt(take.yield_message),
+                meta={"yieldWake": wake_id},
+            ),
+        )
+    except SendBlocked:
+        # The session's send policy refuses runs: keep the results in its transcript.
+        log.warning("yielded session %s may not run; its announces are kept", session_key)
+        svc.store.transcripts.append(
+            session_key, {"role": "user", "content": message, "provenance": provenance}, now_ms()
+        )
+        yields.started(wake_id, "")
+        return
+    yields.started(wake_id, str(started["runId"]))
+    log.info("yielded session %s woken by %d announce(s)", session_key, len(take.announces))
+
+
+def wake_message(texts: Sequence[str]) -> str:
+    """One announce as is; several as one message, numbered in arrival order."""
+    if len(texts) == 1:
+        return texts[0]
+    parts = [f"{len(texts)} subagent results arrived while this session was yielded."]
+    parts += [f"[{n}] {text}" for n, text in enumerate(texts, start=1)]
+    return "\n\n".join(parts)
+
+
+def resume_prompt(yield_message: str) -> str:
+    """The private context the yielding call left for the resumed turn."""
+    note = yield_message or "Turn yielded."
+    return (
+        "You ended your previous turn with sessions_yield; the results of your sub-agents "
+        f"are this turn's message. Your note for this turn: {note}"
+    )

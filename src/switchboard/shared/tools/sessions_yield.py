@@ -1,0 +1,75 @@
+"""`sessions_yield`: end the current turn; the pending children's results arrive as the next
+message (OpenClaw's tool, reference §5.1).
+
+In an agent run the call ends the run (`EndTurn`): it ends ``ok`` with the run record's
+``yielded`` flag set and no reply beyond what the model said with the call, and the same
+end step marks the session yielded (``yieldedAt``, ``yieldedRunId``, ``yieldMessage`` on its
+entry). Over ``/tools/invoke`` there is no turn to end: the session is marked yielded
+(only if a child is pending, checked in the same step). Either way the announces of its
+children then start its next run, batched (``flows/yield_wake.py``).
+
+Refused (status ``error``, OpenClaw's text) when nothing the session spawned is still
+pending, and for sub-agent sessions ("Yield not supported in this context"): a sub-agent's
+run end is its completion, announced to its requester.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from switchboard.shared import keys as sk
+from switchboard.shared.runtime.agent_loop import EndTurn
+from switchboard.shared.store.runs import now_ms
+from switchboard.shared.tools.args import read_string
+from switchboard.shared.tools.registry import ToolContext, ToolSpec
+
+DEFAULT_MESSAGE = "Turn yielded."
+NOTHING_PENDING = (
+    "sessions_yield requires at least one pending descendant subagent. This session has no "
+    "descendant work to wait for; continue the assigned task now and return its verified "
+    "result."
+)
+NOT_SUPPORTED = "Yield not supported in this context"
+
+
+def _error(text: str) -> dict[str, Any]:
+    return {"status": "error", "error": text}
+
+
+def _sessions_yield(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    message = read_string(args, "message") or DEFAULT_MESSAGE
+    if ctx.spawn_depth >= 1 or sk.is_subagent_key(ctx.session_key):
+        return _error(NOT_SUPPORTED)
+    store = ctx.services.store
+    if not store.spawns.active_children(ctx.session_key):
+        return _error(NOTHING_PENDING)
+    fields: dict[str, Any] = {
+        "yieldedAt": now_ms(),
+        "yieldedRunId": ctx.run_id,  # None over /tools/invoke: no run yielded
+        "yieldMessage": message,
+    }
+    result = {"status": "yielded", "message": message}
+    if ctx.run_id is not None:
+        raise EndTurn(result, session_fields=fields)
+    if not store.yields.mark(ctx.session_key, fields):
+        return _error(NOTHING_PENDING)  # the last child finished meanwhile
+    return result
+
+
+SPEC = ToolSpec(
+    name="sessions_yield",
+    description=(
+        "End your current turn. Use after spawning subagents to receive their results as "
+        "the next message. Optional message: private context for the resumed turn."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "message": {
+                "type": "string",
+                "description": 'Private context for the resumed turn (default "Turn yielded.").',
+            }
+        },
+    },
+    handler=_sessions_yield,
+)

@@ -1,0 +1,321 @@
+"""`sessions_yield` end to end: real api, real worker, real Redis.
+
+A parent that spawns children and yields ends its turn (status ok, `yielded`); the
+children's announces start its next run, batched: children that end within the batching
+window (`yield_wake.BATCH_WINDOW_S`, 1 s) make one message. With nothing pending the call
+is refused with OpenClaw's text. A worker killed with -9 while the parent waits loses
+nothing and doubles nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from switchboard.shared.flows.yield_wake import BATCH_WINDOW_S, WAKE_STEP
+from switchboard.shared.gateway.agent import RunRequest, start_run
+from switchboard.shared.services import Services
+from switchboard.shared.store.runs import RunRecord
+from switchboard.shared.tools.sessions_yield import NOT_SUPPORTED, NOTHING_PENDING
+
+pytestmark = pytest.mark.integration
+
+MAIN = "agent:main:main"
+
+
+def wait_until(check: Callable[[], Any], timeout_s: float = 30, what: str = "condition") -> Any:
+    """Poll until `check()` is truthy; return its value."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def tool_line(name: str, args: dict[str, Any]) -> str:
+    return f"/tool {name} {json.dumps(args)}"
+
+
+def child_task(result: str, sleep_s: float) -> str:
+    return f"work\n/sleep {sleep_s}\n/reply {result}"
+
+
+def invoke(client: httpx.Client, tool: str, session: str = "main", **args: Any) -> dict[str, Any]:
+    """Call a tool over /tools/invoke and return its result."""
+    resp = client.post("/tools/invoke", json={"tool": tool, "args": args, "sessionKey": session})
+    assert resp.status_code == 200, resp.text
+    result: dict[str, Any] = resp.json()["result"]
+    return result
+
+
+def announce_messages(services: Services, key: str = MAIN) -> list[dict[str, Any]]:
+    """The user messages of a session that carry sub-agent announces."""
+    return [
+        m
+        for m in services.store.transcripts.all(key)
+        if m.get("role") == "user"
+        and (m.get("provenance") or {}).get("sourceTool") == "subagent_announce"
+    ]
+
+
+def ended(services: Services, run_id: str, timeout_s: float = 30) -> RunRecord:
+    def check() -> RunRecord | None:
+        rec = services.store.runs.get(run_id)
+        return rec if rec is not None and rec.terminal else None
+
+    found: RunRecord = wait_until(check, timeout_s, what=f"run {run_id} to end")
+    return found
+
+
+# -- through the model loop -----------------------------------------------------------------
+
+
+def test_three_children_then_yield_give_one_follow_up_run_with_all_results(
+    worker: Any, rpc: Callable[..., Any], services: Services
+) -> None:
+    """Spawn three and yield in one answer: the turn ends yielded; one next run holds all three."""
+    spawns = [
+        tool_line("sessions_spawn", {"task": child_task(f"result-{c}", 1.5), "label": f"job-{c}"})
+        for c in "ABC"
+    ]
+    message = "\n".join([*spawns, tool_line("sessions_yield", {"message": "wait for A-C"})])
+    parent = rpc("agent", sessionKey="main", message=message)
+    outcome = rpc("agent.wait", runId=parent["runId"], timeoutMs=15_000)
+    assert outcome["status"] == "ok"
+    assert "reply" not in outcome  # no reply: the turn was yielded
+    rec = services.store.runs.get(parent["runId"])
+    assert rec is not None and rec.yielded and not rec.reply
+    entry = services.store.sessions.get(MAIN)
+    assert entry is not None
+    assert entry.get("yieldedRunId") == parent["runId"]
+    assert entry.get("yieldMessage") == "wait for A-C"
+    # The transcript: the call and the yield's tool return, no assistant reply after it.
+    roles = [m["role"] for m in services.store.transcripts.all(MAIN)]
+    assert roles == ["user", "assistant", *["toolResult"] * 4]
+    yielded = services.store.transcripts.all(MAIN)[-1]
+    assert yielded["toolName"] == "sessions_yield"
+    assert "yielded" in json.dumps(yielded["content"])
+
+    [wake] = wait_until(lambda: announce_messages(services), what="the wake message")
+    text = str(wake["content"])
+    assert text.startswith("3 subagent results arrived while this session was yielded.")
+    for c in "ABC":
+        assert f"Result: result-{c}" in text
+        assert f'A subagent task "job-{c}" just completed successfully.' in text
+    # The wake run answers (echo: the message itself) and the session is no longer yielded.
+    wait_until(
+        lambda: services.store.transcripts.all(MAIN)[-1]["role"] == "assistant",
+        what="the wake run's answer",
+    )
+    time.sleep(BATCH_WINDOW_S + 1.5)  # nothing else arrives: exactly one follow-up
+    assert len(announce_messages(services)) == 1
+    roles = [m["role"] for m in services.store.transcripts.all(MAIN)]
+    assert roles == ["user", "assistant", *["toolResult"] * 4, "user", "assistant"]
+    assert not services.store.yields.is_yielded(MAIN)
+    assert services.store.yields.open_wake(MAIN) == ""
+    assert services.store.spawns.active_children(MAIN) == []
+    assert services.store.runs.lane_holder(MAIN) is None  # the wake run ended
+
+
+def test_yield_with_nothing_pending_is_refused_and_the_turn_goes_on(
+    worker: Any, rpc: Callable[..., Any], services: Services
+) -> None:
+    """No pending child: status error with OpenClaw's text; the run continues and answers."""
+    parent = rpc("agent", sessionKey="main", message=tool_line("sessions_yield", {}))
+    outcome = rpc("agent.wait", runId=parent["runId"], timeoutMs=15_000)
+    assert outcome["status"] == "ok"
+    assert json.loads(outcome["reply"]) == {"status": "error", "error": NOTHING_PENDING}
+    rec = services.store.runs.get(parent["runId"])
+    assert rec is not None and not rec.yielded
+    assert not services.store.yields.is_yielded(MAIN)
+
+
+# -- over /tools/invoke -----------------------------------------------------------------------
+
+
+def test_tools_invoke_refuses_with_nothing_pending(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    assert invoke(client, "sessions_yield") == {"status": "error", "error": NOTHING_PENDING}
+    assert not services.store.yields.is_yielded(MAIN)
+
+
+def test_tools_invoke_yield_wakes_the_session_with_its_children_results(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """Over HTTP the session is marked yielded; its children's announces start one run."""
+    for c in "XY":
+        accepted = invoke(client, "sessions_spawn", task=child_task(f"out-{c}", 1.0), label=c)
+        assert accepted["status"] == "accepted"
+    result = invoke(client, "sessions_yield", message="resume with X and Y")
+    assert result == {"status": "yielded", "message": "resume with X and Y"}
+    entry = services.store.sessions.get(MAIN)
+    assert entry is not None and entry.get("yieldedAt") and not entry.get("yieldedRunId")
+    assert invoke(client, "sessions_yield")["message"] == "Turn yielded."  # default message
+    [wake] = wait_until(lambda: announce_messages(services), what="the wake message")
+    assert "Result: out-X" in wake["content"] and "Result: out-Y" in wake["content"]
+    answered = wait_until(
+        lambda: [m for m in services.store.transcripts.all(MAIN) if m["role"] == "assistant"],
+        what="the wake run's answer",
+    )
+    assert "Result: out-X" in str(answered[0]["content"])
+    time.sleep(BATCH_WINDOW_S + 1)
+    assert len(announce_messages(services)) == 1
+    assert not services.store.yields.is_yielded(MAIN)
+
+
+def test_sub_agents_may_not_yield(worker: Any, client: httpx.Client, services: Services) -> None:
+    """A sub-agent's run end is its completion: yielding there is refused."""
+    yield_args = {"message": "x"}
+    task = f"go\n{tool_line('sessions_yield', yield_args)}"
+    accepted = invoke(client, "sessions_spawn", task=task)
+    child = ended(services, accepted["runId"])
+    # The session tool is not offered to a leaf sub-agent: its turn is not yielded ...
+    assert not child.yielded
+    # ... and the handler refuses a sub-agent session even when it is offered.
+    from switchboard.shared.tools.registry import ToolContext
+    from switchboard.shared.tools.sessions_yield import SPEC
+
+    ctx = ToolContext(
+        services=services,
+        session_key=accepted["childSessionKey"],
+        agent_id="main",
+        spawn_depth=1,
+        run_id="r",
+    )
+    assert SPEC.handler(ctx, {}) == {"status": "error", "error": NOT_SUPPORTED}
+
+
+def test_announces_after_the_take_start_the_next_wake(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """Children that end far apart: each lands in its own wake, none is lost or doubled."""
+    invoke(client, "sessions_spawn", task=child_task("early", 0.2), label="early")
+    invoke(client, "sessions_spawn", task=child_task("late", 0.2 + BATCH_WINDOW_S + 3), label="l")
+    assert invoke(client, "sessions_yield")["status"] == "yielded"
+    wait_until(lambda: len(announce_messages(services)) == 2, what="two wakes", timeout_s=40)
+    first, second = announce_messages(services)
+    assert "Result: early" in first["content"] and "late" not in first["content"]
+    assert "Result: late" in second["content"]
+    wait_until(lambda: not services.store.yields.is_yielded(MAIN), what="the yield to end")
+    time.sleep(BATCH_WINDOW_S + 1)
+    assert len(announce_messages(services)) == 2
+
+
+def test_a_wake_step_run_twice_starts_one_run(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """The step is idempotent: run again (a sweep's re-send) it starts nothing new."""
+    invoke(client, "sessions_spawn", task=child_task("once", 0.2))
+    invoke(client, "sessions_yield")
+    wake_id = wait_until(lambda: services.store.yields.open_wake(MAIN), what="a wake to open")
+    wait_until(
+        lambda: services.store.yields.get_wake(wake_id).get("status") == "started",
+        what="the wake to start its run",
+    )
+    first = services.store.yields.get_wake(wake_id)["runId"]
+    services.queue.enqueue(WAKE_STEP, MAIN, wake_id)
+    time.sleep(1.5)
+    assert services.store.yields.get_wake(wake_id)["runId"] == first
+    assert len(announce_messages(services)) == 1
+
+
+# -- kill -9 of the worker while yielded --------------------------------------------------------
+
+
+@pytest.fixture
+def procs(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start `switchboard <command>` subprocesses; all are killed at teardown."""
+    started: list[subprocess.Popen[bytes]] = []
+    env = {
+        **os.environ,
+        "SWITCHBOARD_REDIS_URL": redis_url,
+        "SWITCHBOARD_TOKEN": "t",
+        "SWITCHBOARD_DATA_DIR": str(tmp_path / "data"),
+        "SWITCHBOARD_LANE_LEASE_S": "2",
+        "SWITCHBOARD_SWEEP_INTERVAL_S": "0.5",
+        "SWITCHBOARD_LOG_LEVEL": "WARNING",
+    }
+
+    def start(*args: str) -> subprocess.Popen[bytes]:
+        log = open(tmp_path / f"{args[0]}-{len(started)}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "switchboard", *args],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("moment", ["children_running", "wake_pending"])
+def test_worker_kill_while_yielded_loses_and_doubles_nothing(
+    procs: Callable[..., subprocess.Popen[bytes]], services: Services, moment: str
+) -> None:
+    """kill -9 the worker while the children run (or while the wake step waits out its
+    window); a new worker and beat take over: exactly one follow-up run with all results."""
+    first = procs("worker", "--concurrency", "8")
+    sleep_s = 2.5 if moment == "children_running" else 0.3
+    spawns = [
+        tool_line("sessions_spawn", {"task": child_task(f"r-{c}", sleep_s), "label": c})
+        for c in "ABC"
+    ]
+    message = "\n".join([*spawns, tool_line("sessions_yield", {})])
+    parent = start_run(services, RunRequest(session_key=MAIN, message=message))
+    rec = ended(services, str(parent["runId"]))
+    assert rec.status == "ok" and rec.yielded
+    children = services.store.spawns.active_children(MAIN)
+    assert len(children) == 3
+    if moment == "children_running":
+        wait_until(
+            lambda: all(
+                services.store.runs.status(services.store.runs.lane_holder(c) or "") == "running"
+                for c in children
+            ),
+            what="the children to run",
+        )
+    else:
+        wait_until(lambda: services.store.yields.open_wake(MAIN), what="a wake to open")
+    _kill(first)
+    procs("worker", "--concurrency", "8")
+    procs("beat")
+    [wake] = wait_until(lambda: announce_messages(services), timeout_s=60, what="the wake")
+    for c in "ABC":
+        assert f"Result: r-{c}" in wake["content"]
+    wait_until(lambda: not services.store.yields.is_yielded(MAIN), what="the yield to end")
+    wait_until(
+        lambda: services.store.transcripts.all(MAIN)[-1]["role"] == "assistant",
+        what="the wake run's answer",
+        timeout_s=30,
+    )
+    time.sleep(BATCH_WINDOW_S + 4)  # a re-sent step or a second wake would show by now
+    assert len(announce_messages(services)) == 1
+    assert services.store.spawns.active_children(MAIN) == []
+    assistants = [m for m in services.store.transcripts.all(MAIN) if m["role"] == "assistant"]
+    assert len(assistants) == 2  # the yielding turn's calls, the wake run's answer
