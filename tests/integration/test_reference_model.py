@@ -90,7 +90,7 @@ class World:
 
     def visibility(self, caller: str) -> str:
         """SPEC §2: the configured level; a sandboxed caller with `spawned` is clamped to tree."""
-        configured = self.section("tools", "sessions").get("visibility", "tree")
+        configured = self.section("tools", "sessions").get("visibility", "agent")
         box = self.sandbox(agent_of(caller))
         is_main = caller == f"agent:{agent_of(caller)}:main"
         sandboxed = box["mode"] == "all" or (box["mode"] == "non-main" and not is_main)

@@ -160,10 +160,11 @@ def test_self_lists_and_reads_only_the_callers_session(
     }
 
 
+@configured(visibility("tree"))
 def test_tree_lists_the_caller_and_everything_it_spawned(
     invoke: Callable[..., Any], family: dict[str, str]
 ) -> None:
-    """`tree` (default): caller + spawned closure, cross-agent child included, newest first."""
+    """`tree`: caller + spawned closure, cross-agent child included, newest first."""
     listed = invoke("sessions_list")
     assert keys_of(listed) == [family["ops_child"], family["grandchild"], family["child"], "main"]
     assert listed["scope"] == {
@@ -176,6 +177,7 @@ def test_tree_lists_the_caller_and_everything_it_spawned(
     assert rows[family["grandchild"]]["spawnedBy"] == family["child"]
 
 
+@configured(visibility("tree"))
 def test_tree_history_allows_listed_sessions_and_forbids_the_rest(
     invoke: Callable[..., Any], family: dict[str, str]
 ) -> None:
@@ -194,7 +196,7 @@ def test_tree_history_allows_listed_sessions_and_forbids_the_rest(
     }
 
 
-@configured(ORCHESTRATORS)
+@configured({**ORCHESTRATORS, **visibility("tree")})
 def test_tree_of_a_child_does_not_reach_up_to_its_parent(
     invoke: Callable[..., Any], family: dict[str, str]
 ) -> None:
@@ -392,6 +394,7 @@ def test_active_minutes_keeps_recently_updated_sessions(
     assert len(keys_of(invoke("sessions_list"))) == 3
 
 
+@configured(visibility("tree"))
 def test_active_minutes_applies_to_tree_listings_too(
     invoke: Callable[..., Any], seed: Seed, services: Services
 ) -> None:
@@ -790,6 +793,7 @@ def test_unknown_tool_is_404(client: httpx.Client) -> None:
     assert resp.json()["ok"] is False
 
 
+@configured(visibility("tree"))
 def test_the_read_tools_are_offered_to_agent_runs(
     worker: Any, rpc: Callable[..., Any], seed: Seed, services: Services
 ) -> None:
