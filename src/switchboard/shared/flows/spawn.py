@@ -15,6 +15,8 @@ from typing import Any
 
 from switchboard.shared import keys as sk
 from switchboard.shared.config import EffectiveSubagents
+from switchboard.shared.flows import collect
+from switchboard.shared.flows.collect import CollectPlan
 from switchboard.shared.flows.subagent import ANNOUNCE_STEP, fail_unstarted
 from switchboard.shared.flows.subagent_prompts import (
     ChildBrief,
@@ -25,6 +27,7 @@ from switchboard.shared.gateway.agent import SendBlocked
 from switchboard.shared.policy.send_policy import SEND_BLOCKED, resolve_send_policy
 from switchboard.shared.policy.tool_policy import subagent_role
 from switchboard.shared.services import Services, ToolContext
+from switchboard.shared.store import Pipeline
 from switchboard.shared.store.codec import as_text
 from switchboard.shared.store.runs import NewRun, now_ms
 from switchboard.shared.store.spawns import SpawnStore
@@ -59,6 +62,8 @@ class ChildPlan:
     thinking: str | None = None
     timeout_s: int = 0
     cleanup: str = "keep"
+    # Set for a collector child (`collect: true`): no announce, collected by agents_wait.
+    collect: CollectPlan | None = None
 
 
 @dataclass(frozen=True)
@@ -215,6 +220,7 @@ def _spawn_fields(
         "model": plan.model,
         "runTimeoutSeconds": plan.timeout_s,
         "depth": depth,
+        "collect": True if plan.collect is not None else None,
         "createdAt": now_ms(),
         "status": "starting",
     }
@@ -320,9 +326,30 @@ def _record(
         records.claim_label(str(start.child.plan.label), start.child.key, client=pipe)
     lineage = {s.child.key: score for s, score in zip(starts, scores, strict=True)}
     records.add_lineage(req.key, lineage, client=pipe)
+    for start in starts:  # a collector's record, which agents_wait finds by its run id
+        if start.child.plan.collect is not None:
+            _create_collector(svc, req, start, now, pipe)
     replies = pipe.execute()[len(starts) : 2 * len(starts)]
     return [
         (s.run.run_id, s.child.key)
         for s, reply in zip(starts, replies, strict=True)
         if as_text(reply[2]) == "lane"
     ]
+
+
+def _create_collector(
+    svc: Services, req: Requester, start: _Start, now: int, pipe: Pipeline
+) -> None:
+    """Queue a collector child's record on ``pipe`` (its completion is written there)."""
+    child = start.child
+    assert child.plan.collect is not None
+    fields = collect.record_fields(
+        child.spawn_id,
+        start.run.run_id,
+        req.key,
+        child.key,
+        child.plan.label,
+        child.plan.collect,
+        now,
+    )
+    svc.store.collect.create(start.run.run_id, fields, client=pipe)

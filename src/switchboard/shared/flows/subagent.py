@@ -28,6 +28,7 @@ from switchboard.shared import metrics
 from switchboard.shared.delivery import Target, enqueue_delivery
 from switchboard.shared.delivery.targets import target_from_entry, target_from_key
 from switchboard.shared.errors import Unavailable
+from switchboard.shared.flows import collect
 from switchboard.shared.flows.steps import flow_step
 from switchboard.shared.flows.subagent_archive import archive_session
 from switchboard.shared.flows.yield_wake import append_announce
@@ -72,6 +73,12 @@ def subagent_announce(svc: Services, spawn_id: str) -> None:
     if ctx.run is not None and not ctx.run.terminal:
         return  # an early duplicate: the run's end enqueues this step again
     spawn = _freeze_outcome(svc, records, spawn, ctx.run, ctx.child_session_id)
+    if spawn.get("collect"):  # a collector: into the requester's completion log, no announce
+        collect.record_completion(svc, spawn)
+        finish_child(
+            svc, records, spawn, joins_all=False, child_exists=ctx.child_session_id is not None
+        )
+        return
     if ctx.join == "all":
         _count_towards_batch(svc, records, spawn)
         return

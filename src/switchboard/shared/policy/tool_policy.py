@@ -37,6 +37,7 @@ ORCHESTRATION_TOOLS: tuple[str, ...] = (
     "sessions_list",
     "sessions_history",
     "sessions_spawn",
+    "agents_wait",  # an orchestrator collects the collector children it spawned
 )
 
 

@@ -15,6 +15,7 @@ from redis.client import Pipeline
 from switchboard.shared import keys as sk
 from switchboard.shared.store.bulk import BulkLoader
 from switchboard.shared.store.client import connect
+from switchboard.shared.store.collect import CollectStore
 from switchboard.shared.store.counters import CounterStore, ListLengths
 from switchboard.shared.store.deliveries import DeliveryStore
 from switchboard.shared.store.events import EventStore
@@ -30,6 +31,7 @@ from switchboard.shared.store.transcripts import TranscriptStore
 from switchboard.shared.store.yields import YieldStore
 
 __all__ = [
+    "CollectStore",
     "CounterStore",
     "DeliveryStore",
     "EventStore",
@@ -78,6 +80,8 @@ class Store:
         self.flows = FlowStore(redis, self.ks)  # reply-back flows (sessions_send)
         self.spawns = SpawnStore(redis, self.ks, retention_s=retention_s)  # sub-agents, batches
         self.yields = YieldStore(redis, self.ks, retention_s=retention_s)  # sessions_yield
+        # collector children, their completion logs and agents_wait's tokens
+        self.collect = CollectStore(redis, self.ks, retention_s=retention_s)
         self.deliveries = DeliveryStore(redis, self.ks)
         self.pending = PendingStepStore(redis, self.ks)  # flow steps enqueued, not yet run
         self.counters = CounterStore(redis, self.ks)

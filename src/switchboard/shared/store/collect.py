@@ -112,8 +112,8 @@ class CollectStore:
 
     def log(self, requester: str, count: int = 1000) -> list[str]:
         """The run ids of a requester's completion log, oldest first."""
-        rows = self.redis.xrange(self.ks.collect_log(requester), count=count)
-        return [as_text(fields.get(b"runId") or fields.get("runId") or "") for _, fields in rows]
+        rows: Any = self.redis.xrange(self.ks.collect_log(requester), count=count)
+        return [codec.decode_hash(fields).get("runId", "") for _, fields in rows or []]
 
     # -- groups -----------------------------------------------------------------------
     def reserve_group(

@@ -186,6 +186,20 @@ class Keyspace:
         """Sorted set: sub-agent session keys scored by when they are archived (ms)."""
         return f"{self.prefix}idx:archive"
 
+    # -- collectors (sessions_spawn collect, agents_wait) ------------------------------
+    def collector(self, run_id: str) -> str:
+        """Hash: one collector child, by its run id (requester, output schema, group; once
+        completed: status, result, structured or schemaError, usage, completion seq)."""
+        return f"{self.prefix}col:{run_id}"
+
+    def collect_log(self, key: str) -> str:
+        """Stream: completions of ``key``'s collector children, in completion order."""
+        return f"{self.prefix}col:log:{key}"
+
+    def collect_group(self, key: str, group_id: str) -> str:
+        """Hash: one collector group of ``key`` (``active``, ``total`` children)."""
+        return f"{self.prefix}col:grp:{key}:{group_id}"
+
     # -- api --------------------------------------------------------------------------
     def auth_failures(self, client: str) -> str:
         """String: failed token checks from one client IP; expires with its window

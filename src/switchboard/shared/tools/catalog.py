@@ -22,6 +22,9 @@ from switchboard.shared.tools import session_status
 # isort: split
 from switchboard.shared.tools import sessions_yield
 
+# isort: split
+from switchboard.shared.tools import agents_wait
+
 # TOOLS-END
 
 ALL_TOOLS: list[ToolSpec] = [
@@ -33,6 +36,7 @@ ALL_TOOLS: list[ToolSpec] = [
     sessions_send.SPEC,
     session_status.SPEC,
     sessions_yield.SPEC,
+    agents_wait.SPEC,
     # ALL-TOOLS-END
 ]
 

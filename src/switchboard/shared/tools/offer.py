@@ -18,6 +18,8 @@ def tools_for_session(
 
     ``session`` is the session's stored entry when the caller has just read it."""
     specs = list(svc.tools.tools.values())
+    if not svc.config.tools.swarm.enabled:  # OpenClaw offers agents_wait with Swarm only
+        specs = [s for s in specs if s.name != "agents_wait"]
     if ctx.spawn_depth < 1 and not sk.is_subagent_key(ctx.session_key):
         return specs
     if session is None:

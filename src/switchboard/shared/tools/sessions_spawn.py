@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from switchboard.shared import keys as sk
 from switchboard.shared.config import EffectiveSubagents
 from switchboard.shared.errors import InvalidInput, StoreUnavailable, SwitchboardError
+from switchboard.shared.flows.collect import CollectPlan
 from switchboard.shared.flows.spawn import (
     Child,
     ChildPlan,
@@ -30,6 +32,14 @@ from switchboard.shared.runtime.models import validate_model_ref
 from switchboard.shared.services import Services
 from switchboard.shared.store.spawns import SpawnStore
 from switchboard.shared.tools.args import read_bool, read_int, read_string
+from switchboard.shared.tools.collect_spawn import PARAMS as COLLECT_PARAMS
+from switchboard.shared.tools.collect_spawn import PROPERTIES as COLLECT_PROPERTIES
+from switchboard.shared.tools.collect_spawn import (
+    CollectRefused,
+    collect_plan,
+    release_group,
+    reserve_group,
+)
 from switchboard.shared.tools.registry import ToolContext, ToolSpec
 
 THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh")
@@ -91,6 +101,7 @@ PARAMETERS: dict[str, Any] = {
             "description": "Batch fan-out: one entry per child, instead of `task`.",
             "items": {"type": "object", "properties": _ENTRY_PROPERTIES, "required": ["task"]},
         },
+        **COLLECT_PROPERTIES,
         "join": {
             "type": "string",
             "enum": ["each", "all"],
@@ -115,7 +126,7 @@ def sessions_spawn(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         if args.get("tasks") is not None:
             return _spawn_batch(ctx, args)
         return _spawn_one(ctx, args)
-    except _Refused as refused:
+    except (_Refused, CollectRefused) as refused:
         return refused.result
 
 
@@ -138,17 +149,21 @@ def _spawn_one(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
     req = requester_for(ctx)
     _check_depth(req)
     records = ctx.services.store.spawns
-    _check_capacity(ctx.services, records, req, 1)
-    plan = _plan(ctx.services, req, args, task)
+    collector = collect_plan(ctx.services, args, mode=mode, thread=thread)
+    if collector is None:  # collector children do not count towards maxChildrenPerAgent
+        _check_capacity(ctx.services, records, req, 1)
+    plan = replace(_plan(ctx.services, req, args, task), collect=collector)
     _check_thread(thread)
     child = Child.for_plan(plan)
-    _reserve(records, req, [child])
+    _take_slots(ctx.services, records, req, [child], collector)
     try:
         started = start_child(ctx.services, records, req, child, mode=mode)
     except StoreUnavailable:
         raise  # the store is away: retried, not an outcome
     except SwitchboardError as exc:
         abandon(ctx.services, records, req, child)
+        if collector is not None:
+            release_group(ctx.services, req.key, collector, 1)
         return {"status": "error", "error": exc.message, "childSessionKey": child.key}
     result: dict[str, Any] = {"status": "accepted", **started, "mode": mode}
     result.update(_note(ctx, mode, join=None))
@@ -167,23 +182,27 @@ def _spawn_batch(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
     mode, thread = _mode(args)
     req = requester_for(ctx)
     _check_depth(req)
+    collector = collect_plan(ctx.services, args, mode=mode, thread=thread)
     plans: list[ChildPlan] = []
     for index, entry in enumerate(entries):
         try:
             _reject_unsupported_keys(entry)
+            if any(name in entry for name in COLLECT_PARAMS):
+                raise InvalidInput("collect, outputSchema and groupId apply to the whole batch")
             task = read_string(entry, "task", required=True)
             assert task is not None
             _check_agent_id_format(entry)
-            plans.append(_plan(ctx.services, req, entry, task))
+            plans.append(replace(_plan(ctx.services, req, entry, task), collect=collector))
         except _Refused as refused:
             raise _Refused(refused.result["status"], f"tasks[{index}]: {refused}") from None
         except InvalidInput as exc:
             raise InvalidInput(f"tasks[{index}]: {exc.message}", field="tasks") from None
     records = ctx.services.store.spawns
-    _check_capacity(ctx.services, records, req, len(plans))
+    if collector is None:
+        _check_capacity(ctx.services, records, req, len(plans))
     _check_thread(thread)
     children = [Child.for_plan(plan) for plan in plans]
-    _reserve(records, req, children)
+    _take_slots(ctx.services, records, req, children, collector)
     batch_id, runs = start_batch(ctx.services, records, req, children, mode=mode, join=join)
     result: dict[str, Any] = {
         "status": "accepted",
@@ -346,6 +365,20 @@ def _reserve(records: SpawnStore, req: Requester, children: Sequence[Child]) -> 
     ok, active = records.reserve_children(req.key, [c.key for c in children], limit)
     if not ok:  # another spawn took the slots since the check
         raise _Refused("forbidden", _capacity_message(active, limit, len(children)))
+
+
+def _take_slots(
+    svc: Services,
+    records: SpawnStore,
+    req: Requester,
+    children: Sequence[Child],
+    collector: CollectPlan | None,
+) -> None:
+    """The requester's active-children slots, or a collector group's."""
+    if collector is None:
+        _reserve(records, req, children)
+    else:
+        reserve_group(svc, req.key, collector, len(children))
 
 
 def _note(ctx: ToolContext, mode: str, *, join: str | None) -> dict[str, str]:
