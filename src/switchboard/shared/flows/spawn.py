@@ -26,6 +26,7 @@ from switchboard.shared.flows.subagent_prompts import (
 from switchboard.shared.gateway.agent import SendBlocked
 from switchboard.shared.policy.send_policy import SEND_BLOCKED, resolve_send_policy
 from switchboard.shared.policy.tool_policy import subagent_role
+from switchboard.shared.runtime.attachments import Attachment
 from switchboard.shared.services import Services, ToolContext
 from switchboard.shared.store import Pipeline
 from switchboard.shared.store.codec import as_text
@@ -34,6 +35,9 @@ from switchboard.shared.store.spawns import SpawnStore
 
 # Children written per pipelined round trip (a batch of 1,000 takes ten).
 _CHUNK = 100
+# `context: "fork"` copies at most this many of the requester's latest transcript messages
+# into the child's transcript (a run sees at most its last 200, `executor.HISTORY_LIMIT`).
+FORK_MESSAGE_LIMIT = 100
 # A batch's children are listed in their order: each one's lineage score (spawn time, ms)
 # is this much above the previous one's (exact in a double at today's epoch ms).
 _ORDER_STEP_MS = 1 / 1024
@@ -64,6 +68,15 @@ class ChildPlan:
     cleanup: str = "keep"
     # Set for a collector child (`collect: true`): no announce, collected by agents_wait.
     collect: CollectPlan | None = None
+    # OpenClaw's newer spawn parameters (`sessions_spawn`): a stable alias, `isolated` or
+    # `fork` (the child starts from a copy of the requester's transcript), False for no
+    # completion announce, "parent" for the result as a private turn of the requester,
+    # and inline attachments for the child's model (never in a transcript).
+    task_name: str | None = None
+    context: str = "isolated"
+    expects_completion: bool = True
+    completion_target: str | None = None
+    attachments: tuple[Attachment, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -223,6 +236,11 @@ def _spawn_fields(
         "collect": True if plan.collect is not None else None,
         "createdAt": now_ms(),
         "status": "starting",
+        "taskName": plan.task_name,
+        "context": plan.context if plan.context != "isolated" else None,
+        "expectsCompletionMessage": None if plan.expects_completion else False,
+        "completionTarget": plan.completion_target,
+        "attachments": len(plan.attachments) or None,
     }
     if batch is not None:
         fields["batchId"], fields["batchIndex"] = batch
@@ -245,6 +263,7 @@ def _session_fields(req: Requester, child: Child, depth: int, role: str) -> dict
         "deliver": False,
         "thinkingLevel": plan.thinking,
         "channel": req.channel,
+        "taskName": plan.task_name,
     }
     return {k: v for k, v in fields.items() if v is not None}
 
@@ -290,6 +309,7 @@ def _prepare(
         kind="subagent",
         meta={"spawnId": child.spawn_id, **({"batchId": batch[0]} if batch else {})},
         on_end={"task": ANNOUNCE_STEP, "args": [child.spawn_id]},
+        attachments=[a.to_json() for a in plan.attachments],
     )
     session = _session_fields(req, child, depth, role)
     # The child session is new: its send policy follows from the fields it starts with.
@@ -313,12 +333,15 @@ def _record(
     always finds it), then the session and the run in one step (``RunStore.start``'s
     script: the session is created, the run recorded and the lane taken atomically), then
     the label (kept only while no other session holds it); then the requester's lineage
-    (``scores``: each child's place among the requester's children)."""
+    (``scores``: each child's place among the requester's children); then, for a
+    ``fork``, the copy of the requester's latest messages into the new transcript (the
+    run's own message is appended after them when it is claimed)."""
     runs = svc.store.runs
     now = now_ms()
     pipe = svc.store.pipeline()
     for start in starts:
         records.create(start.child.spawn_id, start.spawn, client=pipe)
+    first = len(pipe)  # where the runs' starts are among the pipeline's replies
     for start in starts:
         runs.start_in(pipe, start.run, on_create=start.session, now=now)
     labelled = [s for s in starts if s.child.plan.label]
@@ -329,7 +352,11 @@ def _record(
     for start in starts:  # a collector's record, which agents_wait finds by its run id
         if start.child.plan.collect is not None:
             _create_collector(svc, req, start, now, pipe)
-    replies = pipe.execute()[len(starts) : 2 * len(starts)]
+    for start in starts:  # after the session's creation, before its run's first message
+        if start.child.plan.context == "fork":
+            forked = start.child.key
+            svc.store.transcripts.fork(req.key, forked, FORK_MESSAGE_LIMIT, now, client=pipe)
+    replies = pipe.execute()[first : first + len(starts)]
     return [
         (s.run.run_id, s.child.key)
         for s, reply in zip(starts, replies, strict=True)

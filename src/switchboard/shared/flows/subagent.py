@@ -31,6 +31,7 @@ from switchboard.shared.errors import Unavailable
 from switchboard.shared.flows import collect
 from switchboard.shared.flows.steps import flow_step
 from switchboard.shared.flows.subagent_archive import archive_session
+from switchboard.shared.flows.subagent_parent import start_private_turn
 from switchboard.shared.flows.yield_wake import append_announce
 from switchboard.shared.runtime.transcript import latest_tool_result_text
 from switchboard.shared.services import Services
@@ -187,7 +188,10 @@ def _freeze_outcome(
 
 
 def is_silent(spawn: SpawnRecord) -> bool:
-    """The child asked for no announce: its own reply is exactly ANNOUNCE_SKIP."""
+    """No announce: the child's own reply is exactly ANNOUNCE_SKIP, or the spawn said
+    ``expectsCompletionMessage: false`` (fire-and-forget; the outcome is still recorded)."""
+    if spawn.get("expectsCompletionMessage") == "0":
+        return True
     return bool(spawn.get("resultSource") == "reply" and spawn.get("result") == ANNOUNCE_SKIP)
 
 
@@ -209,6 +213,14 @@ def _announce_one(
         _settle_announce(svc, records, spawn_key, "", "dropped", pipe)
         return
     text = announce_text(svc, spawn)
+    if spawn.get("completionTarget") == "parent":  # a private turn, no channel delivery
+        run_id = start_private_turn(svc, spawn, text)
+        if run_id is None:  # the requester refuses runs: the transcript keeps it
+            _append_once(svc, records, spawn_key, requester, text, source_key=spawn["childKey"])
+        records.update(spawn.id, {"announceRunId": run_id, "announcedAt": now_ms()}, client=pipe)
+        expected = "appended" if run_id is None else ""
+        _settle_announce(svc, records, spawn_key, expected, "delivered", pipe)
+        return
     _append_once(svc, records, spawn_key, requester, text, source_key=str(spawn["childKey"]))
     delivery_id = enqueue_delivery(
         svc,

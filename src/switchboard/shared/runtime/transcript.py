@@ -41,6 +41,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import RequestUsage
 
+from switchboard.shared.runtime.attachments import redact_spawn_arguments
+
 __all__ = [
     "final_text",
     "inter_session_prefix",
@@ -176,11 +178,14 @@ def _block(part: ModelResponsePart) -> Message | None:
     if isinstance(part, ThinkingPart):
         return {"type": "thinking", "thinking": part.content}
     if isinstance(part, ToolCallPart):
+        arguments = part.args_as_dict()
+        if part.tool_name == "sessions_spawn":  # attachments never reach a transcript
+            arguments = redact_spawn_arguments(arguments)
         return {
             "type": "toolCall",
             "id": part.tool_call_id,
             "name": part.tool_name,
-            "arguments": part.args_as_dict(),
+            "arguments": arguments,
         }
     return None  # native tool traffic, files and compaction items are provider state
 

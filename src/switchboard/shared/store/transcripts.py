@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from redis import Redis
+from redis.client import Pipeline
 
 from switchboard.shared.store import codec
 from switchboard.shared.store.codec import as_text
@@ -76,6 +77,21 @@ class TranscriptStore:
     def length(self, key: str) -> int:
         """Number of messages."""
         return int(self.redis.xlen(self.ks.transcript(key)))
+
+    def fork(
+        self, source: str, key: str, limit: int, now_ms: int, *, client: Pipeline | None = None
+    ) -> int | None:
+        """Copy the last ``limit`` messages of ``source``'s transcript to the end of
+        ``key``'s, in one step; answers how many (None when queued on ``client``)."""
+        res = self._lua["transcript_fork"](
+            source=self.ks.transcript(source),
+            session=self.ks.session(key),
+            transcript=self.ks.transcript(key),
+            limit=limit,
+            now=now_ms,
+            client=client,
+        )
+        return None if client is not None else int(res)
 
     def append(self, key: str, message: Mapping[str, Any], now_ms: int) -> int:
         """Append one message outside a run; returns its sequence number."""

@@ -83,3 +83,25 @@ def read_bool(args: Mapping[str, Any], name: str, *, default: bool = False) -> b
     """A real boolean param, else the default."""
     value = args.get(name)
     return value if isinstance(value, bool) else default
+
+
+def read_non_negative_int(args: Mapping[str, Any], name: str) -> int | None:
+    """An integer ≥ 0 (a number, or a string holding one; camelCase or snake_case key), None
+    when absent or blank; anything else is `<name> must be a non-negative integer`, as
+    OpenClaw's ``readNonNegativeIntegerParam`` says."""
+    value = args.get(name)
+    if value is None:
+        value = args.get(_snake(name))
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    number: float | None = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            number = None
+    if number is None or not math.isfinite(number) or number < 0 or number != int(number):
+        raise InvalidInput(f"{name} must be a non-negative integer", field=name)
+    return int(number)

@@ -19,6 +19,7 @@ from switchboard.shared.config import EffectiveSubagents
 from switchboard.shared.errors import InvalidInput, StoreUnavailable, SwitchboardError
 from switchboard.shared.flows.collect import CollectPlan
 from switchboard.shared.flows.spawn import (
+    FORK_MESSAGE_LIMIT,
     Child,
     ChildPlan,
     Requester,
@@ -28,10 +29,11 @@ from switchboard.shared.flows.spawn import (
     start_batch,
     start_child,
 )
+from switchboard.shared.runtime import attachments as att
 from switchboard.shared.runtime.models import validate_model_ref
 from switchboard.shared.services import Services
 from switchboard.shared.store.spawns import SpawnStore
-from switchboard.shared.tools.args import read_bool, read_int, read_string
+from switchboard.shared.tools.args import read_bool, read_non_negative_int, read_string
 from switchboard.shared.tools.collect_spawn import PARAMS as COLLECT_PARAMS
 from switchboard.shared.tools.collect_spawn import PROPERTIES as COLLECT_PROPERTIES
 from switchboard.shared.tools.collect_spawn import (
@@ -55,7 +57,20 @@ _UNSUPPORTED_KEYS = (
     "reply_to",
 )
 # Keys a batch entry inherits from the top level when it does not set them.
-_INHERITED = ("agentId", "model", "thinking", "runTimeoutSeconds", "timeoutSeconds", "cleanup")
+_INHERITED = (
+    "agentId",
+    "model",
+    "thinking",
+    "runTimeoutSeconds",
+    "timeoutSeconds",
+    "cleanup",
+    "context",
+    "expectsCompletionMessage",
+    "completionTarget",
+)
+# OpenClaw's taskName: a stable alias; `all` and `last` name other targets.
+_TASK_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+_RESERVED_TASK_NAMES = ("all", "last")
 _AGENT_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$", re.IGNORECASE)
 _RUN_NOTE = (
     "Auto-announce is push-based. After spawning children, do NOT call sessions_list, "
@@ -82,12 +97,50 @@ _ENTRY_PROPERTIES: dict[str, Any] = {
     "agentId": {"type": "string", "description": "Spawn under another agent (if allowed)."},
     "model": {"type": "string", "description": "Model override, provider/model."},
     "thinking": {"type": "string", "description": "Thinking level override."},
+    "taskName": {
+        "type": "string",
+        "description": "Stable later-target alias; starts lowercase letter; then "
+        "lowercase/digit/_/-.",
+    },
     "runTimeoutSeconds": {
-        "type": "number",
+        "type": "integer",
         "minimum": 0,
-        "description": "Abort the child run after N seconds (0 = the default deadline).",
+        "description": "Abort the child run after N seconds (0 disables the per-run timeout; "
+        "the product's run deadline still applies). `timeoutSeconds` is accepted too.",
     },
     "cleanup": {"type": "string", "enum": ["delete", "keep"]},
+    "context": {
+        "type": "string",
+        "enum": ["isolated", "fork"],
+        "description": "isolated (default) or fork: the child starts from a copy of this "
+        f"session's latest {FORK_MESSAGE_LIMIT} transcript messages.",
+    },
+    "expectsCompletionMessage": {
+        "type": "boolean",
+        "description": "false: fire-and-forget; no completion announce when the child ends.",
+    },
+    "completionTarget": {
+        "type": "string",
+        "enum": ["parent"],
+        "description": "parent: the result comes back as a private turn of this session "
+        "(a run of it), not delivered to a channel.",
+    },
+    "attachments": {
+        "type": "array",
+        "maxItems": att.MAX_FILES,
+        "description": "Inline files given to the child's model with its task; never stored "
+        "in a transcript.",
+        "items": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "content": {"type": "string"},
+                "encoding": {"type": "string", "enum": ["utf8", "base64"]},
+                "mimeType": {"type": "string"},
+            },
+            "required": ["name", "content"],
+        },
+    },
 }
 
 PARAMETERS: dict[str, Any] = {
@@ -146,6 +199,7 @@ def _spawn_one(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
     _check_runtime(args)
     _check_agent_id_format(args)
     mode, thread = _mode(args)
+    _check_completion_target(args, mode=mode, thread=thread)
     req = requester_for(ctx)
     _check_depth(req)
     records = ctx.services.store.spawns
@@ -166,9 +220,24 @@ def _spawn_one(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
             release_group(ctx.services, req.key, collector, 1)
         return {"status": "error", "error": exc.message, "childSessionKey": child.key}
     result: dict[str, Any] = {"status": "accepted", **started, "mode": mode}
+    result.update(_plan_fields(plan))
     result.update(_note(ctx, mode, join=None))
     result["modelApplied"] = True
     return result
+
+
+def _plan_fields(plan: ChildPlan) -> dict[str, Any]:
+    """What an accepted spawn's result says of the newer parameters (OpenClaw's shape)."""
+    out: dict[str, Any] = {"context": plan.context}
+    if plan.task_name:
+        out["taskName"] = plan.task_name
+    if not plan.expects_completion:
+        out["expectsCompletionMessage"] = False
+    if plan.completion_target:
+        out["completionTarget"] = plan.completion_target
+    if plan.attachments:
+        out["attachments"] = att.receipt(plan.attachments)
+    return out
 
 
 def _spawn_batch(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -180,6 +249,8 @@ def _spawn_batch(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
         raise InvalidInput('join must be "each" or "all"', field="join")
     _check_runtime(args)
     mode, thread = _mode(args)
+    if join == "all" and any(e.get("completionTarget") is not None for e in entries):
+        raise InvalidInput('completionTarget="parent" is not supported with join="all"')
     req = requester_for(ctx)
     _check_depth(req)
     collector = collect_plan(ctx.services, args, mode=mode, thread=thread)
@@ -192,11 +263,13 @@ def _spawn_batch(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
             task = read_string(entry, "task", required=True)
             assert task is not None
             _check_agent_id_format(entry)
+            _check_completion_target(entry, mode=mode, thread=thread)
             plans.append(replace(_plan(ctx.services, req, entry, task), collect=collector))
         except _Refused as refused:
             raise _Refused(refused.result["status"], f"tasks[{index}]: {refused}") from None
         except InvalidInput as exc:
             raise InvalidInput(f"tasks[{index}]: {exc.message}", field="tasks") from None
+    _check_batch_attachments(plans)
     records = ctx.services.store.spawns
     if collector is None:
         _check_capacity(ctx.services, records, req, len(plans))
@@ -292,6 +365,7 @@ def _capacity_message(active: int, limit: int, wanted: int) -> str:
 
 
 def _plan(svc: Services, req: Requester, args: Mapping[str, Any], task: str) -> ChildPlan:
+    task_name = _task_name(args)
     requested = read_string(args, "agentId")
     if requested is None and svc.config.subagents_for(req.agent_id).require_agent_id:
         raise _Refused(
@@ -308,15 +382,78 @@ def _plan(svc: Services, req: Requester, args: Mapping[str, Any], task: str) -> 
     except InvalidInput as exc:
         raise _Refused("error", exc.message) from None
     cleanup = "delete" if read_string(args, "cleanup") == "delete" else "keep"
+    timeout_s = _run_timeout_s(args, req.limits)
+    try:
+        attachments = tuple(att.prepare(args.get("attachments")))
+    except att.AttachmentError as exc:
+        raise _Refused("error", str(exc)) from None
     return ChildPlan(
         task=task,
         label=read_string(args, "label"),
         agent_id=target,
         model=model,
         thinking=thinking,
-        timeout_s=_run_timeout_s(args, req.limits),
+        timeout_s=timeout_s,
         cleanup=cleanup,
+        task_name=task_name,
+        context="fork" if read_string(args, "context") == "fork" else "isolated",
+        expects_completion=args.get("expectsCompletionMessage") is not False,
+        completion_target=read_string(args, "completionTarget"),
+        attachments=attachments,
     )
+
+
+def _task_name(args: Mapping[str, Any]) -> str | None:
+    """OpenClaw's taskName check: a stable alias, or an error result naming the value."""
+    name = read_string(args, "taskName")
+    if name is None:
+        return None
+    if not _TASK_NAME.match(name):
+        raise _Refused(
+            "error", f'Invalid taskName "{name}". Use 1-64 chars matching [a-z][a-z0-9_-]*.'
+        )
+    if name in _RESERVED_TASK_NAMES:
+        raise _Refused(
+            "error",
+            f'Invalid taskName "{name}". Reserved subagent targets cannot be used as '
+            "taskName values.",
+        )
+    return name
+
+
+def _check_completion_target(args: Mapping[str, Any], *, mode: str, thread: bool) -> None:
+    """``completionTarget`` is "parent" or absent, for a one-shot hidden child that
+    announces (OpenClaw: not with thread, session mode or expectsCompletionMessage=false)."""
+    target = args.get("completionTarget")
+    if target is None:
+        return
+    if target != "parent":
+        raise InvalidInput(
+            'sessions_spawn completionTarget must be "parent" or omitted.',
+            field="completionTarget",
+        )
+    if thread or mode == "session":
+        raise InvalidInput(
+            'sessions_spawn completionTarget="parent" requires a hidden native subagent run.',
+            field="completionTarget",
+        )
+    if args.get("expectsCompletionMessage") is False:
+        raise InvalidInput(
+            'sessions_spawn completionTarget="parent" cannot be combined with '
+            "expectsCompletionMessage=false.",
+            field="completionTarget",
+        )
+
+
+def _check_batch_attachments(plans: Sequence[ChildPlan]) -> None:
+    """A batch's attachments together stay within one spawn's total bytes."""
+    total = sum(a.bytes for plan in plans for a in plan.attachments)
+    if total > att.MAX_TOTAL_BYTES:
+        raise _Refused(
+            "error",
+            f"attachments_total_bytes_exceeded (totalBytes={total} "
+            f"maxTotalBytes={att.MAX_TOTAL_BYTES})",
+        )
 
 
 def _check_allowed(req: Requester, target: str) -> None:
@@ -342,9 +479,11 @@ def _thinking(svc: Services, args: Mapping[str, Any], target: str) -> str | None
 
 
 def _run_timeout_s(args: Mapping[str, Any], limits: EffectiveSubagents) -> int:
-    value = read_int(args, "runTimeoutSeconds", default=None, lo=0)
-    if value is None:  # OpenClaw's legacy alias
-        value = read_int(args, "timeoutSeconds", default=None, lo=0)
+    """``runTimeoutSeconds`` (integer >= 0, 0 disables), else its older name
+    ``timeoutSeconds``, else the configured default."""
+    value = read_non_negative_int(args, "runTimeoutSeconds")
+    if value is None:  # OpenClaw's older name, still accepted here
+        value = read_non_negative_int(args, "timeoutSeconds")
     return limits.run_timeout_seconds if value is None else value
 
 
