@@ -32,7 +32,7 @@ from switchboard.workers.app import ALL_QUEUES
 
 router = APIRouter()
 
-_REDIS_SCHEMES = ("redis", "rediss", "unix")
+_REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
 
 
 class SwitchboardCollector(Collector):

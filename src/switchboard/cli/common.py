@@ -104,8 +104,20 @@ def _settings(config: Path | None) -> Settings:
         os.environ["SWITCHBOARD_CONFIG"] = str(config)
         reset_caches()
     settings = get_settings()
+    _check_redis_urls(settings)
     get_config(settings.config)  # validate early: a bad config is a clear error, not a trace
     return settings
+
+
+def _check_redis_urls(settings: Settings) -> None:
+    """A Redis URL in a form the store cannot use is one clear line at start (exit 2), not
+    a redis-py traceback from the first connection (`store.urls.parse_redis_url`)."""
+    from switchboard.shared.store.urls import parse_redis_url
+
+    if settings.redis_url:
+        parse_redis_url(settings.redis_url)
+    if settings.broker_url and settings.broker_url.startswith(("redis", "unix")):
+        parse_redis_url(settings.broker_url, "SWITCHBOARD_BROKER_URL")
 
 
 def _saved_token(data_dir: Path, *, create: bool) -> str:

@@ -15,6 +15,7 @@ from kombu import Exchange, Queue  # type: ignore[attr-defined]
 
 from switchboard.shared.config import Settings, get_settings
 from switchboard.shared.errors import Unavailable
+from switchboard.shared.store.urls import parse_redis_url
 from switchboard.workers.routing import (
     ALL_QUEUES,
     FLOWS_QUEUE,
@@ -36,6 +37,27 @@ def _queue(name: str) -> Queue:
     return Queue(name, Exchange(name), routing_key=name)  # type: ignore[no-untyped-call]
 
 
+def _kombu_broker(url: str, transport: dict[str, object]) -> tuple[str, str | None]:
+    """The broker URL in kombu's terms and the product's transport for it, if any.
+
+    A ``redis+sentinel://h1:p1,h2:p2/<master>/<db>`` URL (the store's form, and the
+    broker's when SWITCHBOARD_BROKER_URL is unset) becomes kombu's
+    ``sentinel://h1:p1/<db>;sentinel://h2:p2/<db>`` with ``master_name`` added to the
+    ``transport`` options, so workers follow a failover as the store does. Any other
+    scheme kombu does not know (``redis+cluster://``) is refused with the forms expected."""
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        return url, "switchboard.workers.transport:Transport"
+    if url.startswith("sentinel://"):
+        return url, "switchboard.workers.transport:SentinelTransport"
+    if url.startswith(("redis+", "rediss+")):
+        setting = "SWITCHBOARD_BROKER_URL or SWITCHBOARD_REDIS_URL"
+        parsed = parse_redis_url(url, setting)
+        assert parsed is not None  # the plain forms returned above
+        transport["master_name"] = parsed.master
+        return parsed.kombu_url(), "switchboard.workers.transport:SentinelTransport"
+    return url, None
+
+
 def create_celery_app(settings: Settings | None = None) -> Celery:
     """Build the configured Celery app with every task registered."""
     settings = settings or get_settings()
@@ -45,15 +67,16 @@ def create_celery_app(settings: Settings | None = None) -> Celery:
             "no Redis configured: set SWITCHBOARD_REDIS_URL (or run `switchboard up`, "
             "which starts an embedded Redis)"
         )
-    app = Celery("switchboard", broker=broker, set_as_current=False)
-    if broker.startswith(("redis://", "rediss://", "unix://")):
-        # Survives a broker restart with tasks in flight (see workers/transport.py).
-        app.conf.broker_transport = "switchboard.workers.transport:Transport"
-    transport = {
+    transport: dict[str, object] = {
         "visibility_timeout": VISIBILITY_TIMEOUT_S,
         "socket_keepalive": True,
         "health_check_interval": 25,
     }
+    broker, transport_class = _kombu_broker(broker, transport)
+    app = Celery("switchboard", broker=broker, set_as_current=False)
+    if transport_class:
+        # Survives a broker restart with tasks in flight (see workers/transport.py).
+        app.conf.broker_transport = transport_class
     app.conf.update(
         task_serializer="json",
         accept_content=["json"],

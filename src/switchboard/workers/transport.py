@@ -10,6 +10,11 @@ skipped. Nothing is lost: the messages stay in the
 broker's unacked set (restored after the visibility timeout), and the product does not
 wait for that: lane leases recover runs, the pending-steps index recovers flow steps and
 the due index recovers deliveries (``switchboard.shared.flows.sweeper``).
+
+`SentinelTransport` is the same transport on kombu's Redis Sentinel channel: every new
+broker connection asks the sentinels for the primary, so a worker that lost its broker to
+a failover reconnects to the promoted replica (the broker URL `workers.app` makes from a
+``redis+sentinel://`` one).
 """
 
 from __future__ import annotations
@@ -89,3 +94,15 @@ class Transport(kombu_redis.Transport):
     """The Redis transport with the tolerant channel (``broker_transport``)."""
 
     Channel = Channel
+
+
+class SentinelChannel(Channel, kombu_redis.SentinelChannel):
+    """kombu's Sentinel channel (its pool asks the sentinels for the primary) with the
+    tolerant QoS, the shared client and the product's connection options of `Channel`."""
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    """The Redis Sentinel transport with the tolerant channel (``broker_transport`` for a
+    ``sentinel://`` broker URL; ``master_name`` in the transport options)."""
+
+    Channel = SentinelChannel

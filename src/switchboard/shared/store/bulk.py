@@ -14,10 +14,10 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple, cast
 
-from redis import Connection, Redis
+from redis import Redis
 from redis.exceptions import RedisError, ResponseError
 
-from switchboard.shared.store.client import unavailable
+from switchboard.shared.store.client import dedicated_connection, unavailable
 from switchboard.shared.store.keyspace import Keyspace
 
 CHUNK = 5000
@@ -152,10 +152,7 @@ class _RawPipe:
     while the loader builds the next batch."""
 
     def __init__(self, redis: Redis) -> None:
-        kwargs = redis.connection_pool.connection_kwargs
-        host, port = kwargs.get("host", "127.0.0.1"), kwargs.get("port", 6379)
-        db = kwargs.get("db", 0)
-        self.conn = Connection(host=host, port=port, db=db)  # type: ignore[no-untyped-call]
+        self.conn = dedicated_connection(redis)
         self.buf: list[bytes] = []
         self.unread = 0
 

@@ -12,6 +12,16 @@ redis-py reads its own version from the installed package's metadata for each co
 it opens unless given it: a scan of the import path that costs milliseconds, so a burst
 that filled a pool (forty api threads at once, a worker's sixty-four) paid seconds of CPU
 for it. The version is read once here (`DRIVER_INFO`) and handed to every client.
+
+Every client is made from a URL in this module (`connect`, `connect_plain`,
+`connect_async`, `blocking_pool`), in any form `store.urls` reads. A
+``redis+sentinel://`` URL gives the same client classes on a pool whose connections ask
+the sentinels where the primary is each time they connect (redis-py's
+`SentinelConnectionPool`): a connection to a primary that died fails its command (the
+caller sees `StoreUnavailable`, the api a 503) and reconnects to the promoted replica; one
+to a primary that was demoted is closed by its first write (READONLY) and reconnects too.
+The fast path (`ThreadHeldRedis`) runs on such a pool as it is: its held connections are
+the pool's sentinel-managed ones, reconnected the same way.
 """
 
 from __future__ import annotations
@@ -20,16 +30,26 @@ from typing import Any, cast
 
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio import sentinel as aiosentinel
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
 from redis.driver_info import DriverInfo
 from redis.exceptions import NoScriptError, WatchError
+from redis.retry import Retry
+from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store.thread_held import ThreadHeldRedis
+from switchboard.shared.store.urls import SentinelUrl, parse_redis_url
 
 DRIVER_INFO = DriverInfo(lib_version=redis.__version__)
 
 # Errors redis-py's helpers handle themselves; every other RedisError becomes ours.
 _PASSED_THROUGH = (NoScriptError, WatchError)
+
+# How the sentinels themselves are asked where the primary is: quickly, and a sentinel
+# that does not answer is skipped for the next one instead of retried.
+SENTINEL_TIMEOUT_S = 2.0
 
 
 def unavailable(exc: redis.RedisError) -> StoreUnavailable:
@@ -75,26 +95,56 @@ class HeldStoreRedis(_Translating, ThreadHeldRedis):
     """The fast-path store client: each thread's commands on its own connection."""
 
 
+class SentinelBlockingPool(SentinelConnectionPool, redis.BlockingConnectionPool):
+    """redis-py's sentinel pool (each new connection asks the sentinels for the primary)
+    with the blocking pool's wait for a free connection."""
+
+
+def _sentinel_kwargs(retry: Any) -> dict[str, Any]:
+    return {
+        "socket_timeout": SENTINEL_TIMEOUT_S,
+        "socket_connect_timeout": SENTINEL_TIMEOUT_S,
+        "retry": retry,
+        "driver_info": DRIVER_INFO,
+    }
+
+
+def _sentinels(parsed: SentinelUrl) -> Sentinel:
+    """The URL's sentinels, asked by the sync clients' pools."""
+    kwargs = _sentinel_kwargs(Retry(NoBackoff(), 0))
+    return Sentinel(  # type: ignore[no-untyped-call]
+        list(parsed.sentinels), sentinel_kwargs=kwargs, **parsed.connection_kwargs()
+    )
+
+
+# The store's pool: keepalive and health checks, and a wait for a free connection.
+_POOL_OPTIONS: dict[str, Any] = {
+    "socket_keepalive": True,
+    "health_check_interval": 25,
+    "socket_timeout": 30,
+    "socket_connect_timeout": 5,
+    "max_connections": 512,
+    "timeout": 20,
+    "driver_info": DRIVER_INFO,
+}
+
+
 def blocking_pool(url: str) -> redis.BlockingConnectionPool:
     """A pool with keepalive and health checks for the store's client.
 
     With every connection in use (a worker with more threads than the pool holds, all
-    calling at once), a caller waits up to 20 s for one instead of failing."""
-    return redis.BlockingConnectionPool.from_url(
-        url,
-        socket_keepalive=True,
-        health_check_interval=25,
-        socket_timeout=30,
-        socket_connect_timeout=5,
-        max_connections=512,
-        timeout=20,
-        driver_info=DRIVER_INFO,
-    )
+    calling at once), a caller waits up to 20 s for one instead of failing. For a
+    ``redis+sentinel://`` URL the pool's connections go to the primary the sentinels name."""
+    parsed = parse_redis_url(url)
+    if parsed is None:
+        return redis.BlockingConnectionPool.from_url(url, **_POOL_OPTIONS)
+    options = {**parsed.connection_kwargs(), **_POOL_OPTIONS, "is_master": True}
+    return SentinelBlockingPool(parsed.master, _sentinels(parsed), **options)  # type: ignore[no-untyped-call]
 
 
 def connect(url: str, *, fast_paths: bool = True) -> StoreRedis | HeldStoreRedis:
     """The store's sync client for ``url``: thread-held connections with ``fast_paths``,
-    redis-py's plain pooled client without."""
+    redis-py's plain pooled client without (both on a sentinel pool for a sentinel URL)."""
     pool = blocking_pool(url)
     # redis-py types its constructors as returning Redis; they return the class called on.
     if fast_paths:
@@ -102,9 +152,22 @@ def connect(url: str, *, fast_paths: bool = True) -> StoreRedis | HeldStoreRedis
     return cast(StoreRedis, StoreRedis.from_pool(pool))
 
 
+def dedicated_connection(client: redis.Redis) -> redis.Connection:
+    """A connection of its own (not from the pool) to where ``client``'s pool connects:
+    the same server, database and credentials; for a sentinel pool, the current primary."""
+    pool = client.connection_pool
+    return cast(redis.Connection, pool.connection_class(**pool.connection_kwargs))
+
+
 def connect_plain(url: str, **options: Any) -> StoreRedis:
     """A plain store client with its own connection options (a probe, a broker's lists)."""
-    return cast(StoreRedis, StoreRedis.from_url(url, driver_info=DRIVER_INFO, **options))
+    parsed = parse_redis_url(url)
+    if parsed is None:
+        return cast(StoreRedis, StoreRedis.from_url(url, driver_info=DRIVER_INFO, **options))
+    client = _sentinels(parsed).master_for(  # type: ignore[no-untyped-call]
+        parsed.master, redis_class=StoreRedis, driver_info=DRIVER_INFO, **options
+    )
+    return cast(StoreRedis, client)
 
 
 class AsyncStorePipeline(aioredis.client.Pipeline):
@@ -142,5 +205,18 @@ class AsyncStoreRedis(aioredis.Redis):
 
 
 def connect_async(url: str, **options: Any) -> AsyncStoreRedis:
-    """An async store client for ``url`` with the connection ``options`` given."""
-    return cast(AsyncStoreRedis, AsyncStoreRedis.from_url(url, driver_info=DRIVER_INFO, **options))
+    """An async store client for ``url`` with the connection ``options`` given (for a
+    sentinel URL, on redis-py's async sentinel pool)."""
+    parsed = parse_redis_url(url)
+    if parsed is None:
+        return cast(
+            AsyncStoreRedis, AsyncStoreRedis.from_url(url, driver_info=DRIVER_INFO, **options)
+        )
+    kwargs = _sentinel_kwargs(AsyncRetry(NoBackoff(), 0))
+    sentinels = aiosentinel.Sentinel(  # type: ignore[no-untyped-call]
+        list(parsed.sentinels), sentinel_kwargs=kwargs, **parsed.connection_kwargs()
+    )
+    client = sentinels.master_for(
+        parsed.master, redis_class=AsyncStoreRedis, driver_info=DRIVER_INFO, **options
+    )
+    return cast(AsyncStoreRedis, client)

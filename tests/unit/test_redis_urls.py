@@ -1,0 +1,141 @@
+"""SWITCHBOARD_REDIS_URL's forms: one-server URLs pass through, sentinel URLs are read,
+everything else is a clear error naming the form expected (never the password)."""
+
+from __future__ import annotations
+
+import pytest
+
+from switchboard.shared.config import ConfigError, Settings
+from switchboard.shared.store.urls import SentinelUrl, parse_redis_url
+from switchboard.workers.app import create_celery_app
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:6379/0",
+        "redis://:pw@redis.internal:6380/2",
+        "rediss://user:pw@redis.example:6380/0",
+        "unix:///run/redis.sock?db=1",
+        "REDIS://host",
+    ],
+)
+def test_one_server_urls_are_left_to_redis_py(url: str) -> None:
+    assert parse_redis_url(url) is None
+
+
+def test_sentinel_url_with_several_sentinels_master_and_db() -> None:
+    parsed = parse_redis_url("redis+sentinel://10.0.0.1:26379,10.0.0.2:26380,s3/mymaster/3")
+    assert parsed == SentinelUrl(
+        sentinels=(("10.0.0.1", 26379), ("10.0.0.2", 26380), ("s3", 26379)),
+        master="mymaster",
+        db=3,
+    )
+    assert parsed.connection_kwargs() == {"db": 3}
+
+
+def test_sentinel_url_db_defaults_to_0_and_trailing_slash_is_fine() -> None:
+    for url in ("redis+sentinel://h:1/m", "redis+sentinel://h:1/m/"):
+        parsed = parse_redis_url(url)
+        assert parsed is not None and (parsed.master, parsed.db) == ("m", 0)
+
+
+def test_sentinel_url_password_and_user_are_the_primarys() -> None:
+    parsed = parse_redis_url("redis+sentinel://:p%40ss@h1:1,h2:2/m/0")
+    assert parsed is not None
+    assert parsed.connection_kwargs() == {"db": 0, "password": "p@ss"}
+    named = parse_redis_url("redis+sentinel://app:pw@h1:1/m/1")
+    assert named is not None
+    assert named.connection_kwargs() == {"db": 1, "username": "app", "password": "pw"}
+    bare = parse_redis_url("redis+sentinel://pw@h1:1/m")
+    assert bare is not None and bare.connection_kwargs() == {"db": 0, "password": "pw"}
+
+
+def test_sentinel_url_ipv6_sentinel() -> None:
+    parsed = parse_redis_url("redis+sentinel://[::1]:26379,[fe80::2]/m")
+    assert parsed is not None
+    assert parsed.sentinels == (("::1", 26379), ("fe80::2", 26379))
+    assert parsed.kombu_url() == "sentinel://[::1]:26379/0;sentinel://[fe80::2]:26379/0"
+
+
+def test_kombu_form_lists_every_sentinel_with_db_and_quoted_password() -> None:
+    parsed = parse_redis_url("redis+sentinel://:p%40ss@h1:1,h2:2/m/4")
+    assert parsed is not None
+    assert parsed.kombu_url() == "sentinel://:p%40ss@h1:1/4;sentinel://:p%40ss@h2:2/4"
+
+
+def test_cluster_is_refused_as_not_supported_yet() -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_redis_url("redis+cluster://127.0.0.1:7000,127.0.0.1:7001")
+    message = str(raised.value)
+    assert message.startswith("redis+cluster:// is not supported yet: ")
+    assert "redis+sentinel://" in message and "\n" not in message
+    assert raised.value.key_path == "SWITCHBOARD_REDIS_URL"
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("redis+sentinel://h1:1", "no master name"),
+        ("redis+sentinel://h1:1/", "no master name"),
+        ("redis+sentinel:///m", "no host"),
+        ("redis+sentinel://h1:1,,h2:2/m", "no host"),
+        ("redis+sentinel://h1:port/m", "bad port 'port'"),
+        ("redis+sentinel://h1:70000/m", "bad port '70000'"),
+        ("redis+sentinel://h1:1/m/zero", "the database must be a number"),
+        ("redis+sentinel://h1:1/m/0/x", "too many path segments"),
+        ("redis+sentinel://h1:1/m?db=2", "no ?query"),
+        ("redis+sentinel://[::1:1/m", "unclosed ["),
+    ],
+)
+def test_bad_sentinel_urls_name_the_problem_and_the_form(url: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_redis_url(url)
+    message = str(raised.value)
+    assert problem in message
+    assert message.startswith("SWITCHBOARD_REDIS_URL: ")
+    assert message.endswith(
+        "expected redis+sentinel://[:password@]host:port[,host:port...]/<master>[/db]"
+    )
+
+
+@pytest.mark.parametrize("url", ["mongodb://h/0", "http://h:6379", "127.0.0.1:6379"])
+def test_other_schemes_list_every_accepted_form(url: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_redis_url(url, "SWITCHBOARD_BROKER_URL")
+    message = str(raised.value)
+    assert message.startswith("SWITCHBOARD_BROKER_URL: ")
+    for form in ("redis://", "rediss://", "unix://", "redis+sentinel://"):
+        assert form in message
+
+
+def test_errors_never_show_the_password() -> None:
+    for url in ("redis+sentinel://:hunter2@h:bad/m", "redis+sentinel://:hunter2@h:1"):
+        with pytest.raises(ConfigError) as raised:
+            parse_redis_url(url)
+        assert "hunter2" not in str(raised.value)
+
+
+def test_celery_broker_follows_a_sentinel_redis_url() -> None:
+    """With no broker URL set, the broker is the store's sentinel group, in kombu's form."""
+    settings = Settings(redis_url="redis+sentinel://:pw@h1:1,h2:2/grp/5")
+    app = create_celery_app(settings)
+    assert app.conf.broker_url == "sentinel://:pw@h1:1/5;sentinel://:pw@h2:2/5"
+    assert app.conf.broker_transport == "switchboard.workers.transport:SentinelTransport"
+    assert app.conf.broker_transport_options["master_name"] == "grp"
+    assert app.conf.broker_transport_options["visibility_timeout"] > 0
+
+
+def test_celery_broker_keeps_its_own_url_and_the_plain_transport() -> None:
+    settings = Settings(redis_url="redis+sentinel://h1:1/grp", broker_url="redis://b:6379/1")
+    app = create_celery_app(settings)
+    assert app.conf.broker_url == "redis://b:6379/1"
+    assert app.conf.broker_transport == "switchboard.workers.transport:Transport"
+    assert "master_name" not in app.conf.broker_transport_options
+
+
+def test_celery_broker_refuses_a_cluster_url() -> None:
+    with pytest.raises(ConfigError, match=r"^redis\+cluster:// is not supported yet"):
+        create_celery_app(Settings(redis_url="redis+cluster://h1:7000"))
