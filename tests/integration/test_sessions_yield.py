@@ -292,6 +292,8 @@ def test_worker_kill_while_yielded_loses_and_doubles_nothing(
     assert rec.status == "ok" and rec.yielded
     children = services.store.spawns.active_children(MAIN)
     assert len(children) == 3
+    child_runs: list[str] = []
+    wake_id = ""
     if moment == "children_running":
         wait_until(
             lambda: all(
@@ -300,9 +302,20 @@ def test_worker_kill_while_yielded_loses_and_doubles_nothing(
             ),
             what="the children to run",
         )
+        child_runs = [services.store.runs.lane_holder(c) or "" for c in children]
     else:
-        wait_until(lambda: services.store.yields.open_wake(MAIN), what="a wake to open")
+        # All three announces stashed, the wake step waiting out its window.
+        wake_id = wait_until(
+            lambda: (
+                services.store.yields.inbox_length(MAIN) == 3
+                and services.store.yields.open_wake(MAIN)
+            ),
+            what="a wake with three announces",
+        )
     _kill(first)
+    if wake_id:  # the step died with the worker, in its window: nothing was taken
+        assert services.store.yields.open_wake(MAIN) == wake_id
+        assert services.store.yields.get_wake(wake_id) == {}
     procs("worker", "--concurrency", "8")
     procs("beat")
     [wake] = wait_until(lambda: announce_messages(services), timeout_s=60, what="the wake")
@@ -319,3 +332,6 @@ def test_worker_kill_while_yielded_loses_and_doubles_nothing(
     assert services.store.spawns.active_children(MAIN) == []
     assistants = [m for m in services.store.transcripts.all(MAIN) if m["role"] == "assistant"]
     assert len(assistants) == 2  # the yielding turn's calls, the wake run's answer
+    for run_id in child_runs:  # each child ran again on the new worker, once
+        child = services.store.runs.get(run_id)
+        assert child is not None and child.status == "ok" and child.attempt == 2

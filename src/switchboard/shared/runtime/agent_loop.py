@@ -23,7 +23,8 @@ Matches `Agent.run(output_type=[str, DeferredToolRequests])` where the product r
 
 A tool may end the turn (`EndTurn`, raised by `sessions_yield`): once the answer's other
 calls are executed, the run ends with `TurnEnded` (the call's result is its tool return)
-instead of asking the model again. A deferred call in the same answer wins: the run parks.
+instead of asking the model again. A deferred call in the same answer wins: the run parks,
+and the ending call's return says the turn could not end (`TURN_NOT_ENDED`).
 
 Tool calls of one answer run one after another, in the order the model made them.
 """
@@ -65,6 +66,11 @@ MAX_RETRIES = 1
 _NO_OUTPUT = "Please return text or call a tool."
 
 _ARGS = TypeAdapter(dict[str, Any])
+# The return of a call that asked to end the turn when another call of its answer waits.
+TURN_NOT_ENDED = {
+    "status": "error",
+    "error": "the turn cannot end while another call of the same answer waits for its result",
+}
 
 
 class EndTurn(Exception):
@@ -197,6 +203,7 @@ def _call_tools(
     parts: list[ModelRequestPart] = []
     deferred = DeferredToolRequests()
     ended: EndTurn | None = None
+    ending: set[str] = set()
     for call in calls:
         spec = tools.specs.get(call.tool_name)
         if spec is None:
@@ -221,6 +228,7 @@ def _call_tools(
             continue
         except EndTurn as end:
             ended = ended or end
+            ending.add(call.tool_call_id)
             result = end.result
         except StoreUnavailable:
             raise  # the store is away: retried, not an outcome
@@ -229,7 +237,19 @@ def _call_tools(
         parts.append(
             ToolReturnPart(tool_name=call.tool_name, content=result, tool_call_id=call.tool_call_id)
         )
+    if ended is not None and deferred.calls:  # parking wins: the turn goes on once resumed
+        parts = [_not_ended(p, ending) for p in parts]
+        ended = None
     return parts, deferred, ended
+
+
+def _not_ended(part: ModelRequestPart, ending: set[str]) -> ModelRequestPart:
+    """The return of a call in ``ending`` says the turn did not end; others as they are."""
+    if not isinstance(part, ToolReturnPart) or part.tool_call_id not in ending:
+        return part
+    return ToolReturnPart(
+        tool_name=part.tool_name, content=dict(TURN_NOT_ENDED), tool_call_id=part.tool_call_id
+    )
 
 
 def _arguments(call: ToolCallPart) -> dict[str, Any]:
