@@ -5,6 +5,10 @@ The sub-agents' model is the project's fake OpenAI-compatible server with 1 s la
 flight, and the figure is the time from the spawn call until every announce is in the
 requester's transcript. The anchors are computed: one child after another, and OpenClaw's
 sub-agent lane of 8 concurrent runs.
+
+Beside it, the same fan-out as collector children (`collect: true`) drained with
+`agents_wait`: the requester calls it with the pending ids until none is left, and the
+figure is the time from the spawn call until the last completion was collected.
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ def fanout(run: BenchRun) -> Outcome:
         st = run.stacks.get("fanout", config=_config(base_url, n), worker_concurrency=concurrency)
         with phase(run.progress, "fanout: warm up"):
             st.warm_up()
-        return _measure(st, run.progress, n, concurrency)
+        outcome = _measure(st, run.progress, n, concurrency)
+        st.wait_idle()
+        _add_drain(outcome, _drain(st, run.progress, n))
+        return outcome
 
 
 def _config(base_url: str, n: int) -> dict[str, Any]:
@@ -46,6 +53,8 @@ def _config(base_url: str, n: int) -> dict[str, Any]:
         "agents": {
             "defaults": {"subagents": {"model": "fake/fake-model", "maxChildrenPerAgent": n}}
         },
+        # The drain's collector children are one (ungrouped) group of n.
+        "tools": {"swarm": {"maxChildrenPerGroup": n, "maxTotalPerGroup": n}},
     }
 
 
@@ -127,3 +136,70 @@ def _announce_statuses(transcripts: TranscriptStore, baseline: int) -> dict[str,
                 break
         counts[status] = counts.get(status, 0) + 1
     return counts
+
+
+# The drain's agents_wait calls: each waits at most this long for a first completion.
+DRAIN_WAIT_S = 30
+
+
+def _drain(st: Stack, progress: Progress, n: int) -> dict[str, Any]:
+    """Spawn n collector children in one call, then call agents_wait with the pending ids
+    until every completion is collected: the time to the last one, and the calls made."""
+    tasks = [
+        {"task": f"collector {i}: say done", "label": f"bench-collector-{i}"} for i in range(n)
+    ]
+    task = progress.add_task(f"fanout: {n} collectors, agents_wait drain", total=n)
+    statuses: dict[str, int] = {}
+    calls, first_s = 0, None
+    t0 = time.monotonic()
+    deadline = t0 + (60 if n <= 100 else 300)
+    with st.http() as http:
+        result = st.tool(http, "sessions_spawn", REQUESTER, tasks=tasks, collect=True)
+        spawn_s = time.monotonic() - t0
+        pending = [r["runId"] for r in result.get("runs", []) if r.get("runId")]
+        accepted = result.get("status") == "accepted" and len(pending) == n
+        while accepted and pending and time.monotonic() < deadline:
+            out = st.tool(http, "agents_wait", REQUESTER, ids=pending, timeoutSeconds=DRAIN_WAIT_S)
+            calls += 1
+            for item in out.get("completed", []):
+                statuses[item["status"]] = statuses.get(item["status"], 0) + 1
+            if statuses and first_s is None:
+                first_s = time.monotonic() - t0
+            pending = out.get("pending", [])
+            progress.update(task, completed=n - len(pending))
+            if out.get("errors"):
+                break
+            st.check_alive()
+    total_s = time.monotonic() - t0
+    progress.remove_task(task)
+    return {
+        "collectors": n,
+        "collected": sum(statuses.values()),
+        "statuses": statuses,
+        "lastCompletionS": round(total_s, 2),
+        "firstCompletionS": None if first_s is None else round(first_s, 2),
+        "spawnCallS": round(spawn_s, 2),
+        "agentsWaitCalls": calls,
+        "accepted": accepted,
+        "note": None if accepted else f"spawn refused: {result}",
+    }
+
+
+def _add_drain(outcome: Outcome, drain: dict[str, Any]) -> None:
+    """Report the agents_wait drain beside the announce figure (its own checks too)."""
+    n = drain["collectors"]
+    outcome.figure["agentsWaitDrain"] = {k: v for k, v in drain.items() if k != "note"}
+    outcome.figure_text += (
+        f"; agents_wait drain: {drain['collected']}/{n} collected in "
+        f"{drain['lastCompletionS']:.1f} s ({drain['agentsWaitCalls']} calls)"
+    )
+    outcome.parameters["drain"] = (
+        "one sessions_spawn call, tasks=[...], collect=true; then agents_wait over "
+        f"/tools/invoke with the pending ids (timeoutSeconds {DRAIN_WAIT_S}) until none is "
+        "pending; figure: spawn call to the last completion collected"
+    )
+    outcome.checks["drainAccepted"] = bool(drain["accepted"])
+    outcome.checks["allCollected"] = drain["collected"] == n
+    outcome.checks["allCollectedDone"] = drain["statuses"].get("done", 0) == n
+    if drain["note"]:
+        outcome.notes.append(drain["note"])

@@ -187,6 +187,7 @@ def results_markdown(docs: Sequence[dict[str, Any]]) -> str:
             f"| {d['scenario']} | {d['summary']} | {d['anchorSummary']} "
             f"| {_ratio_cell(d['ratio'])} | {d['target']} | {verdict} |"
         )
+    lines += _drain_lines(docs)
     costs = [(d["scenario"], name, c) for d in docs for name, c in d.get("costs", {}).items()]
     if costs:
         lines += [
@@ -212,6 +213,24 @@ def results_markdown(docs: Sequence[dict[str, Any]]) -> str:
             "system time of the processes named in each scenario's parameters.",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _drain_lines(docs: Sequence[dict[str, Any]]) -> list[str]:
+    """The fan-out's agents_wait drain (collector children), beside its announce figure."""
+    out = []
+    for d in docs:
+        drain = d.get("figure", {}).get("agentsWaitDrain")
+        if not drain:
+            continue
+        first = drain.get("firstCompletionS")
+        out += [
+            "",
+            f"{d['scenario']}, agents_wait drain: {drain['collected']}/{drain['collectors']} "
+            f"collector children collected, the last {drain['lastCompletionS']} s after the "
+            f"spawn call (first {'—' if first is None else first} s; spawn call "
+            f"{drain['spawnCallS']} s; {drain['agentsWaitCalls']} agents_wait calls).",
+        ]
+    return out
 
 
 def _ratio_cell(value: float | None) -> str:

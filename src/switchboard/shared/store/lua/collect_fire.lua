@@ -8,7 +8,8 @@
 local out = {}
 for i = 1, #KEYS, 2 do
   local token, waiters = KEYS[i], KEYS[i + 1]
-  if redis.call('HGET', token, 'status') == 'running' then
+  local status = redis.call('HGET', token, 'status')
+  if status == 'running' then
     redis.call('HSET', token, 'status', 'ok', 'endedAt', ARGV[2])
     redis.call('EXPIRE', token, ARGV[3])
     if redis.call('HGET', token, 'watch') == '1' then
@@ -19,7 +20,9 @@ for i = 1, #KEYS, 2 do
       redis.call('PUBLISH', ARGV[1], cjson.encode({runId = id, run = fields}))
     end
   end
-  for _, w in ipairs(redis.call('SMEMBERS', waiters)) do out[#out + 1] = w end
-  redis.call('EXPIRE', waiters, ARGV[3])
+  if status then  -- a token whose wait has answered is gone: nothing waits on it
+    for _, w in ipairs(redis.call('SMEMBERS', waiters)) do out[#out + 1] = w end
+    redis.call('EXPIRE', waiters, ARGV[3])
+  end
 end
 return out
