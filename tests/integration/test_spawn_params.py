@@ -426,13 +426,11 @@ def test_task_name_is_kept_on_the_spawn_and_the_child(
         ("a" * 65, f'Invalid taskName "{"a" * 65}". Use 1-64 chars matching [a-z][a-z0-9_-]*.'),
         (
             "last",
-            'Invalid taskName "last". Reserved subagent targets cannot be used as taskName '
-            "values.",
+            'Invalid taskName "last". Reserved subagent targets cannot be used as taskName values.',
         ),
         (
             "all",
-            'Invalid taskName "all". Reserved subagent targets cannot be used as taskName '
-            "values.",
+            'Invalid taskName "all". Reserved subagent targets cannot be used as taskName values.',
         ),
     ],
 )
