@@ -23,11 +23,13 @@ from switchboard import cli
 from switchboard.shared.config import Settings, reset_caches
 from switchboard.shared.services import Services
 from switchboard.shared.tools import sessions_send
+from switchboard.shared.tools.catalog import ALL_TOOLS
 
 pytestmark = pytest.mark.integration
 
 TOKEN = "test-token"  # the integration conftest's token
-FIVE = {"sessions_list", "sessions_history", "sessions_send", "sessions_spawn", "agents_list"}
+# Every session tool of the catalog: a main session is offered all of them.
+ALL_NAMES = {spec.name for spec in ALL_TOOLS}
 TARGET = "agent:main:hook:mcp"
 CHILD = "agent:main:subagent:child"
 T = TypeVar("T")
@@ -99,14 +101,14 @@ def assert_round_trip(out: dict[str, Any]) -> None:
 # ---- streamable HTTP ---------------------------------------------------------------------
 
 
-def test_http_lists_the_five_tools_with_their_schemas(api_url: str) -> None:
+def test_http_lists_every_tool_with_its_schema(api_url: str) -> None:
     """tools/list: exactly the session tools, each schema the one agent runs are given."""
 
     async def use(session: ClientSession) -> list[types.Tool]:
         return (await session.list_tools()).tools
 
     tools = {tool.name: tool for tool in http_session(api_url, use)}
-    assert set(tools) == FIVE
+    assert set(tools) == ALL_NAMES
     send = tools["sessions_send"]
     assert send.input_schema == sessions_send.PARAMETERS
     assert send.description == sessions_send.DESCRIPTION
@@ -252,7 +254,7 @@ def test_stdio_serves_the_tools_for_its_session(
         return {"names": await tool_names(session), **await send_list_and_read(session)}
 
     out = stdio_session(settings, config_data, tmp_path, use, "--session-key", "main")
-    assert out["names"] == FIVE
+    assert out["names"] == ALL_NAMES
     assert_round_trip(out)
 
 
