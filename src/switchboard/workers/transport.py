@@ -24,7 +24,7 @@ from typing import Any
 
 from kombu.transport import redis as kombu_redis
 
-from switchboard.shared.store.client import DRIVER_INFO
+from switchboard.shared.store.client import DRIVER_INFO, follow_primary
 
 log = logging.getLogger("switchboard.worker")
 
@@ -98,7 +98,16 @@ class Transport(kombu_redis.Transport):
 
 class SentinelChannel(Channel, kombu_redis.SentinelChannel):
     """kombu's Sentinel channel (its pool asks the sentinels for the primary) with the
-    tolerant QoS, the shared client and the product's connection options of `Channel`."""
+    tolerant QoS, the shared client and the product's connection options of `Channel`.
+
+    Its pools are followed like the store's (`follow_primary`): after a failover on
+    purpose, a worker does not keep consuming from, nor an api publish to, the demoted
+    primary until Sentinel reconfigures it (what they wrote there would be lost)."""
+
+    def _sentinel_managed_pool(self, asynchronous: bool = False) -> Any:
+        pool = super()._sentinel_managed_pool(asynchronous)  # type: ignore[no-untyped-call]
+        follow_primary(pool)
+        return pool
 
 
 class SentinelTransport(kombu_redis.SentinelTransport):

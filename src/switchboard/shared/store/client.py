@@ -22,10 +22,23 @@ caller sees `StoreUnavailable`, the api a 503) and reconnects to the promoted re
 to a primary that was demoted is closed by its first write (READONLY) and reconnects too.
 The fast path (`ThreadHeldRedis`) runs on such a pool as it is: its held connections are
 the pool's sentinel-managed ones, reconnected the same way.
+
+A primary demoted on purpose (``SENTINEL FAILOVER``) keeps serving the connections it has
+until Sentinel reconfigures it, up to ten seconds later, and what they write there is
+thrown away when it resyncs from the new primary. So every sentinel pool is followed
+(`follow_primary`): once a second its sentinels are asked for the primary, and when they
+name another one every connection of the pool is cut (as if the server had closed it),
+so each reconnects to the new primary at its next command.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import socket
+import threading
+import time
+import weakref
 from typing import Any, cast
 
 import redis
@@ -42,6 +55,8 @@ from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store.thread_held import ThreadHeldRedis
 from switchboard.shared.store.urls import SentinelUrl, parse_redis_url
 
+log = logging.getLogger("switchboard.store")
+
 DRIVER_INFO = DriverInfo(lib_version=redis.__version__)
 
 # Errors redis-py's helpers handle themselves; every other RedisError becomes ours.
@@ -50,6 +65,8 @@ _PASSED_THROUGH = (NoScriptError, WatchError)
 # How the sentinels themselves are asked where the primary is: quickly, and a sentinel
 # that does not answer is skipped for the next one instead of retried.
 SENTINEL_TIMEOUT_S = 2.0
+# How often a sentinel pool's primary is checked (`follow_primary`).
+PRIMARY_CHECK_S = 1.0
 
 
 def unavailable(exc: redis.RedisError) -> StoreUnavailable:
@@ -100,6 +117,72 @@ class SentinelBlockingPool(SentinelConnectionPool, redis.BlockingConnectionPool)
     with the blocking pool's wait for a free connection."""
 
 
+def follow_primary(pool: SentinelConnectionPool, every_s: float = PRIMARY_CHECK_S) -> None:
+    """Cut every connection of the sentinel ``pool`` once its sentinels name another
+    primary (checked every ``every_s`` in a daemon thread that ends with the pool).
+
+    A connection is cut by shutting its socket down, not closed: whoever uses it (a
+    thread's held connection, kombu's event loop) sees the server close it, as on a
+    crash, and reconnects through the sentinels to the new primary."""
+    threading.Thread(
+        target=_follow_primary,
+        args=(weakref.ref(pool), every_s),
+        name=f"sentinel-primary-{pool.service_name}",
+        daemon=True,
+    ).start()
+
+
+def _follow_primary(ref: weakref.ref[SentinelConnectionPool], every_s: float) -> None:
+    while True:
+        time.sleep(every_s)
+        pool = ref()
+        if pool is None:
+            return
+        known = pool.master_address  # None until a first connection asked for it
+        named = _agreed_primary(pool) if known is not None else None
+        if named is not None and named != (str(known[0]), int(known[1])):
+            log.warning(
+                "Redis primary of %r moved from %s:%s to %s:%s; reconnecting",
+                pool.service_name,
+                *known,
+                *named,
+            )
+            pool.proxy.master_address = named
+            _cut_connections(pool)
+        del pool
+
+
+def _agreed_primary(pool: SentinelConnectionPool) -> tuple[str, int] | None:
+    """The primary every sentinel that answers names, or None while they disagree.
+
+    Right after a failover only the sentinel that ran it knows the new primary; the others
+    learn it within seconds. A connection asks whichever answers first, so connections are
+    cut only once they all agree: cut earlier, one could reconnect to the old primary."""
+    named: set[tuple[str, int]] = set()
+    for sentinel in list(pool.sentinel_manager.sentinels):
+        try:
+            found = sentinel.sentinel_get_master_addr_by_name(pool.service_name)
+        except redis.RedisError:
+            continue  # a sentinel that is down does not vote
+        if not found:
+            return None
+        host, port = found
+        named.add((host.decode() if isinstance(host, bytes) else str(host), int(port)))
+    return named.pop() if len(named) == 1 else None
+
+
+def _cut_connections(pool: redis.ConnectionPool) -> None:
+    """Shut down the socket of every connection the pool made (idle or in use)."""
+    made = getattr(pool, "_connections", None)  # a blocking pool lists them all here
+    if made is None:
+        made = [*pool._available_connections, *pool._in_use_connections]
+    for conn in list(made):
+        sock = getattr(conn, "_sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
 def _sentinel_kwargs(retry: Any) -> dict[str, Any]:
     return {
         "socket_timeout": SENTINEL_TIMEOUT_S,
@@ -139,7 +222,9 @@ def blocking_pool(url: str) -> redis.BlockingConnectionPool:
     if parsed is None:
         return redis.BlockingConnectionPool.from_url(url, **_POOL_OPTIONS)
     options = {**parsed.connection_kwargs(), **_POOL_OPTIONS, "is_master": True}
-    return SentinelBlockingPool(parsed.master, _sentinels(parsed), **options)  # type: ignore[no-untyped-call]
+    pool = SentinelBlockingPool(parsed.master, _sentinels(parsed), **options)  # type: ignore[no-untyped-call]
+    follow_primary(pool)
+    return pool
 
 
 def connect(url: str, *, fast_paths: bool = True) -> StoreRedis | HeldStoreRedis:
@@ -167,6 +252,7 @@ def connect_plain(url: str, **options: Any) -> StoreRedis:
     client = _sentinels(parsed).master_for(  # type: ignore[no-untyped-call]
         parsed.master, redis_class=StoreRedis, driver_info=DRIVER_INFO, **options
     )
+    follow_primary(client.connection_pool)
     return cast(StoreRedis, client)
 
 
