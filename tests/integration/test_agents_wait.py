@@ -131,6 +131,20 @@ def test_times_out_with_everything_pending(client: httpx.Client, worker: Any) ->
     assert out == {"completed": [], "pending": ids}
 
 
+def test_required_waits_for_all(client: httpx.Client, worker: Any) -> None:
+    """`required: true` answers once every id has completed (no timeoutSeconds with it)."""
+    ids = spawn_collectors(client, [f"c{i}\n/sleep {0.5 * (i + 1)}\n/reply r{i}" for i in range(3)])
+    t0 = time.monotonic()
+    out = result(client, "agents_wait", ids=ids, required=True)
+    assert time.monotonic() - t0 > 1.2
+    assert [c["result"] for c in out["completed"]] == ["r0", "r1", "r2"]
+    assert out["pending"] == []
+    both = invoke(client, "agents_wait", ids=ids, required=True, timeoutSeconds=5)
+    assert both.status_code == 400
+    message = both.json()["error"]["message"]
+    assert message == "required agents_wait cannot also specify timeoutSeconds."
+
+
 # -- outputSchema -----------------------------------------------------------------------
 
 

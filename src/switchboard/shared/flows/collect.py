@@ -92,12 +92,13 @@ def record_completion(svc: Services, spawn: SpawnRecord) -> None:
     fields = completion_fields(spawn, record.get("outputSchema"))
     requester = str(record.get("requesterKey") or spawn["requesterKey"])
     _, tokens = store.complete(run_id, requester, str(record.get("groupId") or ""), fields)
-    wake(svc, tokens)
+    wake(svc, tokens, run_id)
 
 
-def wake(svc: Services, tokens: list[str]) -> None:
-    """Fire wait tokens and resume the runs parked on them."""
-    waiters = svc.store.collect.fire(tokens)
+def wake(svc: Services, tokens: list[str], run_id: str) -> None:
+    """Count a completion on the wait tokens registered on it; resume the runs parked on
+    the tokens that fired."""
+    waiters = svc.store.collect.fire(tokens, run_id)
     for waiter in svc.store.runs.get_many(waiters) if waiters else []:
         if waiter is not None and waiter.status == "parked":
             svc.queue.enqueue_resume(waiter.run_id, waiter.session_key)

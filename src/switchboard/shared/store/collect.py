@@ -139,11 +139,11 @@ class CollectStore:
         pipe.execute()
 
     # -- waits ------------------------------------------------------------------------
-    def read(
-        self, requester: str, run_ids: Sequence[str], *, register: bool, ttl_s: int
-    ) -> WaitRead:
-        """The state of ``run_ids`` for ``requester``, in one step; with ``register`` and
-        nothing completed, a new wait token on the pending ones (kept ``ttl_s``)."""
+    def read(self, requester: str, run_ids: Sequence[str], *, mode: str, ttl_s: int) -> WaitRead:
+        """The state of ``run_ids`` for ``requester``, in one step. ``mode`` 'any': with
+        nothing completed, a new wait token on the pending ones that the first completion
+        fires; 'all': a token the last pending one's completion fires; 'none': no token.
+        A token is kept ``ttl_s``."""
         token = TOKEN_PREFIX + str(uuid.uuid4())
         res = self._lua["collect_wait"](
             token=self.ks.run(token),
@@ -152,7 +152,7 @@ class CollectStore:
             token_id=token,
             now=now_ms(),
             ttl_s=ttl_s,
-            register="1" if register else "0",
+            mode=mode,
         )
         found: dict[str, str | dict[str, Any]] = {}
         for run_id, item in zip(run_ids, res[1:], strict=True):
@@ -162,8 +162,9 @@ class CollectStore:
                 found[run_id] = _CODES[as_text(item)]
         return WaitRead(found=found, token=token if int(res[0]) else None)
 
-    def fire(self, tokens: Sequence[str]) -> list[str]:
-        """End these wait tokens (as runs end): the parked runs waiting on them."""
+    def fire(self, tokens: Sequence[str], run_id: str) -> list[str]:
+        """Count ``run_id``'s completion on these wait tokens; those it ends (as runs end)
+        answer the parked runs waiting on them."""
         if not tokens:
             return []
         keys: list[str] = []
@@ -174,6 +175,7 @@ class CollectStore:
             channel=self.ks.run_events,
             now=now_ms(),
             retention_s=600,
+            run_id=run_id,
             token_ids=list(tokens),
         )
         return [as_text(w) for w in res]

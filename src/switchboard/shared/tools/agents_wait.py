@@ -7,12 +7,15 @@ again with ``pending`` (all, any, or N of M). A completed record is kept for
 ``runs.retentionHours`` and asking again answers the same. Only the collector's requester
 may wait on it (others' ids come back as ``not_owner``, unknown ones as ``not_found``).
 
+``required: true`` (OpenClaw's newest) waits for *all* of them instead, up to
+``tools.swarm.waitTimeoutSecondsMax``; it takes no ``timeoutSeconds``.
+
 Every read is one step on the store, whatever the number of ids (`CollectStore.read`).
-When nothing has completed yet the same step registers a wait token on the pending
-children; the tool then waits on that token as on a run (``WaitFor``): inside an agent
-run the run is parked (no worker slot is held) and resumed when the first of them
-completes or at the timeout; over HTTP the api waits asynchronously. ``complete`` reads
-the children again and answers.
+When nothing has completed yet (or, required, something is pending) the same step
+registers a wait token on the pending children; the tool then waits on that token as on
+a run (``WaitFor``): inside an agent run the run is parked (no worker slot is held) and
+resumed when the first of them (required: the last) completes or at the timeout; over
+HTTP the api waits asynchronously. ``complete`` reads the children again and answers.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ DEFAULT_TIMEOUT_S = 30
 MAX_IDS = 1000
 # A wait token outlives its wait by this much (a parked run resumed late still finds it).
 _TOKEN_EXTRA_S = 3600
+REQUIRED_WITH_TIMEOUT = "required agents_wait cannot also specify timeoutSeconds."
 # Run ids are key parts: anything else cannot name a collector (`not_found`).
 _RUN_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
@@ -60,6 +64,11 @@ PARAMETERS: dict[str, Any] = {
             "description": "Seconds to wait for a first completion (default 30; 0 = look "
             "without waiting; capped by tools.swarm.waitTimeoutSecondsMax).",
         },
+        "required": {
+            "type": "boolean",
+            "description": "Wait for all ids (up to tools.swarm.waitTimeoutSecondsMax); "
+            "not with timeoutSeconds.",
+        },
     },
     "required": ["ids"],
 }
@@ -68,9 +77,14 @@ PARAMETERS: dict[str, Any] = {
 def handle(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     """Answer now (something completed, nothing pending, or no wait asked), or wait."""
     ids = read_ids(args)
-    timeout_s = _timeout_s(ctx, args)
-    wait = timeout_s > 0
-    read = _read(ctx, ids, register=wait, ttl_s=int(timeout_s) + _TOKEN_EXTRA_S)
+    required = args.get("required")
+    if required is not None and not isinstance(required, bool):
+        raise InvalidInput("required must be a boolean", field="required")
+    if required and args.get("timeoutSeconds") is not None:
+        raise InvalidInput(REQUIRED_WITH_TIMEOUT, field="timeoutSeconds")
+    timeout_s = _timeout_s(ctx, args, required=bool(required))
+    mode = "none" if timeout_s <= 0 else "all" if required else "any"
+    read = _read(ctx, ids, mode=mode, ttl_s=int(timeout_s) + _TOKEN_EXTRA_S)
     if read.token is None:
         return result_of(ids, read)
     context = {"ids": ids, "token": read.token, "timeoutS": timeout_s}
@@ -82,7 +96,7 @@ def complete(
 ) -> dict[str, Any]:
     """After the wait (a completion fired the token, or the timeout): read again."""
     ids = [str(i) for i in context.get("ids") or []]
-    read = _read(ctx, ids, register=False, ttl_s=0)
+    read = _read(ctx, ids, mode="none", ttl_s=0)
     token = context.get("token")
     if token:
         ctx.services.store.collect.drop_token(str(token))
@@ -104,18 +118,18 @@ def read_ids(args: Mapping[str, Any]) -> list[str]:
     return ids
 
 
-def _timeout_s(ctx: ToolContext, args: Mapping[str, Any]) -> float:
+def _timeout_s(ctx: ToolContext, args: Mapping[str, Any], *, required: bool) -> float:
     cap = ctx.services.config.tools.swarm.wait_timeout_seconds_max
+    if required:
+        return float(cap)
     value = read_number(args, "timeoutSeconds")
     return float(min(max(DEFAULT_TIMEOUT_S if value is None else value, 0.0), cap))
 
 
-def _read(ctx: ToolContext, ids: Sequence[str], *, register: bool, ttl_s: int) -> WaitRead:
+def _read(ctx: ToolContext, ids: Sequence[str], *, mode: str, ttl_s: int) -> WaitRead:
     """The store's read of the well-formed ids; the rest are unknown."""
     wellformed = [i for i in ids if _RUN_ID.match(i)]
-    read = ctx.services.store.collect.read(
-        ctx.session_key, wellformed, register=register, ttl_s=ttl_s
-    )
+    read = ctx.services.store.collect.read(ctx.session_key, wellformed, mode=mode, ttl_s=ttl_s)
     found = {i: read.found.get(i, NOT_FOUND) for i in ids}
     return WaitRead(found=found, token=read.token)
 

@@ -1,11 +1,13 @@
 -- Read collector children for an `agents_wait` by their requester, in one step: per
 -- child 'n' (unknown), 'o' (another requester's) or 'p' (pending), or its hash
--- (completed). With register '1', when none is completed and some are pending, a wait
--- token is created (a run-shaped hash, status running, watched) and registered on every
--- pending child (field `w:<token>`), so its completion fires the token
--- (collect_complete.lua, collect_fire.lua). Answers {registered 1|0, per child...}.
+-- (completed). With mode 'any', when none is completed and some are pending, or mode
+-- 'all', when some are pending, a wait token is created (a run-shaped hash, status
+-- running, watched, `left`: the completions that fire it, 1 or every pending one) and
+-- registered on every pending child (field `w:<token>`), so their completions fire it
+-- (collect_complete.lua, collect_fire.lua). Mode 'none' only reads. Answers
+-- {registered 1|0, per child...}.
 -- KEYS: token *records
--- ARGV: requester token_id now ttl_s register
+-- ARGV: requester token_id now ttl_s mode
 local requester = ARGV[1]
 local out = {0}
 local completed, pending = 0, 0
@@ -23,9 +25,12 @@ for i = 2, #KEYS do
     pending = pending + 1
   end
 end
-if ARGV[5] == '1' and completed == 0 and pending > 0 then
+local mode = ARGV[5]
+if pending > 0 and (mode == 'all' or (mode == 'any' and completed == 0)) then
+  local left = 1
+  if mode == 'all' then left = pending end
   redis.call('HSET', KEYS[1], 'status', 'running', 'kind', 'wait', 'sessionKey', requester,
-    'createdAt', ARGV[3], 'watch', '1')
+    'createdAt', ARGV[3], 'watch', '1', 'left', left)
   redis.call('EXPIRE', KEYS[1], ARGV[4])
   local field = 'w:' .. ARGV[2]
   for i = 2, #KEYS do
