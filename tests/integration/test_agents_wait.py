@@ -16,6 +16,7 @@ import pytest
 
 from switchboard.shared.flows.collect import NOT_JSON
 from switchboard.shared.services import Services
+from switchboard.shared.tools.collect_spawn import NOTE as COLLECT_NOTE
 
 pytestmark = pytest.mark.integration
 
@@ -176,6 +177,19 @@ def test_output_schema_gives_structured_or_schema_error(client: httpx.Client, wo
     assert missing["schemaError"] == "'n' is a required property"
     assert prose["schemaError"] == NOT_JSON and prose["result"] == "four, I think"
     assert all(item["status"] == "done" for item in items.values())
+
+
+def test_a_collector_is_told_how_its_result_is_collected(
+    client: httpx.Client, services: Services, worker: Any
+) -> None:
+    out = result(client, "sessions_spawn", task="x\n/reply {}", collect=True, outputSchema=SCHEMA)
+    assert out["status"] == "accepted" and out["note"] == COLLECT_NOTE
+    run = services.store.runs.get(out["runId"])
+    assert run is not None and run.extra_system_prompt is not None
+    assert "## Collected result" in run.extra_system_prompt
+    assert '"required": [\n    "n"\n  ]' in run.extra_system_prompt  # the schema itself
+    plain = result(client, "sessions_spawn", task="y\n/reply ok")
+    assert "agents_wait" not in plain["note"]
 
 
 def test_spawn_checks_the_collector_parameters(client: httpx.Client, worker: Any) -> None:

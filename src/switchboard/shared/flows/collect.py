@@ -43,6 +43,21 @@ class CollectPlan:
     group_id: str = ""  # "" = the requester's ungrouped collectors
 
 
+def child_prompt(plan: CollectPlan) -> str:
+    """What a collector child is told beside its sub-agent prompt (markdown)."""
+    text = (
+        "## Collected result\n"
+        "Your requester collects your final answer with agents_wait; it is not announced."
+    )
+    if plan.output_schema is None:
+        return text
+    schema = json.dumps(plan.output_schema, indent=2, sort_keys=True)
+    return (
+        f"{text}\nYour final answer must be the JSON value alone (or in one ```json fenced "
+        f"block), valid against this JSON Schema:\n```json\n{schema}\n```"
+    )
+
+
 def schema_problem(schema: Any) -> str | None:
     """Why ``schema`` is not a usable JSON Schema (checked against its own metaschema),
     or None."""

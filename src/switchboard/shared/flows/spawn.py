@@ -303,7 +303,8 @@ def _prepare(
         session_key=child.key,
         message=message,
         timeout_s=timeout_s or float(svc.config.runs.timeout_seconds),
-        extra_system_prompt=child_system_prompt(brief),
+        extra_system_prompt=child_system_prompt(brief)
+        + (f"\n\n{collect.child_prompt(plan.collect)}" if plan.collect is not None else ""),
         model=plan.model,
         channel=req.channel,
         kind="subagent",

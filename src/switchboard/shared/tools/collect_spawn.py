@@ -41,6 +41,13 @@ PROPERTIES: dict[str, Any] = {
 }
 
 
+# The accepted spawn's note for collector children (instead of the announce guidance).
+NOTE = (
+    "Collector child: no completion announce. Collect its result with agents_wait "
+    "(ids: its runId); call again with the pending ids until none is left."
+)
+
+
 class CollectRefused(Exception):
     """A collector spawn refused by a group cap (`status: forbidden`)."""
 

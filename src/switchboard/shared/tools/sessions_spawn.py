@@ -34,6 +34,7 @@ from switchboard.shared.runtime.models import validate_model_ref
 from switchboard.shared.services import Services
 from switchboard.shared.store.spawns import SpawnStore
 from switchboard.shared.tools.args import read_bool, read_non_negative_int, read_string
+from switchboard.shared.tools.collect_spawn import NOTE as COLLECT_NOTE
 from switchboard.shared.tools.collect_spawn import PARAMS as COLLECT_PARAMS
 from switchboard.shared.tools.collect_spawn import PROPERTIES as COLLECT_PROPERTIES
 from switchboard.shared.tools.collect_spawn import (
@@ -222,6 +223,8 @@ def _spawn_one(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {"status": "accepted", **started, "mode": mode}
     result.update(_plan_fields(plan))
     result.update(_note(ctx, mode, join=None))
+    if collector is not None:
+        result["note"] = COLLECT_NOTE
     result["modelApplied"] = True
     return result
 
@@ -285,6 +288,8 @@ def _spawn_batch(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
         "mode": mode,
     }
     result.update(_note(ctx, mode, join=join))
+    if collector is not None:
+        result["note"] = COLLECT_NOTE
     return result
 
 
