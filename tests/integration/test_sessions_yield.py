@@ -176,6 +176,36 @@ def test_tools_invoke_yield_wakes_the_session_with_its_children_results(
     assert not services.store.yields.is_yielded(MAIN)
 
 
+def test_children_that_announce_nothing_are_not_waited_for(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """Only a fire-and-forget child pending (expectsCompletionMessage false): refused."""
+    task = child_task("quiet", 2.0)
+    accepted = invoke(client, "sessions_spawn", task=task, expectsCompletionMessage=False)
+    assert accepted["status"] == "accepted"
+    assert services.store.spawns.active_children(MAIN) == [accepted["childSessionKey"]]
+    assert invoke(client, "sessions_yield") == {"status": "error", "error": NOTHING_PENDING}
+    assert not services.store.yields.is_yielded(MAIN)
+    ended(services, accepted["runId"])
+
+
+def test_completion_target_parent_children_join_the_wake_too(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """Children whose result is a private turn of the parent: batched into one wake run."""
+    runs = [
+        invoke(client, "sessions_spawn", task=child_task(f"p-{c}", 1.0), completionTarget="parent")
+        for c in "12"
+    ]
+    assert all(r["status"] == "accepted" for r in runs)
+    assert invoke(client, "sessions_yield")["status"] == "yielded"
+    [wake] = wait_until(lambda: announce_messages(services), what="the wake message")
+    assert "Result: p-1" in wake["content"] and "Result: p-2" in wake["content"]
+    time.sleep(BATCH_WINDOW_S + 1.5)
+    assert len(announce_messages(services)) == 1  # no private turn of its own per child
+    assert not services.store.yields.is_yielded(MAIN)
+
+
 def test_sub_agents_may_not_yield(worker: Any, client: httpx.Client, services: Services) -> None:
     """A sub-agent's run end is its completion: yielding there is refused."""
     yield_args = {"message": "x"}

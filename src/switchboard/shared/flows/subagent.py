@@ -214,6 +214,14 @@ def _announce_one(
         return
     text = announce_text(svc, spawn)
     if spawn.get("completionTarget") == "parent":  # a private turn, no channel delivery
+        child = str(spawn["childKey"])
+        if _append_once(
+            svc, records, spawn_key, requester, text, source_key=child, only_yielded=True
+        ):
+            # The requester yielded: its next run takes it, with its siblings' (yield_wake).
+            records.update(spawn.id, {"announcedAt": now_ms()}, client=pipe)
+            _settle_announce(svc, records, spawn_key, "appended", "delivered", pipe)
+            return
         run_id = start_private_turn(svc, spawn, text)
         if run_id is None:  # the requester refuses runs: the transcript keeps it
             _append_once(svc, records, spawn_key, requester, text, source_key=spawn["childKey"])
@@ -286,10 +294,12 @@ def _append_once(
     text: str,
     *,
     source_key: str,
-) -> None:
+    only_yielded: bool = False,
+) -> bool:
     """Append the announce to the requester's transcript unless this flow already did,
     creating or touching the requester's entry first, in one round trip; a requester
-    that yielded its turn gets it as its next run instead (`yield_wake`)."""
+    that yielded its turn gets it as its next run instead (`yield_wake`). With
+    ``only_yielded`` only that: False (nothing written) when the requester is not yielded."""
     message = {
         "role": "user",
         "content": text,
@@ -301,7 +311,9 @@ def _append_once(
             "sourceTool": "subagent_announce",
         },
     }
-    append_announce(svc, hash_key, requester, message, source_key=source_key)
+    return append_announce(
+        svc, hash_key, requester, message, source_key=source_key, only_yielded=only_yielded
+    )
 
 
 def announce_target(svc: Services, spawn: SpawnRecord) -> Target:

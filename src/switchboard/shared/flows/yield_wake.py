@@ -50,11 +50,12 @@ def append_announce(
     message: Mapping[str, Any],
     *,
     source_key: str,
-) -> None:
+    only_yielded: bool = False,
+) -> bool:
     """Land an announce once (moving ``announce`` "" → "appended" on ``hash_key``): in the
     requester's yield inbox when it is yielded (opening a wake if none is open), else in
-    its transcript. The requester's entry is created or touched first, in the same round
-    trip."""
+    its transcript, or with ``only_yielded`` nowhere (False: the caller announces its own
+    way). The requester's entry is created or touched first, in the same round trip."""
     now = now_ms()
     entry = {"childKey": source_key, "text": message["content"], "at": now}
     pipe = svc.store.pipeline()
@@ -69,6 +70,7 @@ def append_announce(
         new="appended",
         now_ms=now,
         wake_id=str(uuid.uuid4()),
+        only_yielded=only_yielded,
         client=pipe,
     )
     landed = YieldStore.landed(pipe.execute()[-1])
@@ -76,6 +78,17 @@ def append_announce(
     # enqueued the step (enqueued twice is harmless: the step is idempotent).
     if landed.wake_id and (landed.opened or landed.outcome == "moved"):
         svc.queue.enqueue(WAKE_STEP, requester, landed.wake_id, countdown_s=BATCH_WINDOW_S)
+    return landed.outcome != "not_yielded"
+
+
+def stash_for_wake(
+    svc: Services, hash_key: str, requester: str, message: Mapping[str, Any], *, source_key: str
+) -> bool:
+    """Stash an announce for the requester's next run if it is yielded (`append_announce`);
+    False, with nothing written, when it is not."""
+    return append_announce(
+        svc, hash_key, requester, message, source_key=source_key, only_yielded=True
+    )
 
 
 @flow_step(WAKE_STEP, log_ids=("sessionKey", "wakeId"))

@@ -26,7 +26,8 @@ from switchboard.shared.store.lua_scripts import LuaScripts
 class AnnounceLanded:
     """Where an announce went (`YieldStore.append_announce`)."""
 
-    # "appended" (transcript), "stashed" (yield inbox), "moved" (already done), "gone".
+    # "appended" (transcript), "stashed" (yield inbox), "moved" (already done), "gone",
+    # "not_yielded" (asked to land only in a yield inbox, and the session is not yielded).
     outcome: str
     # The open wake of the session ("" when none): the step to enqueue.
     wake_id: str = ""
@@ -80,11 +81,13 @@ class YieldStore:
         new: str,
         now_ms: int,
         wake_id: str,
+        only_yielded: bool = False,
         client: Pipeline | None = None,
     ) -> AnnounceLanded | None:
         """Move ``field`` expected → new and land the announce: in the yield inbox
-        (``entry``) when the session is yielded, else in its transcript (``message``).
-        Queued on ``client`` (answer None; decode its reply with `landed`)."""
+        (``entry``) when the session is yielded, else in its transcript (``message``), or
+        with ``only_yielded`` nowhere ("not_yielded", nothing written). Queued on
+        ``client`` (answer None; decode its reply with `landed`)."""
         res = self._lua["yield_announce"](
             record=hash_key,
             session=self.ks.session(session_key),
@@ -98,6 +101,7 @@ class YieldStore:
             entry=codec.dumps(dict(entry)),
             now=now_ms,
             wake_id=wake_id,
+            only_yielded="1" if only_yielded else "",
             client=client,
         )
         return None if client is not None else self.landed(res)
@@ -110,6 +114,8 @@ class YieldStore:
             return AnnounceLanded("appended")
         if code == -2:
             return AnnounceLanded("stashed", wake, opened=int(reply[2]) == 1)
+        if code == -3:
+            return AnnounceLanded("not_yielded")
         return AnnounceLanded("moved" if code == 0 else "gone", wake)
 
     def take(self, session_key: str, wake_id: str, now_ms: int) -> WakeTake:

@@ -9,7 +9,9 @@ entry). Over ``/tools/invoke`` there is no turn to end: the session is marked yi
 children then start its next run, batched (``flows/yield_wake.py``).
 
 Refused (status ``error``, OpenClaw's text) when nothing the session spawned is still
-pending, and for sub-agent sessions ("Yield not supported in this context"): a sub-agent's
+pending with a completion to announce (collectors, ``collect: true``, are drained with
+``agents_wait``; ``expectsCompletionMessage: false`` children announce nothing), and for
+sub-agent sessions ("Yield not supported in this context"): a sub-agent's
 run end is its completion, announced to its requester.
 """
 
@@ -36,12 +38,33 @@ def _error(text: str) -> dict[str, Any]:
     return {"status": "error", "error": text}
 
 
+def awaited_children(ctx: ToolContext, session_key: str) -> list[str]:
+    """The session's pending children whose completion comes back as an announce."""
+    store = ctx.services.store
+    kids = store.spawns.active_children(session_key)
+    if not kids:
+        return []
+    entries = store.sessions.get_many(kids)
+    spawn_ids = [str(e.get("spawnId") or "") if e is not None else "" for e in entries]
+    known = [sid for sid in spawn_ids if sid]
+    spawns = dict(zip(known, store.spawns.get_many(known), strict=True))
+    out = []
+    for kid, sid in zip(kids, spawn_ids, strict=True):
+        spawn = spawns.get(sid)
+        if spawn is not None and (
+            spawn.get("collect") or spawn.get("expectsCompletionMessage") == "0"
+        ):
+            continue
+        out.append(kid)
+    return out
+
+
 def _sessions_yield(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     message = read_string(args, "message") or DEFAULT_MESSAGE
     if ctx.spawn_depth >= 1 or sk.is_subagent_key(ctx.session_key):
         return _error(NOT_SUPPORTED)
     store = ctx.services.store
-    if not store.spawns.active_children(ctx.session_key):
+    if not awaited_children(ctx, ctx.session_key):
         return _error(NOTHING_PENDING)
     fields: dict[str, Any] = {
         "yieldedAt": now_ms(),
