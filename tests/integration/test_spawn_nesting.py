@@ -6,6 +6,7 @@ level with OpenClaw's text, and announces climb one level at a time."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,7 @@ from switchboard.shared.tools.registry import ToolContext
 pytestmark = pytest.mark.integration
 
 MAIN = "agent:main:main"
+UUID4 = r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}"
 
 
 @pytest.fixture
@@ -138,7 +140,7 @@ def test_depth_two_tree_leaf_denials_and_announces_one_level_up(
     assert accepted["status"] == "accepted", accepted
     assert json.loads(listed_json).get("status") != "error"  # an orchestrator may list
     leaf = accepted["childSessionKey"]
-    assert leaf.startswith(child + ":subagent:") or leaf.startswith("agent:main:subagent:")
+    assert re.fullmatch(re.escape(child) + ":subagent:" + UUID4, leaf)  # nested key
     leaf_record = wait_done(services, accepted["runId"])
 
     child_entry = services.store.sessions.get(child)

@@ -81,16 +81,22 @@ class ChildPlan:
 
 @dataclass(frozen=True)
 class Child:
-    """A planned child with its fresh ids: ``agent:<agentId>:subagent:<uuid4>``."""
+    """A planned child with its fresh ids: ``agent:<agentId>:subagent:<uuid4>``, or, under
+    a sub-agent of the same agent, that requester's key plus ``:subagent:<uuid4>`` (nested
+    keys repeat the suffix, as OpenClaw's do)."""
 
     plan: ChildPlan
     spawn_id: str
     key: str
 
     @classmethod
-    def for_plan(cls, plan: ChildPlan) -> Child:
-        """A child with a new spawn id and session key."""
-        return cls(plan, str(uuid.uuid4()), sk.subagent_key(plan.agent_id))
+    def for_plan(cls, plan: ChildPlan, requester: str | None = None) -> Child:
+        """A child with a new spawn id and session key (nested under ``requester``)."""
+        key = sk.subagent_key(plan.agent_id)
+        nested = requester is not None and sk.is_subagent_key(requester)
+        if nested and sk.agent_id_of(str(requester)) == sk.agent_id_of(key):
+            key = f"{requester}:{sk.strip_agent_prefix(key)}"
+        return cls(plan, str(uuid.uuid4()), key)
 
 
 @dataclass(frozen=True)
