@@ -8,6 +8,7 @@ round trips: one pipeline on the store, one on the broker.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,6 +29,7 @@ from switchboard.api.auth import require_token
 from switchboard.shared import metrics as m
 from switchboard.shared.services import Services
 from switchboard.shared.store.counters import ListLengths
+from switchboard.shared.store.run_records import LEDGER_TERMINAL, ledger_state
 from switchboard.workers.app import ALL_QUEUES
 
 router = APIRouter()
@@ -71,6 +73,7 @@ def _run_families(counters: dict[str, int]) -> Iterator[Metric]:
     for (status, *_), value in sorted(m.labelled(counters, m.RUNS_ENDED).items()):
         ended.add_metric([status], value)
     yield ended
+    yield _ledger_family(counters)
     per_bucket = {
         labels[0]: value for labels, value in m.labelled(counters, m.RUN_DURATION_LE).items()
     }
@@ -86,6 +89,21 @@ def _run_families(counters: dict[str, int]) -> Iterator[Metric]:
         buckets=buckets,
         sum_value=counters.get(m.RUN_DURATION_SUM_MS, 0) / 1000,
     )
+
+
+def _ledger_family(counters: dict[str, int]) -> Metric:
+    """Ended runs by run ledger state (every terminal state, 0 when none ended so)."""
+    by_state: Counter[str] = Counter()
+    for (status, *_), value in m.labelled(counters, m.RUNS_ENDED).items():
+        by_state[ledger_state(status)] += value
+    family = CounterMetricFamily(
+        "switchboard_runs_terminal",
+        "Agent runs ended, by run ledger state (succeeded, failed, timed_out, cancelled, lost).",
+        labels=["state"],
+    )
+    for state in sorted({*LEDGER_TERMINAL, *by_state}):
+        family.add_metric([state], by_state.get(state, 0))
+    return family
 
 
 def _flow_families(counters: dict[str, int]) -> Iterator[Metric]:

@@ -67,7 +67,10 @@ async def invoke(request: Request) -> dict[str, Any]:
     ctx, spec, outcome = await run_in_threadpool(
         _start_as, svc, body.sessionKey, body.tool, body.args
     )
-    if isinstance(outcome, WaitFor):
+    if isinstance(outcome, WaitFor) and outcome.also:
+        target = await wait_any(ctx, spec, outcome, app_run_wait(request.app))
+        outcome = await _complete(ctx, spec, outcome, target)
+    elif isinstance(outcome, WaitFor):
         # The run was started by this request, after `since`: the waiter needs no first read.
         state = request.app.state
         target = await state.waiter.wait(
@@ -98,9 +101,41 @@ async def call_tool(
     """
     spec, outcome = await run_in_threadpool(_start, ctx, name, args)
     if isinstance(outcome, WaitFor):
-        target = await wait(outcome.target_run_id, outcome.timeout_s)
+        target = await wait_any(ctx, spec, outcome, wait)
         outcome = await _complete(ctx, spec, outcome, target)
     return outcome
+
+
+async def wait_any(
+    ctx: ToolContext, spec: ToolSpec, wait_for: WaitFor, wait: RunWait
+) -> RunRecord | None:
+    """Wait until one of a `WaitFor`'s runs ends (and the tool's `ready` agrees) or its
+    timeout passes: the run that ended, else the first run as it stands."""
+    if not wait_for.also:
+        return await wait(wait_for.target_run_id, wait_for.timeout_s)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(0.0, wait_for.timeout_s)
+    pending = list(wait_for.target_run_ids)
+    while True:
+        remaining = max(0.0, deadline - loop.time())
+        tasks = {run_id: asyncio.ensure_future(wait(run_id, remaining)) for run_id in pending}
+        try:
+            done, _ = await asyncio.wait(tasks.values(), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks.values():
+                task.cancel()
+        ended = {r: t.result() for r, t in tasks.items() if t in done and _ended(t.result())}
+        if not ended:
+            return next(iter(done)).result()  # the timeout passed
+        if spec.ready is None or await run_in_threadpool(spec.ready, ctx, wait_for.context):
+            return next(iter(ended.values()))
+        pending = [r for r in pending if r not in ended]
+        if loop.time() >= deadline or not pending:
+            return next(iter(ended.values()))
+
+
+def _ended(rec: RunRecord | None) -> bool:
+    return rec is None or rec.terminal
 
 
 def _start_as(

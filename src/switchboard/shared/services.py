@@ -13,7 +13,7 @@ run's outcome into the tool result, so both paths answer the same.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,15 +44,32 @@ class ToolContext:
 class WaitFor(Exception):
     """Raised by a handler that must wait for a run before it can answer."""
 
-    def __init__(self, target_run_id: str, timeout_s: float, context: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        target_run_id: str,
+        timeout_s: float,
+        context: Mapping[str, Any],
+        *,
+        also: Sequence[str] = (),
+    ) -> None:
         super().__init__(target_run_id)
         self.target_run_id = target_run_id
         self.timeout_s = timeout_s
         self.context = dict(context)
+        # More runs whose end may answer the call: it is answered once any one of them
+        # ends (and the tool's `ready`, if it has one, agrees), or at the timeout.
+        self.also = tuple(also)
+
+    @property
+    def target_run_ids(self) -> tuple[str, ...]:
+        """Every run whose end may answer the call."""
+        return (self.target_run_id, *self.also)
 
 
 Handler = Callable[[ToolContext, dict[str, Any]], dict[str, Any]]
 Completer = Callable[[ToolContext, Mapping[str, Any], "RunRecord | None"], dict[str, Any]]
+# Whether a waiting call can be answered now (before its deadline), from its context.
+Readiness = Callable[[ToolContext, Mapping[str, Any]], bool]
 
 
 @dataclass(frozen=True)
@@ -68,6 +85,9 @@ class ToolSpec:
     # `complete` only reshapes the target run it is given (no store or network call), so
     # an async caller may run it in place rather than on a thread.
     complete_is_pure: bool = False
+    # A wait on several runs (`WaitFor.also`) is answered when one of them ends; with
+    # `ready`, only once `ready` says so (else it waits on for the others or the deadline).
+    ready: Readiness | None = None
 
 
 # Which tools a session is offered (`tools.offer.tools_for_session`), given the session's

@@ -43,6 +43,21 @@ function badge(status) {
   return el("span", { class: `badge status-${text}`, text });
 }
 
+// A run's stored status as its run-ledger state: queued, running (parked included),
+// succeeded, failed, timed_out, cancelled, lost. Sessions and run events show this.
+const LEDGER_STATES = { queued: "queued", running: "running", parked: "running", ok: "succeeded",
+  error: "failed", timeout: "timed_out", cancelled: "cancelled", lost: "lost" };
+
+function ledgerState(status) {
+  return LEDGER_STATES[status] || status;
+}
+
+function runBadge(status) {
+  const node = badge(ledgerState(status));
+  if (status && ledgerState(status) !== status) node.title = `stored status: ${status}`;
+  return node;
+}
+
 function when(ms) {
   if (!ms) return "";
   const date = new Date(Number(ms));
@@ -280,7 +295,7 @@ function sessionRowView(row) {
     label ? el("div", { class: "muted trunc", title: label, text: label }) : null),
   el("td", { class: "nowrap", text: row.kind }),
   el("td", { class: "nowrap", text: row.channel || "", title: row.channel || "" }),
-  el("td", { class: "nowrap" }, badge(row.status)),
+  el("td", { class: "nowrap" }, runBadge(row.status)),
   el("td", { class: "nowrap" }, ago(row.updatedAt)));
 }
 
@@ -370,7 +385,7 @@ function renderMeta(row) {
   const meta = $("detail-meta");
   meta.replaceChildren();
   const fields = [
-    ["kind", row.kind], ["channel", row.channel], ["status", row.status],
+    ["kind", row.kind], ["channel", row.channel], ["state", row.status && ledgerState(row.status)],
     ["label", row.label], ["model", row.model], ["sessionId", row.sessionId],
     ["tokens", row.totalTokens], ["updated", ago(row.updatedAt)],
   ];
@@ -449,7 +464,7 @@ async function subtree(row, depth) {
   const item = el("li", { class: row.key === state.current ? "current" : null, "data-key": row.key },
     el("span", { class: "node-key" }, keyLink(row.key)), " ",
     row.label ? el("span", { class: "muted", text: row.label }) : null, " ",
-    badge(row.status));
+    runBadge(row.status));
   if (depth < TREE_DEPTH) {
     const kids = await childrenOf(row.key);
     if (kids.length) {
@@ -564,7 +579,8 @@ const refreshDetail = coalesce(() => loadDetail(), 250);
 
 function logEvent(type, data) {
   const log = $("event-log");
-  const parts = [type, data.sessionKey, data.status].filter(Boolean).join(" · ");
+  const state = type.startsWith("run.") && data.status ? ledgerState(data.status) : data.status;
+  const parts = [type, data.sessionKey, state].filter(Boolean).join(" · ");
   log.prepend(el("li", { "data-type": type, text: `${new Date().toLocaleTimeString()} ${parts}` }));
   while (log.children.length > 50) log.lastChild.remove();
 }

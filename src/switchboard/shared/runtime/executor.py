@@ -27,6 +27,8 @@ from switchboard.logs import bind_run
 from switchboard.shared import keys as sk
 from switchboard.shared.errors import StoreUnavailable, SwitchboardError
 from switchboard.shared.runtime.agent_loop import RunResult, TurnEnded, run_model_loop
+from switchboard.shared.runtime.attachments import with_attachments
+from switchboard.shared.runtime.cancel_signal import CANCELLED_TEXT, CancelSignal, RunCancelled
 from switchboard.shared.runtime.leases import keeper_for
 from switchboard.shared.runtime.models import resolve_model
 from switchboard.shared.runtime.transcript import to_model_messages, to_transcript
@@ -37,6 +39,9 @@ from switchboard.shared.store.keyspace import EVENTS_MAXLEN
 from switchboard.shared.store.runs import Claim, ParkedCall, RunRecord, now_ms
 
 log = logging.getLogger("switchboard.run")
+
+# A run's error when it ends `lost`: its workers vanished until no attempt was left.
+LOST_TEXT = "run lost: its worker vanished and no retry was left (repeated worker loss)"
 
 # How many transcript messages a run sees as history.
 HISTORY_LIMIT = 200
@@ -92,10 +97,11 @@ async def resume_run(svc: Services, run_id: str, *, follow_ups: FollowUps = None
         return
     bind_run(rec)
     calls = [ParkedCall.from_json(c) for c in rec.parked]
-    targets = svc.store.runs.get_many([c.target_run_id for c in calls])
+    ids = [t for c in calls for t in c.target_run_ids]
+    found = dict(zip(ids, svc.store.runs.get_many(ids), strict=True))
+    targets = [_answering(c, found) for c in calls]
     now = now_ms()
-    pairs = list(zip(calls, targets, strict=True))
-    if any(t is not None and not t.terminal and now < c.deadline_ms for c, t in pairs):
+    if not all(_call_ready(svc, rec, c, t, now) for c, t in zip(calls, targets, strict=True)):
         return  # another target's end (or the deadline sweep) resumes it later
     claim = svc.store.runs.resume(run_id, rec.session_key, history=HISTORY_LIMIT)
     if isinstance(claim, str):
@@ -110,6 +116,31 @@ async def resume_run(svc: Services, run_id: str, *, follow_ups: FollowUps = None
         for c, t in zip(calls, targets, strict=True)
     ]
     await _execute(svc, rec, claim, deferred=results, follow_ups=follow_ups)
+
+
+def _answering(call: ParkedCall, found: Mapping[str, RunRecord | None]) -> RunRecord | None:
+    """The run a call is answered with: the first of its targets that ended (or is gone),
+    else its first target."""
+    for run_id in call.target_run_ids:
+        target = found.get(run_id)
+        if target is None or target.terminal:
+            return target
+    return found.get(call.target_run_id)
+
+
+def _call_ready(
+    svc: Services, rec: RunRecord, call: ParkedCall, target: RunRecord | None, now: int
+) -> bool:
+    """A parked call can be answered: its deadline passed, or a target ended and the
+    tool's `ready` (if any) agrees."""
+    if now >= call.deadline_ms:
+        return True
+    if target is not None and not target.terminal:
+        return False
+    spec = svc.tools.get(call.tool_name)
+    if spec is None or spec.ready is None:
+        return True
+    return spec.ready(_tool_context(svc, rec), call.context)
 
 
 def _complete_call(
@@ -133,15 +164,11 @@ async def _execute(
     deferred: Sequence[ToolReturnPart] | None,
     follow_ups: FollowUps,
 ) -> None:
+    if rec.cancel_requested or (claim.run is not None and claim.run.cancel_requested):
+        _end_cancelled(svc, rec, claim, follow_ups)  # asked while its last worker ran it
+        return
     if claim.exhausted:
-        _finish(
-            svc,
-            rec,
-            claim,
-            follow_ups,
-            status="error",
-            error="run gave up after repeated worker loss",
-        )
+        _finish(svc, rec, claim, follow_ups, status="lost", error=LOST_TEXT)
         return
     if not claim.started_published:  # a fresh claim adds the event itself
         started = run_event(rec, attempt=claim.attempt, resumed=deferred is not None or None)
@@ -152,11 +179,16 @@ async def _execute(
             svc, rec, claim, follow_ups, status="timeout", error=_timeout_text(rec), aborted=True
         )
         return
-    # The lane's lease is renewed while the run executes (one keeper per process).
-    with keeper_for(svc.store.runs).holding(rec.session_key):
+    # The lane's lease is renewed while the run executes (one keeper per process), and a
+    # cancel request for it (`subagents cancel`) stops it.
+    stop = CancelSignal()
+    with keeper_for(svc.store.runs).holding(rec.session_key, rec.run_id, stop.fire):
         try:
             async with asyncio.timeout(remaining_s):
-                result = await _run_agent(svc, rec, claim, deferred)
+                result = await stop.run(_run_agent(svc, rec, claim, deferred))
+        except RunCancelled:
+            _end_cancelled(svc, rec, claim, follow_ups)
+            return
         except TimeoutError:
             _finish(
                 svc,
@@ -191,6 +223,11 @@ async def _execute(
         _finish(svc, rec, claim, follow_ups, status="error", error=error)
 
 
+def _end_cancelled(svc: Services, rec: RunRecord, claim: Claim, follow_ups: FollowUps) -> None:
+    _finish(svc, rec, claim, follow_ups, status="cancelled", error=CANCELLED_TEXT, aborted=True)
+    svc.store.runs.cancel_done(rec.run_id)
+
+
 def _timeout_text(rec: RunRecord) -> str:
     return f"run timed out after {rec.timeout_s:g}s" if rec.timeout_s else "run timed out"
 
@@ -210,7 +247,7 @@ async def _run_agent(
         model,
         specs=svc.tools.offered(ctx, claim.session),
         ctx=ctx,
-        history=to_model_messages(_history(claim.history or [])),
+        history=to_model_messages(_with_attachments(rec, _history(claim.history or []))),
         instructions=_instructions(svc, agent_id, rec),
         defer=_parking_metadata,
         tool_results=deferred or (),
@@ -221,9 +258,18 @@ def _parking_metadata(wait: WaitFor) -> dict[str, Any]:
     """What a parked call keeps: the run it waits on, its deadline, the tool's context."""
     return {
         "targetRunId": wait.target_run_id,
+        "alsoRunIds": list(wait.also),
         "deadlineMs": now_ms() + int(wait.timeout_s * 1000),
         "context": wait.context,
     }
+
+
+def _with_attachments(rec: RunRecord, msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A spawned child's attachments join its first message as the model sees it (never
+    the transcript)."""
+    if not rec.attachments or rec.message is None:
+        return msgs
+    return with_attachments(msgs, rec.message, rec.attachments)
 
 
 def _history(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -324,6 +370,7 @@ def _park(
                 target_run_id=str(meta.get("targetRunId", "")),
                 deadline_ms=int(meta.get("deadlineMs", now_ms())),
                 context=meta.get("context") or {},
+                also_run_ids=tuple(str(r) for r in meta.get("alsoRunIds") or ()),
             )
         )
     verdict = svc.store.runs.park(
@@ -333,7 +380,9 @@ def _park(
     if verdict != "stale":
         parked = run_event(rec, waitsOn=[c.target_run_id for c in calls])
         svc.store.events.publish("run.parked", parked)
-    if verdict == "ready":
+    # A wait on several runs parks while one is pending; one that ended before it was
+    # parked answers it now (the resume checks).
+    if verdict == "ready" or (verdict == "parked" and any(c.also_run_ids for c in calls)):
         svc.queue.enqueue_resume(rec.run_id, rec.session_key)
 
 

@@ -5,6 +5,10 @@ sweep takes back once it lapses: the worker executing the run must keep pushing 
 forward. One keeper per process does that for every run in flight, a single
 ``ZADD XX`` every third of the lease, instead of a timer and a write per run (a worker
 with a thousand sub-agents in flight would otherwise make a thousand).
+
+The keeper also carries cancel requests to the runs it keeps: once a second, while it
+holds lanes, it reads the runs `subagents cancel` asked to stop (one read for the whole
+process) and calls the stop callback of each one executing here.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from switchboard.shared.store.runs import RunStore
@@ -23,6 +27,8 @@ log = logging.getLogger("switchboard.run")
 
 # Members per ZADD when many lanes are held.
 _CHUNK = 1000
+# How often cancel requests are looked for while runs execute here (seconds).
+CANCEL_CHECK_S = 1.0
 
 
 class LeaseKeeper:
@@ -35,12 +41,23 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._pid = 0
+        # Runs executing here that a cancel request stops: run id -> stop callback.
+        self._stoppable: dict[str, Callable[[], None]] = {}
 
     @contextmanager
-    def holding(self, session_key: str) -> Iterator[None]:
-        """Keep ``session_key``'s lease renewed while the block runs."""
+    def holding(
+        self,
+        session_key: str,
+        run_id: str | None = None,
+        on_cancel: Callable[[], None] | None = None,
+    ) -> Iterator[None]:
+        """Keep ``session_key``'s lease renewed while the block runs; with ``run_id`` and
+        ``on_cancel``, call ``on_cancel`` (from the keeper's thread) if that run is asked to
+        stop meanwhile."""
         with self._lock:
             self._held[session_key] += 1
+            if run_id is not None and on_cancel is not None:
+                self._stoppable[run_id] = on_cancel
             self._ensure_thread()
         try:
             yield
@@ -49,6 +66,24 @@ class LeaseKeeper:
                 self._held[session_key] -= 1
                 if self._held[session_key] <= 0:
                     del self._held[session_key]
+                if run_id is not None:
+                    self._stoppable.pop(run_id, None)
+
+    def check_cancels(self) -> int:
+        """Call the stop callback of every run executing here that was asked to stop;
+        returns how many."""
+        with self._lock:
+            if not self._stoppable:
+                return 0
+        asked = self.runs.cancel_requests()
+        with self._lock:
+            stops = [self._stoppable.pop(r) for r in asked if r in self._stoppable]
+        for stop in stops:
+            try:
+                stop()
+            except Exception:  # one run's stop must not keep the others running
+                log.exception("stopping a cancelled run failed")
+        return len(stops)
 
     def held(self) -> list[str]:
         """The session keys whose lanes are held now."""
@@ -72,12 +107,21 @@ class LeaseKeeper:
         self._thread.start()
 
     def _keep(self) -> None:
+        tick = min(self.interval_s, CANCEL_CHECK_S)
+        renew_at = time.monotonic() + self.interval_s
         while True:
-            time.sleep(self.interval_s)
+            time.sleep(tick)
             with self._lock:
                 if not self._held:
                     self._thread = None
                     return
+            try:
+                self.check_cancels()
+            except Exception as exc:  # a store blip: the next turn looks again
+                log.warning("reading cancel requests failed: %s", exc)
+            if time.monotonic() < renew_at:
+                continue
+            renew_at = time.monotonic() + self.interval_s
             try:
                 self.renew_now()
             except Exception as exc:  # a store blip: the next turn renews, well inside the lease

@@ -102,6 +102,12 @@ class Keyspace:
         """Sorted set: ended runs whose follow-up step is not yet confirmed enqueued (ms)."""
         return f"{self.prefix}idx:outbox"
 
+    @property
+    def cancel_requests(self) -> str:
+        """Sorted set: running runs `subagents cancel` asked to stop, scored by when (ms);
+        the worker executing one stops it and removes it."""
+        return f"{self.prefix}idx:cancel"
+
     # -- session lanes ----------------------------------------------------------------
     def lane(self, key: str) -> str:
         """String: the run that holds the session's lane (one run at a time per session)."""
@@ -152,6 +158,10 @@ class Keyspace:
         """Hash: one sub-agent spawn (child key, requester, run id, task, outcome,
         announce status, cleanup, batch id)."""
         return f"{self.prefix}spawn:{spawn_id}"
+
+    def spawns_of(self, key: str) -> str:
+        """Sorted set: spawn ids ``key`` requested, scored by creation time (ms)."""
+        return f"{self.prefix}idx:spawns:{key}"
 
     def active_children(self, key: str) -> str:
         """Set: child session keys of ``key`` whose spawn has not finished announcing."""

@@ -8,15 +8,37 @@ what it is, so the record exists exactly when the run does.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from switchboard.shared.errors import Conflict
 from switchboard.shared.store import codec
 
-RunStatus = Literal["queued", "running", "parked", "ok", "error", "timeout"]
-TERMINAL: frozenset[str] = frozenset({"ok", "error", "timeout"})
+RunStatus = Literal["queued", "running", "parked", "ok", "error", "timeout", "cancelled", "lost"]
+# `cancelled`: ended by `subagents cancel`; `lost`: its worker vanished with no retry left.
+TERMINAL: frozenset[str] = frozenset({"ok", "error", "timeout", "cancelled", "lost"})
+# The run ledger's state of each stored status (OpenClaw's task states); a parked run is
+# still running (it waits on a tool, holding no worker).
+LEDGER_STATES: Mapping[str, str] = {
+    "queued": "queued",
+    "running": "running",
+    "parked": "running",
+    "ok": "succeeded",
+    "error": "failed",
+    "timeout": "timed_out",
+    "cancelled": "cancelled",
+    "lost": "lost",
+}
+
+
+# The ledger's terminal states.
+LEDGER_TERMINAL: tuple[str, ...] = ("succeeded", "failed", "timed_out", "cancelled", "lost")
+
+
+def ledger_state(status: str) -> str:
+    """The ledger state of a stored run status (an unknown status passes through)."""
+    return LEDGER_STATES.get(status, status)
 
 
 def now_ms() -> int:
@@ -46,11 +68,16 @@ class RunRecord:
     channel: str | None = None
     kind: str = "agent"
     parked: list[dict[str, Any]] = field(default_factory=list)
+    # A spawned child's inline attachments (given to its model, never to its transcript),
+    # kept while the run lives: its end step deletes them.
+    attachments: list[dict[str, Any]] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     on_end: dict[str, Any] | None = None
     # The run ended its turn with `sessions_yield` (status ok): its session waits for its
     # children's announces, which start its next run.
     yielded: bool = False
+    # When `subagents cancel` asked for this running run to stop (ms; None: not asked).
+    cancel_at_ms: int | None = None
     # Hashes the run's end step read for its follow-up step (Redis key -> decoded fields;
     # an absent hash is {}): the step takes them instead of reading them again.
     read_at_end: Mapping[str, Mapping[str, str]] = field(
@@ -61,6 +88,16 @@ class RunRecord:
     def terminal(self) -> bool:
         """True once the run has an outcome."""
         return self.status in TERMINAL
+
+    @property
+    def state(self) -> str:
+        """The run's ledger state (`ledger_state`)."""
+        return ledger_state(self.status)
+
+    @property
+    def cancel_requested(self) -> bool:
+        """`subagents cancel` asked the worker executing this run to stop it."""
+        return self.cancel_at_ms is not None
 
     @classmethod
     def from_hash(cls, run_id: str, h: Mapping[str, str]) -> RunRecord:
@@ -85,9 +122,11 @@ class RunRecord:
             channel=h.get("channel"),
             kind=h.get("kind", "agent"),
             parked=codec.as_json(h.get("parked"), []),
+            attachments=codec.as_json(h.get("attachments"), []),
             meta=codec.as_json(h.get("meta"), {}),
             on_end=codec.as_json(h.get("onEnd")),
             yielded=h.get("yielded") == "1",
+            cancel_at_ms=codec.as_int(h.get("cancelRequested")),
         )
 
     def outcome(self) -> dict[str, Any]:
@@ -136,6 +175,8 @@ class NewRun:
     # Someone will wait for the run's end: it is published on the run-ended channel (an
     # unwatched run's end is published only if a waiter marks it first, watch_run.lua).
     watched: bool = False
+    # Inline attachments for the run's model (`runtime.attachments`), deleted at its end.
+    attachments: Sequence[Mapping[str, Any]] = ()
 
 
 @dataclass(frozen=True)
@@ -222,16 +263,26 @@ class ParkedCall:
     target_run_id: str
     deadline_ms: int
     context: Mapping[str, Any] = field(default_factory=dict)
+    # More runs whose end may answer the call (any one of them, `WaitFor.also`).
+    also_run_ids: tuple[str, ...] = ()
+
+    @property
+    def target_run_ids(self) -> tuple[str, ...]:
+        """Every run whose end may answer the call."""
+        return (self.target_run_id, *self.also_run_ids)
 
     def to_json(self) -> dict[str, Any]:
         """As stored in the run hash."""
-        return {
+        out = {
             "toolCallId": self.tool_call_id,
             "toolName": self.tool_name,
             "targetRunId": self.target_run_id,
             "deadlineMs": self.deadline_ms,
             "context": dict(self.context),
         }
+        if self.also_run_ids:
+            out["alsoRunIds"] = list(self.also_run_ids)
+        return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ParkedCall:
@@ -242,4 +293,5 @@ class ParkedCall:
             target_run_id=d["targetRunId"],
             deadline_ms=int(d["deadlineMs"]),
             context=d.get("context") or {},
+            also_run_ids=tuple(str(r) for r in d.get("alsoRunIds") or ()),
         )

@@ -9,6 +9,7 @@ queued run or write a transcript twice.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from redis import Redis
@@ -74,6 +75,7 @@ def _run_fields(run: NewRun, created_at_ms: int | None = None) -> dict[str, Any]
         "meta": dict(run.meta) if run.meta else None,
         "onEnd": dict(run.on_end) if run.on_end else None,
         "watch": "1" if run.watched else None,
+        "attachments": list(run.attachments) or None,
     }
     return {k: v for k, v in fields.items() if v is not None}
 
@@ -130,6 +132,24 @@ def _claim_of(run_id: str, res: Any) -> Claim | str:
         history=decode_entries(res[5], newest_first=True) if len(res) > 5 else [],
         started_published=True,
     )
+
+
+# A cancel request for a running run is looked for this long (its worker checks within a
+# second; a worker that died meanwhile leaves the stamp on the run hash for the next claim).
+CANCEL_REQUEST_TTL_MS = 600_000
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    """What `RunStore.cancel` did: ``verdict`` 'cancelled' (ended here: the lane's next
+    run, the waiters to resume and the run as ended are given), 'requested' (the running
+    worker stops it), 'ended' (it had ended already: ``status``) or 'missing'."""
+
+    verdict: str
+    status: str = ""
+    next_run_id: str | None = None
+    run: RunRecord | None = None
+    waiters: tuple[str, ...] = ()
 
 
 class RunStore:
@@ -452,6 +472,7 @@ class RunStore:
             "error": error,
             "usage": dict(usage) if usage else None,
             "parked": None,
+            "attachments": None,  # a spawned child's attachments live as long as its run
             **(run_fields or {}),
         }
         sfields = {"status": status, **(session_fields or {})}
@@ -580,6 +601,60 @@ class RunStore:
             run=self.ks.run(run_id), attempt="" if attempt is None else attempt
         )
         return as_text(res)
+
+    # -- cancel (`subagents cancel`) --------------------------------------------------
+    def cancel(self, run_id: str, session_key: str, *, error: str) -> CancelResult:
+        """End a queued or parked run as ``cancelled`` now, or ask the worker executing a
+        running one to stop it (cancel_run.lua)."""
+        now = now_ms()
+        res = self._lua["cancel_run"](
+            run=self.ks.run(run_id),
+            lane=self.ks.lane(session_key),
+            lane_queue=self.ks.lane_queue(session_key),
+            leases=self.ks.lane_leases,
+            active=self.ks.active_runs,
+            parked=self.ks.parked_runs,
+            session=self.ks.session(session_key),
+            waiters=self.ks.run_waiters(run_id),
+            outbox=self.ks.outbox,
+            metrics=self.ks.metrics,
+            events=self.ks.events,
+            cancels=self.ks.cancel_requests,
+            run_id=run_id,
+            session_key=session_key,
+            now=now,
+            retention_s=self.retention_s,
+            lease_at_ms=now + self.lease_s * 1000,
+            channel=self.ks.run_events,
+            error=error,
+            events_cap=EVENTS_MAXLEN,
+            stale_before=now - CANCEL_REQUEST_TTL_MS,
+        )
+        verdict = as_text(res[0])
+        if verdict != "cancelled":
+            return CancelResult(verdict, status=as_text(res[1]) if len(res) > 1 else "")
+        return CancelResult(
+            verdict,
+            status="cancelled",
+            next_run_id=as_text(res[1]) or None,
+            run=RunRecord.from_hash(run_id, codec.decode_flat_hash(res[2])),
+            waiters=tuple(as_text(w) for w in res[3:]),
+        )
+
+    def cancel_requests(self) -> set[str]:
+        """The running runs asked to stop (recent requests: `CANCEL_REQUEST_TTL_MS`)."""
+        since = now_ms() - CANCEL_REQUEST_TTL_MS
+        rows = self.redis.zrangebyscore(self.ks.cancel_requests, since, "+inf")
+        return {as_text(r) for r in rows}
+
+    def cancel_done(self, run_id: str) -> None:
+        """A requested cancel has been carried out (the run ended)."""
+        self.redis.zrem(self.ks.cancel_requests, run_id)
+
+    def stop_session(self, session_key: str) -> None:
+        """Mark a session whose runs are being cancelled: it stops waiting for its
+        children (`sessions_yield`), so their late announces start no run in it."""
+        self.redis.hdel(self.ks.session(session_key), "yieldedAt", "yieldedRunId", "yieldMessage")
 
     def set_meta(self, run_id: str, **fields: Any) -> None:
         """Set extra fields on a run hash."""

@@ -107,8 +107,18 @@ class SpawnStore:
     def create(
         self, spawn_id: str, fields: Mapping[str, Any], *, client: Pipeline | None = None
     ) -> None:
-        """Write a new spawn hash (queued on ``client`` when given)."""
-        self._on(client).hset(self.ks.spawn(spawn_id), mapping=encode(fields))  # type: ignore[arg-type]
+        """Write a new spawn hash (queued on ``client`` when given), listed among its
+        requester's spawns (`spawns_of`)."""
+        on = self._on(client)
+        on.hset(self.ks.spawn(spawn_id), mapping=encode(fields))  # type: ignore[arg-type]
+        requester = fields.get("requesterKey")
+        if requester:
+            index = self.ks.spawns_of(str(requester))
+            created = int(fields.get("createdAt") or 0)
+            on.zadd(index, {spawn_id: created})
+            # Kept while the requester keeps spawning; spawns older than that are gone.
+            on.zremrangebyscore(index, "-inf", created - 2 * self.retention_s * 1000)
+            on.expire(index, 2 * self.retention_s)
 
     def get(self, spawn_id: str) -> SpawnRecord | None:
         """A spawn, or None when unknown or expired."""
@@ -124,6 +134,22 @@ class SpawnStore:
             SpawnRecord.from_hash(sid, codec.decode_hash(raw)) if raw else None
             for sid, raw in zip(spawn_ids, pipe.execute(), strict=True)
         ]
+
+    def spawn_ids_of(self, requester: str, *, since_ms: int | None = None) -> list[str]:
+        """The spawns ``requester`` made (since ``since_ms``), newest first; some may have
+        expired (`get_many` answers None for them)."""
+        low = "-inf" if since_ms is None else since_ms
+        rows = self.redis.zrevrangebyscore(self.ks.spawns_of(requester), "+inf", low)
+        return [as_text(r) for r in rows]
+
+    def spawn_ids_of_many(self, requesters: Sequence[str]) -> list[list[str]]:
+        """`spawn_ids_of` for several requesters, in one round trip."""
+        if not requesters:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for requester in requesters:
+            pipe.zrevrange(self.ks.spawns_of(requester), 0, -1)
+        return [[as_text(r) for r in rows] for rows in pipe.execute()]
 
     def update(
         self, spawn_id: str, fields: Mapping[str, Any], *, client: Pipeline | None = None

@@ -25,6 +25,9 @@ from switchboard.shared.tools import sessions_yield
 # isort: split
 from switchboard.shared.tools import agents_wait
 
+# isort: split
+from switchboard.shared.tools import subagents
+
 # TOOLS-END
 
 ALL_TOOLS: list[ToolSpec] = [
@@ -37,6 +40,7 @@ ALL_TOOLS: list[ToolSpec] = [
     session_status.SPEC,
     sessions_yield.SPEC,
     agents_wait.SPEC,
+    subagents.SPEC,
     # ALL-TOOLS-END
 ]
 

@@ -1,0 +1,288 @@
+"""`subagents` end to end: list, wait and cancel over /tools/invoke and from an agent run,
+on a real api, a real worker and a real Redis."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from switchboard.shared.services import Services
+
+pytestmark = pytest.mark.integration
+
+MAIN = "agent:main:main"
+
+
+@pytest.fixture
+def config_data() -> dict[str, Any]:
+    """Sub-agents may nest three levels deep (main → orchestrator → orchestrator → leaf)."""
+    return {"agents": {"defaults": {"subagents": {"maxSpawnDepth": 3, "maxChildrenPerAgent": 10}}}}
+
+
+def invoke(client: httpx.Client, tool: str, session: str = "main", **args: Any) -> dict[str, Any]:
+    """Call a tool over /tools/invoke acting for ``session``; the tool's result."""
+    resp = client.post("/tools/invoke", json={"tool": tool, "args": args, "sessionKey": session})
+    assert resp.status_code == 200, resp.text
+    result: dict[str, Any] = resp.json()["result"]
+    return result
+
+
+def spawn(client: httpx.Client, session: str = "main", **args: Any) -> dict[str, Any]:
+    """Spawn a child of ``session``; asserts it was accepted."""
+    result = invoke(client, "sessions_spawn", session, **args)
+    assert result["status"] == "accepted", result
+    return result
+
+
+def wait_until(check: Callable[[], Any], timeout_s: float = 20, what: str = "condition") -> Any:
+    """Poll until `check()` is truthy; return its value."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def status_of(services: Services, run_id: str) -> str:
+    """A run's stored status."""
+    rec = services.store.runs.get(run_id)
+    assert rec is not None
+    return rec.status
+
+
+def running(services: Services, run_id: str) -> bool:
+    """The run has been claimed by the worker and is executing."""
+    return status_of(services, run_id) == "running"
+
+
+def announces(services: Services, key: str = MAIN) -> list[dict[str, Any]]:
+    """The sub-agent announces in a session's transcript."""
+    return [
+        m
+        for m in services.store.transcripts.all(key)
+        if (m.get("provenance") or {}).get("sourceTool") == "subagent_announce"
+    ]
+
+
+# -- list ---------------------------------------------------------------------------------
+
+
+def test_list_shows_active_and_recent_children_with_their_rows(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """A finished child is recent (completed, outcome, delivered announce, timings); a
+    sleeping one is active; both carry the row fields; the text names both."""
+    done = spawn(client, task="go\n/reply finished", label="quick")
+    slow = spawn(client, task="go\n/sleep 30", label="slow one")
+    wait_until(lambda: announces(services), what="the quick child's announce")
+    wait_until(lambda: running(services, slow["runId"]), what="the slow child to run")
+    listed = invoke(client, "subagents")
+    assert {k: listed[k] for k in ("status", "action", "total")} == {
+        "status": "ok",
+        "action": "list",
+        "total": 2,
+    }
+    assert listed["requesterSessionKey"] == listed["callerSessionKey"] == MAIN
+    assert listed["callerIsSubagent"] is False
+    [active] = listed["active"]
+    assert active["runId"] == slow["runId"]
+    assert active["sessionKey"] == slow["childSessionKey"]
+    assert (active["label"], active["status"], active["state"]) == (
+        "slow one",
+        "running",
+        "running",
+    )
+    assert active["deliveryStatus"] == "pending" and "outcome" not in active
+    assert "endedAt" not in active and active["startedAt"] > 0
+    [recent] = listed["recent"]
+    assert recent["runId"] == done["runId"] and recent["label"] == "quick"
+    assert (recent["status"], recent["state"]) == ("completed", "succeeded")
+    assert recent["outcome"] == {"status": "ok"}
+    assert recent["deliveryStatus"] == "delivered"
+    assert recent["endedAt"] >= recent["startedAt"] > 0
+    assert "active subagents:" in listed["text"] and "slow one" in listed["text"]
+    assert "recent (last 30m):" in listed["text"] and "quick" in listed["text"]
+    # A child's own list is its own (empty) tree.
+    own = invoke(client, "subagents", slow["childSessionKey"])
+    assert own["callerIsSubagent"] is True and own["total"] == 0
+    assert invoke(client, "subagents", action="cancel", runId=slow["runId"])["cancelled"]
+
+
+# -- wait ---------------------------------------------------------------------------------
+
+
+def test_wait_returns_completed_as_soon_as_one_run_finishes(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """Two runs selected, one ends after ~1 s: the wait answers then, not at its timeout."""
+    fast = spawn(client, task="go\n/sleep 1\n/reply fast")
+    slow = spawn(client, task="go\n/sleep 30")
+    started = time.monotonic()
+    waited = invoke(
+        client, "subagents", action="wait", runIds=[slow["runId"], fast["runId"]], timeoutSeconds=30
+    )
+    elapsed = time.monotonic() - started
+    assert elapsed < 10, f"the wait took {elapsed:.1f}s"
+    assert (waited["status"], waited["action"], waited["reason"]) == ("ok", "wait", "completed")
+    assert waited["completed"] == [fast["runId"]] and waited["attention"] == []
+    assert "unavailable" not in waited
+    rows = {row["runId"]: row for row in waited["runs"]}
+    assert rows[fast["runId"]]["state"] == "succeeded"
+    assert rows[slow["runId"]]["state"] in ("queued", "running")
+    invoke(client, "subagents", action="cancel", runId=slow["runId"])
+
+
+def test_wait_times_out_without_cancelling_or_taking_the_announce(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """At its timeout the wait answers `timeout`; the run goes on and announces itself."""
+    child = spawn(client, task="go\n/sleep 3\n/reply late result")
+    started = time.monotonic()
+    waited = invoke(client, "subagents", action="wait", runIds=[child["runId"]], timeoutSeconds=1)
+    assert 0.9 <= time.monotonic() - started < 5
+    assert waited["reason"] == "timeout" and waited["completed"] == []
+    assert status_of(services, child["runId"]) in ("queued", "running")
+    wait_until(lambda: announces(services), what="the child's own announce")
+    assert status_of(services, child["runId"]) == "ok"
+    assert "Result: late result" in announces(services)[0]["content"]
+    snapshot = invoke(client, "subagents", action="wait", runIds=[child["runId"]], timeoutSeconds=0)
+    assert (snapshot["reason"], snapshot["completed"]) == ("completed", [child["runId"]])
+
+
+def test_wait_refuses_bad_selections(worker: Any, client: httpx.Client) -> None:
+    """Runs outside the caller's tree are unavailable at once; more than 32 are refused."""
+    other = spawn(client, session="agent:main:other", task="go\n/reply other's")
+    waited = invoke(client, "subagents", action="wait", runIds=[other["runId"], "nope"])
+    assert waited["reason"] == "unavailable"
+    assert waited["unavailable"] == [other["runId"], "nope"] and waited["runs"] == []
+    many = [f"run-{n}" for n in range(33)]
+    assert invoke(client, "subagents", action="wait", runIds=many) == {
+        "status": "error",
+        "action": "wait",
+        "error": "At most 32 runIds may be waited for",
+    }
+    assert invoke(client, "subagents", action="steer")["error"] == "Unsupported action."
+
+
+def test_wait_inside_an_agent_run_parks_the_run(
+    worker: Any, client: httpx.Client, rpc: Callable[..., Any], services: Services
+) -> None:
+    """The model calls `subagents wait`: its run is parked (no worker slot) until the child
+    ends, then the tool answers `completed`."""
+    child = spawn(client, task="go\n/sleep 2\n/reply child done")
+    args = json.dumps({"action": "wait", "runIds": [child["runId"]], "timeoutSeconds": 30})
+    parent = rpc("agent", sessionKey="main", message=f"/tool subagents {args}")
+    wait_until(lambda: status_of(services, parent["runId"]) == "parked", what="the parked wait")
+    assert status_of(services, child["runId"]) in ("queued", "running")
+    outcome = rpc("agent.wait", runId=parent["runId"], timeoutMs=20_000)
+    assert outcome["status"] == "ok", outcome
+    result = json.loads(outcome["reply"].splitlines()[0])
+    assert (result["action"], result["reason"]) == ("wait", "completed")
+    assert result["completed"] == [child["runId"]]
+    # The child's announce lands after the parent's turn, not between its call and result.
+    wait_until(lambda: announces(services), what="the announce")
+    roles = [m["role"] for m in services.store.transcripts.all(MAIN)]
+    assert roles == ["user", "assistant", "toolResult", "assistant", "user"]
+
+
+# -- cancel -------------------------------------------------------------------------------
+
+
+def _three_levels(client: httpx.Client, services: Services) -> list[dict[str, Any]]:
+    """main → orchestrator → orchestrator → leaf, each sleeping in its model call."""
+    top = spawn(client, task="go\n/sleep 60", label="grandparent")
+    middle = spawn(client, session=top["childSessionKey"], task="go\n/sleep 60", label="parent")
+    leaf = spawn(client, session=middle["childSessionKey"], task="go\n/sleep 60", label="leaf")
+    levels = [top, middle, leaf]
+    for level in levels:
+        wait_until(lambda level=level: running(services, level["runId"]), what="every level to run")
+    return levels
+
+
+def test_cancel_of_a_grandparent_cancels_two_levels_below(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """Cancel the top run: its model call and its descendants' are stopped, every run ends
+    `cancelled`, none is left running, and main hears of it once."""
+    top, middle, leaf = _three_levels(client, services)
+    result = invoke(client, "subagents", action="cancel", runId=top["runId"])
+    assert (result["status"], result["action"], result["runId"]) == (
+        "cancelled",
+        "cancel",
+        top["runId"],
+    )
+    assert (result["found"], result["cancelled"], result["cascadeCancelled"]) == (True, True, 2)
+    assert result["cascadeLabels"] == ["parent", "leaf"]
+    ids = [top["runId"], middle["runId"], leaf["runId"]]
+    wait_until(
+        lambda: all(status_of(services, r) == "cancelled" for r in ids),
+        timeout_s=10,
+        what="every level to be cancelled",
+    )
+    assert services.store.runs.cancel_requests() == set()
+    waited = invoke(client, "subagents", action="wait", runIds=ids, timeoutSeconds=0)
+    assert {row["state"] for row in waited["runs"]} == {"cancelled"}
+    assert waited["reason"] == "completed" and sorted(waited["completed"]) == sorted(ids)
+    for run_id in ids:
+        rec = services.store.runs.get(run_id)
+        assert rec is not None and rec.ended_at_ms is not None and rec.error
+    wait_until(lambda: announces(services), what="main's announce")
+    time.sleep(0.5)
+    [told] = announces(services)
+    assert "Status: cancelled" in told["content"]
+    listed = invoke(client, "subagents")
+    assert listed["active"] == [] and listed["recent"][0]["state"] == "cancelled"
+    again = invoke(client, "subagents", action="cancel", runId=top["runId"])
+    assert (again["status"], again["cancelled"]) == ("ok", False)
+    assert again["reason"] == "run already ended (cancelled)"
+
+
+def test_cancel_from_an_agent_run_stops_a_queued_child_without_running_it(
+    worker: Any, client: httpx.Client, rpc: Callable[..., Any], services: Services
+) -> None:
+    """A child queued behind its session's lane ends `cancelled` without running; the
+    model's cancel call answers through the loop."""
+    child = spawn(client, task="go\n/sleep 60", label="busy")
+    wait_until(lambda: running(services, child["runId"]), what="the child to run")
+    queued = rpc("agent", sessionKey=child["childSessionKey"], message="/reply never")
+    assert status_of(services, queued["runId"]) == "queued"
+    args = json.dumps({"action": "cancel", "runId": child["runId"]})
+    parent = rpc("agent", sessionKey="main", message=f"/tool subagents {args}")
+    outcome = rpc("agent.wait", runId=parent["runId"], timeoutMs=20_000)
+    result = json.loads(outcome["reply"].splitlines()[0])
+    assert (result["status"], result["runId"]) == ("cancelled", child["runId"])
+    wait_until(lambda: status_of(services, child["runId"]) == "cancelled", what="the cancel")
+    rec = services.store.runs.get(queued["runId"])
+    assert rec is not None and rec.status == "cancelled" and rec.started_at_ms is None
+    assert services.store.runs.lane_holder(child["childSessionKey"]) is None
+
+
+def test_cancel_outside_the_callers_tree_is_refused(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """A sibling's child, or an unknown run, is not the caller's to cancel."""
+    mine = spawn(client, task="go\n/sleep 30")
+    sibling = spawn(client, task="go\n/sleep 30")
+    wait_until(lambda: running(services, sibling["runId"]), what="the sibling to run")
+    refused = invoke(
+        client, "subagents", mine["childSessionKey"], action="cancel", runId=sibling["runId"]
+    )
+    assert refused == {
+        "status": "forbidden",
+        "action": "cancel",
+        "runId": sibling["runId"],
+        "error": "Run outside the controlled session tree.",
+    }
+    assert invoke(client, "subagents", action="cancel", runId="no-such-run")["status"] == (
+        "forbidden"
+    )
+    assert status_of(services, sibling["runId"]) == "running"
+    for run in (mine, sibling):
+        invoke(client, "subagents", action="cancel", runId=run["runId"])
