@@ -5,6 +5,13 @@ nothing is written until every one has passed, then the child session, its linea
 its spawn record are created and the child run is queued with ``on_end`` =
 ``switchboard.subagent_announce(spawnId)``. ``tasks: [...]`` (with ``join: each|all``)
 spawns a batch the same way: every entry is checked first, then all are started.
+
+OpenClaw's newer parameters: ``taskName`` (a checked alias, kept on the spawn and the child
+session), ``context: "fork"`` (`flows.spawn.FORK_MESSAGE_LIMIT`), ``expectsCompletionMessage:
+false`` and ``completionTarget: "parent"`` (read by the announce step), ``attachments``
+(`runtime.attachments`: for the child's model only) and ``runTimeoutSeconds`` as an
+integer >= 0 (0: no per-run timeout; the product's run deadline still applies), with
+``timeoutSeconds`` still accepted. The channel-delivery keys are refused first.
 """
 
 from __future__ import annotations
@@ -83,10 +90,13 @@ _RUN_NOTE = (
 _JOIN_ALL_NOTE = " With join=all, one combined announce arrives when every child has ended."
 
 DESCRIPTION = (
-    "Spawn a sub-agent in a fresh isolated session (agent:<agentId>:subagent:<uuid>) to "
-    "work on a task. Returns at once with {status: accepted, runId, childSessionKey}; when "
-    "the child finishes, its result is announced back to this session and chat (Status / "
-    "Result / Notes). Pass `tasks` (a list of {task, label?, agentId?, model?, ...}) "
+    "Spawn a sub-agent in a fresh session (agent:<agentId>:subagent:<uuid>) to work on a "
+    "task; context=fork starts it from a copy of this session's transcript. Returns at "
+    "once with {status: accepted, runId, childSessionKey}; when the child finishes, its "
+    "result is announced back to this session and chat (Status / Result / Notes), or as a "
+    'private turn of this session with completionTarget="parent", or not at all with '
+    "expectsCompletionMessage=false. Pass `tasks` (a list of {task, label?, agentId?, "
+    "model?, ...}) "
     'instead of `task` to fan out several children at once; `join: "all"` gives one '
     "combined announce when all have ended. Use agents_list to see which agentIds you may "
     "use."
