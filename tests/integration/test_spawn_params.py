@@ -361,6 +361,28 @@ def test_attachments_from_a_model_call_are_redacted_from_the_parent_transcript(
     _assert_in_no_transcript(services, ["LOOP-SECRET-33", content], but_user_input=True)
 
 
+def test_a_cancelled_childs_attachments_are_deleted(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """A child cancelled mid-run (`subagents cancel`) loses its attachments with its run."""
+    result = spawn(
+        client,
+        task="go\n/sleep 10\n/reply never",
+        attachments=[{"name": "a.txt", "content": "CANCELLED-SECRET"}],
+    )
+    run_key = services.store.ks.run(result["runId"])
+    assert services.store.redis.hget(run_key, "attachments") is not None
+    body = {"tool": "subagents", "args": {"action": "cancel", "runId": result["runId"]}}
+    resp = client.post("/tools/invoke", json={**body, "sessionKey": "main"})
+    assert resp.status_code == 200, resp.text
+    wait_until(
+        lambda: (r := services.store.runs.get(result["runId"])) is not None and r.terminal,
+        what="the cancelled run to end",
+    )
+    assert services.store.redis.hget(run_key, "attachments") is None
+    _assert_in_no_transcript(services, ["CANCELLED-SECRET"])
+
+
 @pytest.mark.parametrize(
     ("attachments", "error"),
     [

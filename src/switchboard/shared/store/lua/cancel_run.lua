@@ -26,7 +26,7 @@ if st == 'running' then
 end
 redis.call('HSET', run, 'status', 'cancelled', 'error', ARGV[7], 'endedAt', now,
   'cancelRequested', now)
-redis.call('HDEL', run, 'parked')
+redis.call('HDEL', run, 'parked', 'attachments')
 local started = redis.call('HGET', run, 'startedAt')
 count_run_end(KEYS[10], 'cancelled', started, now)
 redis.call('EXPIRE', run, ARGV[4])
