@@ -206,6 +206,20 @@ def test_completion_target_parent_children_join_the_wake_too(
     assert not services.store.yields.is_yielded(MAIN)
 
 
+def test_a_yield_whose_last_child_ends_silently_ends_without_a_wake(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """ANNOUNCE_SKIP: nothing to bring back; the session stops waiting, no run starts."""
+    accepted = invoke(client, "sessions_spawn", task=child_task("ANNOUNCE_SKIP", 1.0))
+    assert invoke(client, "sessions_yield")["status"] == "yielded"
+    assert services.store.yields.is_yielded(MAIN)
+    ended(services, accepted["runId"])
+    wait_until(lambda: not services.store.yields.is_yielded(MAIN), what="the yield to end")
+    time.sleep(BATCH_WINDOW_S + 0.5)
+    assert announce_messages(services) == []
+    assert services.store.runs.lane_holder(MAIN) is None
+
+
 def test_sub_agents_may_not_yield(worker: Any, client: httpx.Client, services: Services) -> None:
     """A sub-agent's run end is its completion: yielding there is refused."""
     yield_args = {"message": "x"}

@@ -406,6 +406,7 @@ def finish_child(
     requester, child = str(spawn["requesterKey"]), str(spawn["childKey"])
     pipe = pipe if pipe is not None else svc.store.pipeline()
     records.release_child(requester, child, client=pipe)
+    svc.store.yields.release_if_idle(requester, client=pipe)  # its last child: yield over
     if spawn.get("cleanup") == "delete":
         if not archive_session(svc, child) and svc.store.sessions.exists(child):
             records.schedule_archive(child, now_ms(), client=pipe)  # busy: the sweep archives it

@@ -65,6 +65,17 @@ class YieldStore:
         )
         return bool(int(res))
 
+    def release_if_idle(self, session_key: str, *, client: Pipeline | None = None) -> None:
+        """End a session's yield when no child is pending and nothing waits for a wake
+        (queued on ``client`` when given)."""
+        self._lua["yield_release"](
+            session=self.ks.session(session_key),
+            kids=self.ks.active_children(session_key),
+            inbox=self.ks.yield_inbox(session_key),
+            marker=self.ks.yield_wake(session_key),
+            client=client,
+        )
+
     def is_yielded(self, session_key: str) -> bool:
         """Whether the session waits for its children's announces."""
         return bool(self.redis.hexists(self.ks.session(session_key), "yieldedAt"))
