@@ -19,6 +19,14 @@ from switchboard.shared.tools import agents_wait, sessions_spawn
 pytestmark = pytest.mark.faults
 
 PARENT = "agent:main:hook:collector-parent"
+
+
+@pytest.fixture
+def extra_config() -> dict[str, Any]:
+    """Collector spawns on (whatever the default)."""
+    return {"tools": {"swarm": {"enabled": True}}}
+
+
 CHILDREN = 8
 
 

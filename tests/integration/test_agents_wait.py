@@ -32,7 +32,7 @@ SCHEMA = {
 def config_data(request: pytest.FixtureRequest) -> dict[str, Any]:
     """Room for a 200-child group, or a test's own `tools.swarm` (indirect)."""
     swarm = getattr(request, "param", {"maxChildrenPerGroup": 500, "maxTotalPerGroup": 1000})
-    return {"tools": {"swarm": swarm}}
+    return {"tools": {"swarm": {"enabled": True, **swarm}}}
 
 
 def invoke(client: httpx.Client, tool: str, session: str = "main", **args: Any) -> httpx.Response:

@@ -54,7 +54,7 @@ def _config(base_url: str, n: int) -> dict[str, Any]:
             "defaults": {"subagents": {"model": "fake/fake-model", "maxChildrenPerAgent": n}}
         },
         # The drain's collector children are one (ungrouped) group of n.
-        "tools": {"swarm": {"maxChildrenPerGroup": n, "maxTotalPerGroup": n}},
+        "tools": {"swarm": {"enabled": True, "maxChildrenPerGroup": n, "maxTotalPerGroup": n}},
     }
 
 
