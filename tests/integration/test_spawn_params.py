@@ -223,6 +223,38 @@ def test_fire_and_forget_runs_records_and_never_announces(
     assert len(announces(services)) == 1
 
 
+def test_batch_entries_inherit_the_new_parameters(
+    worker: Any, client: httpx.Client, rpc: Callable[..., Any], services: Services
+) -> None:
+    """A batch's top-level context and expectsCompletionMessage apply to every entry
+    (an entry's own taskName and attachments stay its own); join all refuses
+    completionTarget."""
+    agent_turn(rpc, "batch parent says hi")
+    result = spawn(
+        client,
+        tasks=[
+            {"task": "go\n/reply one", "taskName": "one"},
+            {"task": "Read it.", "attachments": [{"name": "t.txt", "content": "/reply two"}]},
+        ],
+        context="fork",
+        expectsCompletionMessage=False,
+    )
+    assert result["status"] == "accepted"
+    records = [wait_done(services, run["runId"]) for run in result["runs"]]
+    assert [r["result"] for r in records] == ["one", "two"]
+    assert [r.get("taskName") for r in records] == ["one", None]
+    assert all(r["announce"] == "skipped" and r["context"] == "fork" for r in records)
+    for run in result["runs"]:
+        first = services.store.transcripts.all(run["childSessionKey"])[0]
+        assert first["content"] == "batch parent says hi"
+    assert announces(services) == []
+    resp = invoke(client, {"tasks": ["a", "b"], "join": "all", "completionTarget": "parent"})
+    assert resp.status_code == 400
+    assert resp.json()["error"]["message"] == (
+        'completionTarget="parent" is not supported with join="all"'
+    )
+
+
 # -- completionTarget: parent ---------------------------------------------------------------------
 
 
