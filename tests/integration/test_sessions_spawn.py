@@ -442,8 +442,7 @@ def test_mode_thread_and_argument_errors(
         ({"task": "   "}, "task required"),
         (
             {"task": "x", "channel": "discord"},
-            'sessions_spawn does not support "channel". Use "message" or "sessions_send" '
-            "for channel delivery.",
+            'sessions_spawn does not support "channel"; remove channel-delivery parameters.',
         ),
         ({"task": "x", "tasks": [{"task": "y"}]}, "use either task or tasks, not both"),
     ],

@@ -522,8 +522,7 @@ def test_channel_delivery_keys_are_refused(
     resp = invoke(client, {"task": "x", key: "somewhere"})
     assert resp.status_code == 400
     assert resp.json()["error"]["message"] == (
-        f'sessions_spawn does not support "{key}". Use "message" or "sessions_send" '
-        "for channel delivery."
+        f'sessions_spawn does not support "{key}"; remove channel-delivery parameters.'
     )
     assert subagent_sessions(services) == []
 
@@ -538,7 +537,6 @@ def test_refused_key_through_the_model_loop(
     result = json.loads(text)
     assert result["status"] == "error"
     assert result["error"] == (
-        'sessions_spawn does not support "to". Use "message" or "sessions_send" for channel '
-        "delivery."
+        'sessions_spawn does not support "to"; remove channel-delivery parameters.'
     )
     assert subagent_sessions(services) == []

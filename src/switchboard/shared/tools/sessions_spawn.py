@@ -198,8 +198,7 @@ def _reject_unsupported_keys(args: Mapping[str, Any]) -> None:
     for key in _UNSUPPORTED_KEYS:
         if key in args:
             raise InvalidInput(
-                f'sessions_spawn does not support "{key}". Use "message" or '
-                '"sessions_send" for channel delivery.',
+                f'sessions_spawn does not support "{key}"; remove channel-delivery parameters.',
                 field=key,
             )
 
