@@ -5,15 +5,22 @@ real worker, the real api."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from switchboard.api.tools import tool_context
 from switchboard.shared.runtime.cancel_signal import CancelSignal, RunCancelled
 from switchboard.shared.runtime.executor import LOST_TEXT
 from switchboard.shared.services import Services
@@ -157,3 +164,63 @@ def test_a_cancel_signal_stops_the_work_but_not_a_deadline() -> None:
 
     for case in (stopped, deadline, fired_before):
         asyncio.run(asyncio.wait_for(case(), 5))
+
+
+@pytest.fixture
+def processes(redis_url: str, tmp_path: Path, config_data: dict[str, Any]) -> Iterator[Any]:
+    """Start `switchboard <command>` subprocesses on this test's Redis and config; all are
+    killed at teardown."""
+    procs: list[subprocess.Popen[bytes]] = []
+    config_file = tmp_path / "switchboard.json"
+    config_file.write_text(json.dumps(config_data), encoding="utf-8")
+    env = {
+        **os.environ,
+        "SWITCHBOARD_REDIS_URL": redis_url,
+        "SWITCHBOARD_CONFIG": str(config_file),
+        "SWITCHBOARD_TOKEN": "t",
+        "SWITCHBOARD_DATA_DIR": str(tmp_path / "data"),
+        "SWITCHBOARD_LANE_LEASE_S": "2",
+        "SWITCHBOARD_SWEEP_INTERVAL_S": "0.5",
+        "SWITCHBOARD_LOG_LEVEL": "WARNING",
+    }
+
+    def start(*args: str) -> subprocess.Popen[bytes]:
+        log = open(tmp_path / f"{args[0]}-{len(procs)}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "switchboard", *args],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+@pytest.mark.faults
+def test_kill_9_of_the_worker_with_no_retry_left_ends_the_child_lost(
+    processes: Any, services: Services
+) -> None:
+    """kill -9 of the worker executing a child run, with one attempt per run: a new worker
+    and beat end the run `lost` (never `running` forever) and its parent hears of it."""
+    first = processes("worker", "--concurrency", "4")
+    spec = services.tools.get("sessions_spawn")
+    assert spec is not None
+    ctx = tool_context(services, "main")
+    accepted = spec.handler(ctx, {"task": "go\n/sleep 30\n/reply never", "label": "killed"})
+    assert accepted["status"] == "accepted", accepted
+    run_id = accepted["runId"]
+    wait_until(lambda: services.store.runs.status(run_id) == "running", "the child to run", 60)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(10)
+    processes("worker", "--concurrency", "4")
+    processes("beat")
+    wait_until(lambda: services.store.runs.status(run_id) == "lost", "the child to be lost", 60)
+    [told] = wait_until(lambda: announces(services), "the parent's announce", 60)
+    assert "Status: lost" in told["content"] and "killed" in told["content"]

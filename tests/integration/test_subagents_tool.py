@@ -75,7 +75,7 @@ def announces(services: Services, key: str = MAIN) -> list[dict[str, Any]]:
 
 
 def test_list_shows_active_and_recent_children_with_their_rows(
-    worker: Any, client: httpx.Client, services: Services
+    worker: Any, client: httpx.Client, rpc: Callable[..., Any], services: Services
 ) -> None:
     """A finished child is recent (completed, outcome, delivered announce, timings); a
     sleeping one is active; both carry the row fields; the text names both."""
@@ -109,6 +109,12 @@ def test_list_shows_active_and_recent_children_with_their_rows(
     assert recent["endedAt"] >= recent["startedAt"] > 0
     assert "active subagents:" in listed["text"] and "slow one" in listed["text"]
     assert "recent (last 30m):" in listed["text"] and "quick" in listed["text"]
+    # The model's call (action defaults to list) answers the same through the loop.
+    turn = rpc("agent", sessionKey="main", message="/tool subagents {}")
+    reply = rpc("agent.wait", runId=turn["runId"], timeoutMs=20_000)["reply"]
+    through_loop = json.loads(reply.splitlines()[0])
+    assert (through_loop["action"], through_loop["total"]) == ("list", 2)
+    assert [r["runId"] for r in through_loop["active"]] == [slow["runId"]]
     # A child's own list is its own (empty) tree.
     own = invoke(client, "subagents", slow["childSessionKey"])
     assert own["callerIsSubagent"] is True and own["total"] == 0

@@ -325,7 +325,7 @@ async def await_run(request: Request, run_id: str, wait_s: float) -> RunRecord:
         raise OpenAIError(500, f"run {run_id} not found", "server_error", code="run_not_found")
     if rec.status == "ok":
         return rec
-    if rec.status == "error":
+    if rec.status in ("error", "lost", "cancelled"):  # lost, cancelled: its error says so
         raise OpenAIError(
             502,
             f"the agent run failed: {rec.error or 'unknown error'}",

@@ -73,6 +73,8 @@ _RUN_STATUS = {
     "failed": "failed",
     "timeout": "timeout",
     "killed": "killed",
+    "cancelled": "killed",
+    "lost": "failed",
 }
 _STRING_FIELDS = ("sessionId", "model", "thinkingLevel", "verboseLevel", "sendPolicy", "label")
 _NUMBER_FIELDS = ("updatedAt", "contextTokens", "totalTokens")
