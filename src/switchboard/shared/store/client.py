@@ -26,9 +26,11 @@ the pool's sentinel-managed ones, reconnected the same way.
 A primary demoted on purpose (``SENTINEL FAILOVER``) keeps serving the connections it has
 until Sentinel reconfigures it, up to ten seconds later, and what they write there is
 thrown away when it resyncs from the new primary. So every sentinel pool is followed
-(`follow_primary`): once a second its sentinels are asked for the primary, and when they
+(`follow_primary`): twice a second its sentinels are asked for the primary, and when they
 name another one every connection of the pool is cut (as if the server had closed it),
-so each reconnects to the new primary at its next command.
+so each reconnects to the new primary at its next command. Sentinels that disagree (right
+after a failover only one knows) are settled by their configuration epoch
+(`NewestSentinel`), for the check and for every new connection alike.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from redis.backoff import NoBackoff
 from redis.driver_info import DriverInfo
 from redis.exceptions import NoScriptError, WatchError
 from redis.retry import Retry
-from redis.sentinel import Sentinel, SentinelConnectionPool
+from redis.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
 
 from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store.thread_held import ThreadHeldRedis
@@ -66,7 +68,9 @@ _PASSED_THROUGH = (NoScriptError, WatchError)
 # that does not answer is skipped for the next one instead of retried.
 SENTINEL_TIMEOUT_S = 2.0
 # How often a sentinel pool's primary is checked (`follow_primary`).
-PRIMARY_CHECK_S = 1.0
+PRIMARY_CHECK_S = 0.5
+# How long a sentinel that did not answer is skipped while another one answers.
+SENTINEL_SKIP_S = 10.0
 
 
 def unavailable(exc: redis.RedisError) -> StoreUnavailable:
@@ -117,13 +121,56 @@ class SentinelBlockingPool(SentinelConnectionPool, redis.BlockingConnectionPool)
     with the blocking pool's wait for a free connection."""
 
 
+class NewestSentinel(Sentinel):
+    """Sentinels asked for the primary the newest configuration names.
+
+    redis-py believes the first sentinel that names a primary. Right after a failover only
+    the sentinel that ran it knows the new one; the others learn it within seconds and
+    until then still name the old primary, which, demoted on purpose, still answers. Here
+    every sentinel is asked and the answer with the highest ``config-epoch`` (Sentinel's
+    own order of configurations) wins. A sentinel that did not answer is skipped for
+    `SENTINEL_SKIP_S` while another answers, so one that is down does not slow every
+    new connection by its timeout."""
+
+    def discover_master(self, service_name: str) -> tuple[str, int]:
+        """The (host, port) of the primary of ``service_name`` in the newest configuration."""
+        down: dict[int, float] = self.__dict__.setdefault("_down_until", {})
+        now = time.monotonic()
+        newest: tuple[int, str, int] | None = None
+        errors = []
+        sentinels = list(self.sentinels)
+        for sentinel in sorted(sentinels, key=lambda s: down.get(id(s), 0.0) > now):
+            if newest is not None and down.get(id(sentinel), 0.0) > now:
+                continue
+            try:
+                masters: Any = sentinel.sentinel_masters()
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                down[id(sentinel)] = now + SENTINEL_SKIP_S
+                errors.append(f"{sentinel} - {exc!r}")
+                continue
+            down.pop(id(sentinel), None)
+            state = masters.get(service_name)
+            if state and self.check_master_state(state, service_name):  # type: ignore[no-untyped-call]
+                epoch = int(state.get("config-epoch", 0))
+                if newest is None or epoch > newest[0]:
+                    newest = (epoch, str(state["ip"]), int(state["port"]))
+        if newest is None:
+            shown = f" : {', '.join(errors)}" if errors else ""
+            raise MasterNotFoundError(f"No master found for {service_name!r}{shown}")
+        return newest[1], newest[2]
+
+
 def follow_primary(pool: SentinelConnectionPool, every_s: float = PRIMARY_CHECK_S) -> None:
-    """Cut every connection of the sentinel ``pool`` once its sentinels name another
-    primary (checked every ``every_s`` in a daemon thread that ends with the pool).
+    """Cut every connection of the sentinel ``pool`` once the sentinels' newest
+    configuration names another primary (checked every ``every_s`` in a daemon thread
+    that ends with the pool). A pool made elsewhere (kombu's) is given `NewestSentinel`'s
+    rule too, so its connections reconnect where the check found the primary.
 
     A connection is cut by shutting its socket down, not closed: whoever uses it (a
     thread's held connection, kombu's event loop) sees the server close it, as on a
     crash, and reconnects through the sentinels to the new primary."""
+    if type(pool.sentinel_manager) is Sentinel:
+        pool.sentinel_manager.__class__ = NewestSentinel
     threading.Thread(
         target=_follow_primary,
         args=(weakref.ref(pool), every_s),
@@ -139,8 +186,11 @@ def _follow_primary(ref: weakref.ref[SentinelConnectionPool], every_s: float) ->
         if pool is None:
             return
         known = pool.master_address  # None until a first connection asked for it
-        named = _agreed_primary(pool) if known is not None else None
-        if named is not None and named != (str(known[0]), int(known[1])):
+        try:
+            named = pool.sentinel_manager.discover_master(pool.service_name)
+        except redis.RedisError:
+            named = None  # none names one (a failover under way): connections find out
+        if known is not None and named is not None and tuple(named) != tuple(known):
             log.warning(
                 "Redis primary of %r moved from %s:%s to %s:%s; reconnecting",
                 pool.service_name,
@@ -150,25 +200,6 @@ def _follow_primary(ref: weakref.ref[SentinelConnectionPool], every_s: float) ->
             pool.proxy.master_address = named
             _cut_connections(pool)
         del pool
-
-
-def _agreed_primary(pool: SentinelConnectionPool) -> tuple[str, int] | None:
-    """The primary every sentinel that answers names, or None while they disagree.
-
-    Right after a failover only the sentinel that ran it knows the new primary; the others
-    learn it within seconds. A connection asks whichever answers first, so connections are
-    cut only once they all agree: cut earlier, one could reconnect to the old primary."""
-    named: set[tuple[str, int]] = set()
-    for sentinel in list(pool.sentinel_manager.sentinels):
-        try:
-            found = sentinel.sentinel_get_master_addr_by_name(pool.service_name)
-        except redis.RedisError:
-            continue  # a sentinel that is down does not vote
-        if not found:
-            return None
-        host, port = found
-        named.add((host.decode() if isinstance(host, bytes) else str(host), int(port)))
-    return named.pop() if len(named) == 1 else None
 
 
 def _cut_connections(pool: redis.ConnectionPool) -> None:
@@ -192,10 +223,10 @@ def _sentinel_kwargs(retry: Any) -> dict[str, Any]:
     }
 
 
-def _sentinels(parsed: SentinelUrl) -> Sentinel:
+def _sentinels(parsed: SentinelUrl) -> NewestSentinel:
     """The URL's sentinels, asked by the sync clients' pools."""
     kwargs = _sentinel_kwargs(Retry(NoBackoff(), 0))
-    return Sentinel(  # type: ignore[no-untyped-call]
+    return NewestSentinel(  # type: ignore[no-untyped-call]
         list(parsed.sentinels), sentinel_kwargs=kwargs, **parsed.connection_kwargs()
     )
 

@@ -85,7 +85,11 @@ class ThreadHeldRedis(redis.Redis):
             if conn.can_read():
                 raise redis.ConnectionError("connection has unread data")
         except (redis.ConnectionError, redis.TimeoutError, OSError):
-            conn.disconnect()  # sending the command reconnects it
+            conn.disconnect()
+            # Reconnected here, not by sending the command: redis-py's send reconnects to
+            # the address last used, where `connect` of a sentinel-managed connection asks
+            # the sentinels for the primary first (after a failover they differ).
+            conn.connect()
         options.pop("keys", None)  # only for client-side caching, which is off here
         if options.keys() & _FULL_PATH_OPTIONS:
             return self._execute_command(*args, **options)  # type: ignore[no-untyped-call]
