@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -31,6 +32,7 @@ from switchboard.shared.errors import StoreUnavailable, Unavailable
 from switchboard.shared.store import Store
 from switchboard.shared.store.client import connect_async, connect_plain
 from switchboard.supervisor.redis_server import RedisServer, find_redis_server
+from switchboard.supervisor.runfile import RUNFILE
 from switchboard.testing.webhook_receiver import WebhookReceiver
 
 # The fault tests' kit (its processes and checks) lives beside their conftest.
@@ -41,6 +43,7 @@ from faultkit import (
     assert_transcripts_exact,
     base_config,
     count_by,
+    free_port,
     wait_until,
 )
 
@@ -258,6 +261,54 @@ def test_cli_check_health_and_bad_urls(sentinel_group: SentinelGroup, tmp_path: 
     down = switchboard(unknown_master, "check-health")
     assert down.returncode == 3
     assert "nosuchgroup" in down.stderr and "Traceback" not in down.stderr
+
+
+@pytest.mark.integration
+def test_up_runs_on_the_sentinel_group_instead_of_embedding_redis(
+    sentinel_group: SentinelGroup, tmp_path: Path
+) -> None:
+    """`switchboard up` with a sentinel URL starts no redis-server of its own: its api,
+    worker and beat use the group, and a run completes through it."""
+    port = free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")},
+        "SWITCHBOARD_REDIS_URL": sentinel_group.url,
+        "SWITCHBOARD_TOKEN": TOKEN,
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "switchboard", "up", "--port", str(port), "--concurrency", "4"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+
+        def healthy() -> bool:
+            assert proc.poll() is None, "up exited"
+            try:
+                return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(healthy, 60, "up's api to answer /healthz", 0.2)
+        run_id = _send(url, "up-sentinel", "through the group")
+        wait = {"method": "agent.wait", "params": {"runId": run_id, "timeoutMs": 30_000}}
+        resp, _ = _post(url, "/rpc", wait)
+        assert resp.status_code == 200 and resp.json()["status"] == "ok", resp.text
+        info = json.loads((tmp_path / ".switchboard" / RUNFILE).read_text())
+        assert info["redis_url"] == sentinel_group.url
+        assert not (tmp_path / ".switchboard" / "redis").exists()  # nothing embedded
+        with sentinel_group.primary.client() as primary:
+            assert primary.exists(f"sb:r:{run_id}")
+    finally:
+        os.kill(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _post(url: str, path: str, body: dict[str, Any]) -> tuple[httpx.Response, float]:
