@@ -26,7 +26,7 @@ from switchboard.shared.flows.yield_wake import BATCH_WINDOW_S, WAKE_STEP
 from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import RunRecord
-from switchboard.shared.tools.sessions_yield import NOT_SUPPORTED, NOTHING_PENDING
+from switchboard.shared.tools.sessions_yield import NOTHING_PENDING
 
 pytestmark = pytest.mark.integration
 
@@ -220,26 +220,74 @@ def test_a_yield_whose_last_child_ends_silently_ends_without_a_wake(
     assert services.store.runs.lane_holder(MAIN) is None
 
 
-def test_sub_agents_may_not_yield(worker: Any, client: httpx.Client, services: Services) -> None:
-    """A sub-agent's run end is its completion: yielding there is refused."""
-    yield_args = {"message": "x"}
-    task = f"go\n{tool_line('sessions_yield', yield_args)}"
-    accepted = invoke(client, "sessions_spawn", task=task)
-    child = ended(services, accepted["runId"])
-    # The session tool is not offered to a leaf sub-agent: its turn is not yielded ...
-    assert not child.yielded
-    # ... and the handler refuses a sub-agent session even when it is offered.
-    from switchboard.shared.tools.registry import ToolContext
-    from switchboard.shared.tools.sessions_yield import SPEC
+@pytest.fixture
+def config_data(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The test's config (indirect parametrisation), empty by default."""
+    return dict(getattr(request, "param", {}))
 
-    ctx = ToolContext(
-        services=services,
-        session_key=accepted["childSessionKey"],
-        agent_id="main",
-        spawn_depth=1,
-        run_id="r",
+
+NESTED = {"agents": {"defaults": {"subagents": {"maxSpawnDepth": 2}}}}
+
+
+@pytest.mark.parametrize("config_data", [NESTED], indirect=True)
+def test_an_orchestrator_yields_and_completes_once_its_wake_run_answers(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """A sub-agent that spawns two leaves and yields is paused, not done: its requester
+    hears nothing until the orchestrator's wake run (both leaves' results) answers."""
+    leaves = [
+        tool_line("sessions_spawn", {"task": child_task(f"g-{n}", 1.0), "label": f"g{n}"})
+        for n in (1, 2)
+    ]
+    task = "\n".join(["orchestrate", *leaves, tool_line("sessions_yield", {"message": "g"})])
+    accepted = invoke(client, "sessions_spawn", task=task, label="orch")
+    orchestrator = accepted["childSessionKey"]
+    first = ended(services, accepted["runId"])
+    assert first.status == "ok" and first.yielded
+    assert announce_messages(services) == []  # paused: no completion for the requester
+    [wake] = wait_until(lambda: announce_messages(services, orchestrator), what="its wake")
+    assert "Result: g-1" in wake["content"] and "Result: g-2" in wake["content"]
+    [done] = wait_until(lambda: announce_messages(services), what="the orchestrator's announce")
+    assert done["content"].startswith('A subagent task "orch" just completed successfully.')
+    assert "Result: g-1" in done["content"]  # its wake run's answer (echo: the results)
+    linked = services.store.runs.get(accepted["runId"])
+    assert linked is not None and linked.wake_run_id
+    wake_run = services.store.runs.get(linked.wake_run_id)
+    assert wake_run is not None and wake_run.session_key == orchestrator
+    assert wake_run.extra_system_prompt and "Your note for this turn: g" in (
+        wake_run.extra_system_prompt
     )
-    assert SPEC.handler(ctx, {}) == {"status": "error", "error": NOT_SUPPORTED}
+    assert wake_run.meta.get("spawnId") == first.meta.get("spawnId")
+    time.sleep(BATCH_WINDOW_S + 1)
+    assert len(announce_messages(services)) == 1
+    assert len(announce_messages(services, orchestrator)) == 1
+    assert services.store.spawns.active_children(MAIN) == []
+    assert not services.store.yields.is_yielded(orchestrator)
+
+
+@pytest.mark.parametrize("config_data", [NESTED], indirect=True)
+def test_a_leaf_is_not_offered_the_tool(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """A leaf spawns nothing, so it has nothing to wait for: the tool is not offered."""
+    orch = invoke(client, "sessions_spawn", task="go\n/sleep 1\n/reply done")
+    ended(services, orch["runId"])
+    orchestrator = orch["childSessionKey"]
+    leaf = invoke(client, "sessions_spawn", orchestrator, task=child_task("leaf-out", 1.5))
+    assert leaf["status"] == "accepted"
+    refused = client.post(
+        "/tools/invoke",
+        json={"tool": "sessions_yield", "args": {}, "sessionKey": leaf["childSessionKey"]},
+    )
+    assert refused.status_code == 404
+    offered = client.post(
+        "/tools/invoke",
+        json={"tool": "sessions_yield", "args": {}, "sessionKey": orchestrator},
+    )
+    assert offered.status_code == 200  # an orchestrator is offered it
+    assert offered.json()["result"]["status"] == "yielded"
+    [wake] = wait_until(lambda: announce_messages(services, orchestrator), what="its wake")
+    assert "Result: leaf-out" in wake["content"]
 
 
 def test_announces_after_the_take_start_the_next_wake(

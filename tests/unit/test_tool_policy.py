@@ -70,7 +70,7 @@ def test_orchestrator_keeps_list_history_and_spawn() -> None:
 
 def test_unknown_session_tools_are_denied_to_orchestrators_too() -> None:
     """A session tool outside the orchestration set is treated like sessions_send."""
-    tools = [ToolInfo("sessions_yield", session_tool=True), ToolInfo("web_search")]
+    tools = [ToolInfo("sessions_future", session_tool=True), ToolInfo("web_search")]
     assert allowed_tools("orchestrator", tools) == ["web_search"]
 
 

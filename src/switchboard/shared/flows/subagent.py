@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from switchboard.shared import keys as sk
@@ -32,7 +33,7 @@ from switchboard.shared.flows import collect
 from switchboard.shared.flows.steps import flow_step
 from switchboard.shared.flows.subagent_archive import archive_session
 from switchboard.shared.flows.subagent_parent import start_private_turn
-from switchboard.shared.flows.yield_wake import append_announce
+from switchboard.shared.flows.yield_wake import append_announce, current_run
 from switchboard.shared.runtime.transcript import latest_tool_result_text
 from switchboard.shared.services import Services
 from switchboard.shared.store import Pipeline
@@ -71,6 +72,10 @@ def subagent_announce(svc: Services, spawn_id: str) -> None:
     if spawn.get("status") == "starting":
         raise Unavailable(f"spawn {spawn_id} is still being recorded")  # retried shortly
     ctx = _read_context(svc, spawn)
+    if ctx.run is not None and ctx.run.yielded:  # paused (sessions_yield): its wake run ends it
+        ctx = replace(ctx, run=current_run(svc, ctx.run))
+        if ctx.run is None:
+            return  # the wake run is not recorded yet: its end enqueues this step again
     if ctx.run is not None and not ctx.run.terminal:
         return  # an early duplicate: the run's end enqueues this step again
     spawn = _freeze_outcome(svc, records, spawn, ctx.run, ctx.child_session_id)

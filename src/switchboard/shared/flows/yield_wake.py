@@ -29,11 +29,12 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from switchboard.shared import keys as sk
 from switchboard.shared.flows.steps import flow_step
 from switchboard.shared.gateway.agent import RunRequest, SendBlocked, start_run
 from switchboard.shared.services import Services
-from switchboard.shared.store.runs import now_ms
-from switchboard.shared.store.yields import YieldStore
+from switchboard.shared.store.runs import RunRecord, now_ms
+from switchboard.shared.store.yields import WakeTake, YieldStore
 
 log = logging.getLogger("switchboard.yield")
 
@@ -41,6 +42,8 @@ WAKE_STEP = "switchboard.yield_wake"
 # The batching window: the wake step runs this long after the announce that opened it, so
 # announces landing within it (children that end close together) make one message.
 BATCH_WINDOW_S = 1.0
+# How many yields in a row `current_run` follows.
+_MAX_CHAIN = 100
 
 
 def append_announce(
@@ -102,27 +105,13 @@ def yield_wake(svc: Services, session_key: str, wake_id: str) -> None:
         yields.started(wake_id, "")
         return
     message = wake_message([str(a.get("text") or "") for a in take.announces])
-    provenance = {
-        "kind": "inter_session",
-        "sourceSessionKey": str(take.announces[0].get("childKey") or ""),
-        "sourceChannel": "internal",
-        "sourceTool": "subagent_announce",
-    }
+    yielded = svc.store.runs.get(take.yielded_run_id) if take.yielded_run_id else None
     try:
-        started = start_run(
-            svc,
-            RunRequest(
-                session_key=session_key,
-                message=message,
-                idempotency_key=f"yield-wake:{wake_id}",
-                provenance=provenance,
-                extra_system_prompt=resume_prompt(take.yield_message),
-                meta={"yieldWake": wake_id},
-            ),
-        )
+        started = start_run(svc, _wake_request(svc, session_key, wake_id, take, yielded, message))
     except SendBlocked:
         # The session's send policy refuses runs: keep the results in its transcript.
         log.warning("yielded session %s may not run; its announces are kept", session_key)
+        provenance = _wake_request(svc, session_key, wake_id, take, None, message).provenance
         svc.store.transcripts.append(
             session_key, {"role": "user", "content": message, "provenance": provenance}, now_ms()
         )
@@ -130,6 +119,60 @@ def yield_wake(svc: Services, session_key: str, wake_id: str) -> None:
         return
     yields.started(wake_id, str(started["runId"]))
     log.info("yielded session %s woken by %d announce(s)", session_key, len(take.announces))
+
+
+def _wake_request(
+    svc: Services,
+    session_key: str,
+    wake_id: str,
+    take: WakeTake,
+    yielded: RunRecord | None,
+    message: str,
+) -> RunRequest:
+    """The wake run: the announces as its message, the yielding run's system prompt, model
+    and timeout, and the yield's note. A sub-agent's yielded run hands its follow-up (its
+    completion announce) to the wake run, which is named on the yielded run (``wakeRunId``,
+    in the step that records it) so the announce step follows the chain (`current_run`)."""
+    meta: dict[str, Any] = {"yieldWake": wake_id}
+    on_end = link = None
+    if yielded is not None and yielded.on_end and sk.is_subagent_key(session_key):
+        on_end = yielded.on_end
+        link = (svc.store.ks.run(yielded.run_id), "wakeRunId")
+        meta.update({k: v for k, v in yielded.meta.items() if k == "spawnId"})
+    prompts = [yielded.extra_system_prompt if yielded is not None else None]
+    return RunRequest(
+        session_key=session_key,
+        message=message,
+        idempotency_key=f"yield-wake:{wake_id}",
+        provenance={
+            "kind": "inter_session",
+            "sourceSessionKey": str(take.announces[0].get("childKey") or ""),
+            "sourceChannel": "internal",
+            "sourceTool": "subagent_announce",
+        },
+        extra_system_prompt="\n\n".join(
+            p for p in [*prompts, resume_prompt(take.yield_message)] if p
+        ),
+        model=yielded.model if yielded is not None else None,
+        timeout_s=yielded.timeout_s if yielded is not None else None,
+        meta=meta,
+        on_end=on_end,
+        link=link,
+    )
+
+
+def current_run(svc: Services, rec: RunRecord) -> RunRecord | None:
+    """The run that continues ``rec`` across its yields (its wake's run, and that one's,
+    ...); None while a yielded run's wake run is not recorded yet (its end brings the
+    follow-up again)."""
+    for _ in range(_MAX_CHAIN):
+        if not rec.yielded:
+            return rec
+        nxt = svc.store.runs.get(rec.wake_run_id) if rec.wake_run_id else None
+        if nxt is None:
+            return None
+        rec = nxt
+    return None
 
 
 def wake_message(texts: Sequence[str]) -> str:

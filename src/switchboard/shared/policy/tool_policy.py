@@ -38,6 +38,7 @@ ORCHESTRATION_TOOLS: tuple[str, ...] = (
     "sessions_history",
     "sessions_spawn",
     "agents_wait",  # an orchestrator collects the collector children it spawned
+    "sessions_yield",  # an orchestrator waits for its children (a leaf has none)
 )
 
 

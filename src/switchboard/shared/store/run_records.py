@@ -76,6 +76,8 @@ class RunRecord:
     # The run ended its turn with `sessions_yield` (status ok): its session waits for its
     # children's announces, which start its next run.
     yielded: bool = False
+    # The run that continues a yielded run: its wake's (named once, as the wake run starts).
+    wake_run_id: str | None = None
     # When `subagents cancel` asked for this running run to stop (ms; None: not asked).
     cancel_at_ms: int | None = None
     # Hashes the run's end step read for its follow-up step (Redis key -> decoded fields;
@@ -126,6 +128,7 @@ class RunRecord:
             meta=codec.as_json(h.get("meta"), {}),
             on_end=codec.as_json(h.get("onEnd")),
             yielded=h.get("yielded") == "1",
+            wake_run_id=h.get("wakeRunId") or None,
             cancel_at_ms=codec.as_int(h.get("cancelRequested")),
         )
 

@@ -44,6 +44,8 @@ class WakeTake:
     run_id: str = ""
     announces: tuple[Mapping[str, Any], ...] = ()
     yield_message: str = ""
+    # The run that yielded ("" over /tools/invoke).
+    yielded_run_id: str = ""
 
 
 class YieldStore:
@@ -151,6 +153,7 @@ class YieldStore:
             run_id=as_text(res[1]),
             announces=tuple(a for a in announces if isinstance(a, dict)),
             yield_message=as_text(res[3]),
+            yielded_run_id=as_text(res[4]) if len(res) > 4 else "",
         )
 
     def started(self, wake_id: str, run_id: str) -> None:

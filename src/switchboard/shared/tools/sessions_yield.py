@@ -10,16 +10,18 @@ children then start its next run, batched (``flows/yield_wake.py``).
 
 Refused (status ``error``, OpenClaw's text) when nothing the session spawned is still
 pending with a completion to announce (collectors, ``collect: true``, are drained with
-``agents_wait``; ``expectsCompletionMessage: false`` children announce nothing), and for
-sub-agent sessions ("Yield not supported in this context"): a sub-agent's
-run end is its completion, announced to its requester.
+``agents_wait``; ``expectsCompletionMessage: false`` children announce nothing).
+
+An orchestrator sub-agent may yield too (leaves, which spawn nothing, are not offered the
+tool): its run is paused, not complete. Its requester gets no completion yet; the wake run
+carries the yielded run's follow-up, so the requester hears from the run that finally
+answers without yielding.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from switchboard.shared import keys as sk
 from switchboard.shared.runtime.agent_loop import EndTurn
 from switchboard.shared.store.runs import now_ms
 from switchboard.shared.tools.args import read_string
@@ -31,7 +33,6 @@ NOTHING_PENDING = (
     "descendant work to wait for; continue the assigned task now and return its verified "
     "result."
 )
-NOT_SUPPORTED = "Yield not supported in this context"
 
 
 def _error(text: str) -> dict[str, Any]:
@@ -61,8 +62,6 @@ def awaited_children(ctx: ToolContext, session_key: str) -> list[str]:
 
 def _sessions_yield(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     message = read_string(args, "message") or DEFAULT_MESSAGE
-    if ctx.spawn_depth >= 1 or sk.is_subagent_key(ctx.session_key):
-        return _error(NOT_SUPPORTED)
     store = ctx.services.store
     if not awaited_children(ctx, ctx.session_key):
         return _error(NOTHING_PENDING)
