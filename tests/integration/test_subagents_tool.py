@@ -292,3 +292,49 @@ def test_cancel_outside_the_callers_tree_is_refused(
     assert status_of(services, sibling["runId"]) == "running"
     for run in (mine, sibling):
         invoke(client, "subagents", action="cancel", runId=run["runId"])
+
+
+def test_a_yielded_child_is_waiting_not_completed(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """A child that spawned its own child and yielded shows `waiting`; a wait on it does
+    not count it completed (it times out) until its own child's result has woken it and
+    that turn ended."""
+    grandchild = json.dumps({"task": "go\n/sleep 3\n/reply deep result"})
+    child = spawn(client, task=f"go\n/tool sessions_spawn {grandchild}\n/tool sessions_yield {{}}")
+    key = child["childSessionKey"]
+    wait_until(lambda: (e := services.store.sessions.get(key)) and e.get("yieldedAt"), what="yield")
+    [row] = invoke(client, "subagents")["active"]
+    assert (row["runId"], row["status"]) == (child["runId"], "waiting")
+    waited = invoke(client, "subagents", action="wait", runIds=[child["runId"]], timeoutSeconds=1)
+    assert (waited["reason"], waited["completed"]) == ("timeout", [])
+    waited = invoke(client, "subagents", action="wait", runIds=[child["runId"]], timeoutSeconds=30)
+    assert (waited["reason"], waited["completed"]) == ("completed", [child["runId"]])
+    assert waited["runs"][0]["status"] == "completed"
+
+
+def test_cancel_of_a_yielded_child_ends_it_cancelled_and_tells_the_parent_once(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """A child that yielded waiting for its own child: cancel stops the grandchild and
+    ends the child's paused turn `cancelled`; main hears of it once, and nothing runs on."""
+    grandchild = json.dumps({"task": "go\n/sleep 60", "label": "deep"})
+    child = spawn(client, task=f"go\n/tool sessions_spawn {grandchild}\n/tool sessions_yield {{}}")
+    key = child["childSessionKey"]
+    wait_until(lambda: (e := services.store.sessions.get(key)) and e.get("yieldedAt"), what="yield")
+    [deep] = services.store.spawns.get_many(services.store.spawns.spawn_ids_of(key))
+    assert deep is not None
+    deep_run = str(deep["runId"])
+    wait_until(lambda: running(services, deep_run), what="the grandchild to run")
+    result = invoke(client, "subagents", action="cancel", runId=child["runId"])
+    assert (result["status"], result["cascadeCancelled"]) == ("cancelled", 1)
+    wait_until(lambda: status_of(services, deep_run) == "cancelled", what="the grandchild")
+    [row] = wait_until(lambda: invoke(client, "subagents")["recent"], what="the child to end")
+    assert (row["runId"], row["state"], row["status"]) == (child["runId"], "cancelled", "cancelled")
+    [told] = wait_until(lambda: announces(services), what="main's announce")
+    assert "Status: cancelled" in told["content"]
+    time.sleep(1)
+    assert len(announces(services)) == 1
+    assert services.store.runs.lane_holder(key) is None
+    entry = services.store.sessions.get(key)
+    assert entry is not None and not entry.get("yieldedAt")

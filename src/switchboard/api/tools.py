@@ -67,7 +67,7 @@ async def invoke(request: Request) -> dict[str, Any]:
     ctx, spec, outcome = await run_in_threadpool(
         _start_as, svc, body.sessionKey, body.tool, body.args
     )
-    if isinstance(outcome, WaitFor) and outcome.also:
+    if isinstance(outcome, WaitFor) and (outcome.also or spec.ready is not None):
         target = await wait_any(ctx, spec, outcome, app_run_wait(request.app))
         outcome = await _complete(ctx, spec, outcome, target)
     elif isinstance(outcome, WaitFor):
@@ -111,7 +111,7 @@ async def wait_any(
 ) -> RunRecord | None:
     """Wait until one of a `WaitFor`'s runs ends (and the tool's `ready` agrees) or its
     timeout passes: the run that ended, else the first run as it stands."""
-    if not wait_for.also:
+    if not wait_for.also and spec.ready is None:
         return await wait(wait_for.target_run_id, wait_for.timeout_s)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0.0, wait_for.timeout_s)
@@ -130,8 +130,17 @@ async def wait_any(
         if spec.ready is None or await run_in_threadpool(spec.ready, ctx, wait_for.context):
             return next(iter(ended.values()))
         pending = [r for r in pending if r not in ended]
+        if not pending:  # what ended is not enough yet (a yielded child): look again
+            while loop.time() < deadline:
+                await asyncio.sleep(min(_READY_POLL_S, deadline - loop.time()))
+                if await run_in_threadpool(spec.ready, ctx, wait_for.context):
+                    break
         if loop.time() >= deadline or not pending:
             return next(iter(ended.values()))
+
+
+# How often a wait whose runs have all ended asks the tool again whether it can answer.
+_READY_POLL_S = 1.0
 
 
 def _ended(rec: RunRecord | None) -> bool:

@@ -12,11 +12,12 @@ and the next claim ends it as ``cancelled`` instead of running it.
 from __future__ import annotations
 
 import logging
+import uuid
 
 from switchboard.shared.runtime.cancel_signal import CANCELLED_TEXT
 from switchboard.shared.runtime.executor import after_run_end
 from switchboard.shared.services import Services
-from switchboard.shared.store.runs import CancelResult
+from switchboard.shared.store.runs import CancelResult, NewRun, RunRecord
 
 log = logging.getLogger("switchboard.run")
 
@@ -45,3 +46,22 @@ def cancel_session_runs(svc: Services, session_key: str) -> dict[str, CancelResu
         if run_id and run_id not in out:
             out[run_id] = cancel_run(svc, run_id, session_key)
     return out
+
+
+def cancel_paused(svc: Services, yielded: RunRecord) -> CancelResult:
+    """Cancel a run that yielded its turn (sessions_yield) and that no run continues yet:
+    its continuation is recorded and cancelled at once, never enqueued, carrying the
+    yielded run's follow-up (a sub-agent's announce), so the chain ends ``cancelled`` and
+    the requester is told (`yield_wake.current_run` follows ``wakeRunId`` to it)."""
+    run = NewRun(
+        run_id=str(uuid.uuid4()),
+        session_key=yielded.session_key,
+        message=None,
+        timeout_s=yielded.timeout_s or 60.0,
+        kind=yielded.kind,
+        meta={k: v for k, v in yielded.meta.items() if k == "spawnId"},
+        on_end=yielded.on_end,
+        link=(svc.store.ks.run(yielded.run_id), "wakeRunId"),
+    )
+    svc.store.runs.start(run)
+    return cancel_run(svc, run.run_id, yielded.session_key)

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from switchboard.shared import keys as sk
-from switchboard.shared.runtime.cancel import cancel_run, cancel_session_runs
+from switchboard.shared.flows.yield_wake import current_run
+from switchboard.shared.runtime.cancel import cancel_paused, cancel_run, cancel_session_runs
 from switchboard.shared.services import Services
 from switchboard.shared.store.run_records import TERMINAL, RunRecord, ledger_state, now_ms
 from switchboard.shared.store.sessions import SessionEntry
@@ -90,15 +91,19 @@ PARAMETERS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class _Node:
-    """One spawn of the tree with what its row shows."""
+    """One spawn of the tree with what its row shows: ``run`` is the spawn's run, or the
+    run that continues it after it yielded (its wake run, `yield_wake.current_run`)."""
 
     spawn: SpawnRecord
     run: RunRecord | None
     entry: SessionEntry | None
     depth: int
+    # The spawn's run yielded and no run continues it yet.
+    paused: bool = False
 
     @property
     def run_id(self) -> str:
+        """The spawn's run (the id the caller knows, whichever run continues it)."""
         return str(self.spawn.get("runId") or "")
 
     @property
@@ -108,15 +113,17 @@ class _Node:
     @property
     def stored_status(self) -> str:
         """The run's stored status (ok, error, ... ; the frozen outcome once it expired)."""
+        if self.paused:
+            return "running"
         if self.run is not None:
             return self.run.status
         return str(self.spawn.get("outcome") or ("queued" if self.run_id else "error"))
 
     @property
     def waiting(self) -> bool:
-        """The child's session is yielded: it waits for its own children (sessions_yield
-        marks the entry with ``yieldedAt`` until they have all announced)."""
-        return self.entry is not None and bool(self.entry.get("yieldedAt"))
+        """The child yielded its turn and waits for its own children (sessions_yield marks
+        the entry with ``yieldedAt`` until their results are taken by its next run)."""
+        return self.paused or (self.entry is not None and bool(self.entry.get("yieldedAt")))
 
     @property
     def state(self) -> str:
@@ -143,10 +150,14 @@ def _children(svc: Services, requesters: Sequence[str], depth: int) -> list[_Nod
     records = [s for s in spawns.get_many(ids) if s is not None]
     runs = svc.store.runs.get_many([str(s.get("runId") or "") for s in records])
     entries = svc.store.sessions.get_many([str(s.get("childKey") or "") for s in records])
-    return [
-        _Node(spawn, run, entry, depth)
-        for spawn, run, entry in zip(records, runs, entries, strict=True)
-    ]
+    nodes = []
+    for spawn, run, entry in zip(records, runs, entries, strict=True):
+        if run is not None and run.yielded:  # paused: the run that continues it, if any
+            current = current_run(svc, run)
+            nodes.append(_Node(spawn, current or run, entry, depth, paused=current is None))
+        else:
+            nodes.append(_Node(spawn, run, entry, depth))
+    return nodes
 
 
 def _tree(svc: Services, root_key: str) -> list[_Node]:
@@ -325,6 +336,12 @@ def _wait_state(ctx: ToolContext, run_ids: Sequence[str]) -> dict[str, Any]:
         "runs": rows,
         "completed": completed,
         "attention": attention,
+        # Not shown: the runs whose end may change the answer (see `_wait`).
+        "waitOn": [
+            n.run.run_id if n.run is not None else n.run_id
+            for n in selected
+            if n.run_id not in completed
+        ],
     }
     if unavailable:
         out["unavailable"] = unavailable
@@ -342,13 +359,16 @@ def _wait(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
     state = _wait_state(ctx, run_ids)
     if state["reason"] is not None or not timeout_s:
         return _waited(state)
-    pending = [row["runId"] for row in state["runs"] if row["runId"] not in state["completed"]]
+    # Parked on the runs whose end may change the answer: each selected run, or the run
+    # that continues it after a yield.
+    pending = list(state["waitOn"])
     context = {"runIds": run_ids, "timeoutS": timeout_s}
     raise WaitFor(pending[0], float(timeout_s), context, also=pending[1:])
 
 
 def _waited(state: Mapping[str, Any]) -> dict[str, Any]:
-    return {"status": "ok", "action": "wait", **state, "reason": state["reason"] or "timeout"}
+    shown = {k: v for k, v in state.items() if k != "waitOn"}
+    return {"status": "ok", "action": "wait", **shown, "reason": state["reason"] or "timeout"}
 
 
 def _wait_ready(ctx: ToolContext, context: Mapping[str, Any]) -> bool:
@@ -407,7 +427,9 @@ def _cancel_node(svc: Services, node: _Node) -> str | None:
     (ended now), 'cancelling' (its worker stops it within a second) or None (nothing was
     left to cancel)."""
     done = cancel_session_runs(svc, node.child_key) if node.child_key else {}
-    if node.run_id and node.run_id not in done:
+    if node.paused and node.run is not None:  # yielded, not continued: end the chain here
+        done[node.run.run_id] = cancel_paused(svc, node.run)
+    elif node.run_id and node.run_id not in done:
         done[node.run_id] = cancel_run(svc, node.run_id, node.child_key)
     verdicts = {res.verdict for res in done.values()}
     if "requested" in verdicts:
