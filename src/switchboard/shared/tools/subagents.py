@@ -176,8 +176,11 @@ def _tree(svc: Services, root_key: str) -> list[_Node]:
 
 def _delivery_status(svc: Services, node: _Node) -> str:
     """The announce's delivery: pending until it is sent, then the delivery's own status
-    (skipped for ANNOUNCE_SKIP or no announce asked, dropped when the requester is gone)."""
+    (skipped for ANNOUNCE_SKIP or no announce asked, dropped when the requester is gone,
+    not_applicable for a collector child)."""
     spawn = node.spawn
+    if spawn.get("collect"):  # a collector child is collected (agents_wait), not announced
+        return "not_applicable"
     announce = str(spawn.get("announce") or "")
     delivery_id = spawn.get("deliveryId")
     if announce == "batched" and spawn.get("batchId"):
