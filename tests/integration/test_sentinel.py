@@ -128,24 +128,24 @@ class SentinelGroup:
         return "\n".join(f"--- {n.log_path}\n{n.log_path.read_text()[-1500:]}" for n in nodes)
 
 
-@pytest.fixture
-def sentinel_group(tmp_path: Path) -> Iterator[SentinelGroup]:
-    """A private primary + replica + 3 sentinels, ready to fail over."""
+@contextlib.contextmanager
+def _started_group(where: Path) -> Iterator[SentinelGroup]:
+    """A private primary + replica + 3 sentinels under ``where``, ready to fail over."""
     try:
         find_redis_server()
     except Unavailable as exc:
         pytest.skip(f"no redis-server to run a Sentinel group: {exc}")
-    primary = RedisServer(tmp_path / "primary")
+    primary = RedisServer(where / "primary")
     started: list[RedisServer] = []
     try:
         primary.start()
         started.append(primary)
-        replica = _DataNode(tmp_path / "replica", ["--replicaof", "127.0.0.1", str(primary.port)])
+        replica = _DataNode(where / "replica", ["--replicaof", "127.0.0.1", str(primary.port)])
         replica.start()
         started.append(replica)
         sentinels = []
         for n in range(3):
-            node = _SentinelNode(tmp_path / f"sentinel{n}", primary.port)
+            node = _SentinelNode(where / f"sentinel{n}", primary.port)
             node.start()
             started.append(node)
             sentinels.append(node)
@@ -159,28 +159,42 @@ def sentinel_group(tmp_path: Path) -> Iterator[SentinelGroup]:
             node.stop()
 
 
+@pytest.fixture
+def sentinel_group(tmp_path: Path) -> Iterator[SentinelGroup]:
+    """A group of the test's own (the failover tests change which node is the primary)."""
+    with _started_group(tmp_path / "group") as group:
+        yield group
+
+
+@pytest.fixture(scope="module")
+def steady_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelGroup]:
+    """A group the module's tests that fail nothing over share."""
+    with _started_group(tmp_path_factory.mktemp("sentinel-group")) as group:
+        yield group
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("fast_paths", [True, False], ids=["fast", "plain"])
 def test_store_round_trips_through_the_sentinel_url(
-    sentinel_group: SentinelGroup, fast_paths: bool
+    steady_group: SentinelGroup, fast_paths: bool
 ) -> None:
     """The store's sync client (held connections or pooled), its probe client and its
     async client all reach the primary the sentinels name, and read their own writes."""
-    store = Store.from_url(sentinel_group.url, fast_paths=fast_paths)
+    store = Store.from_url(steady_group.url, fast_paths=fast_paths)
     try:
         store.ping()
         run = store.redis.pipeline()
         run.set("sentinel:probe", "written")
-        run.incr("sentinel:count")
+        run.incr(f"sentinel:count:{fast_paths}")
         assert run.execute() == [True, 1]
-        with sentinel_group.primary.client() as primary:
+        with steady_group.primary.client() as primary:
             assert primary.get("sentinel:probe") == b"written"
-        probe = connect_plain(sentinel_group.url, socket_timeout=3)
+        probe = connect_plain(steady_group.url, socket_timeout=3)
         assert probe.get("sentinel:probe") == b"written"
         probe.close()
 
         async def read_async() -> Any:
-            client = connect_async(sentinel_group.url, socket_timeout=3)
+            client = connect_async(steady_group.url, socket_timeout=3)
             try:
                 return await client.get("sentinel:probe")
             finally:
@@ -233,7 +247,63 @@ def test_planned_failover_moves_every_connection_to_the_new_primary(
 
 
 @pytest.mark.integration
-def test_cli_check_health_and_bad_urls(sentinel_group: SentinelGroup, tmp_path: Path) -> None:
+def test_planned_failover_moves_the_async_client_and_its_subscriptions(
+    sentinel_group: SentinelGroup,
+) -> None:
+    """The api's async client (run reads, the run-end subscription) follows a planned
+    failover too: a subscriber on the old primary would hear nothing published on the new
+    one until Sentinel reconfigured the old primary."""
+
+    async def heard(subscriber: Any) -> bool:
+        """Whether the subscriber got "hello"; False after a cut (it resubscribes)."""
+        try:
+            found = await subscriber.get_message(ignore_subscribe_messages=True, timeout=0.2)
+        except redis.ConnectionError:
+            await subscriber.aclose()  # as the api's waiter does: subscribe again
+            await subscriber.subscribe("sentinel:events")
+            return False
+        return found is not None and found["data"] == b"hello"
+
+    async def scenario() -> float:
+        client = connect_async(sentinel_group.url, socket_timeout=5)
+        try:
+            async with client.pubsub() as subscriber:
+                await subscriber.subscribe("sentinel:events")
+                assert (await subscriber.get_message(timeout=2))["type"] == "subscribe"
+                # A pooled connection of its own, idle in the pool through the failover.
+                await client.set("sentinel:async", "before")
+                with sentinel_group.sentinels[0].client() as sentinel:
+                    assert sentinel.sentinel_failover(MASTER)
+                deadline = time.monotonic() + 15
+                while sentinel_group.named_primary() != {sentinel_group.replica.port}:
+                    assert time.monotonic() < deadline, "no sentinel named the replica"
+                    await asyncio.sleep(0.1)
+                named_at = time.monotonic()
+                while True:  # the idle connection's writes reach the new primary
+                    assert time.monotonic() - named_at < 5, "the async client stayed behind"
+                    with contextlib.suppress(StoreUnavailable):
+                        await client.set("sentinel:async", "after")
+                    with sentinel_group.replica.client() as promoted:
+                        if promoted.get("sentinel:async") == b"after":
+                            break
+                    await asyncio.sleep(0.05)
+                moved_s = time.monotonic() - named_at
+                while True:  # the subscription hears what the new primary publishes
+                    assert time.monotonic() - named_at < 5, "the subscriber stayed behind"
+                    with sentinel_group.replica.client() as promoted:
+                        promoted.publish("sentinel:events", "hello")
+                    if await heard(subscriber):
+                        break
+            return moved_s
+        finally:
+            await client.aclose()
+
+    moved_s = asyncio.run(scenario())
+    print(f"\nthe async client wrote on the new primary {moved_s:.2f}s after the switch")
+
+
+@pytest.mark.integration
+def test_cli_check_health_and_bad_urls(steady_group: SentinelGroup, tmp_path: Path) -> None:
     """check-health pings the primary through the sentinels; a cluster URL is one line and
     exit 2 at start, not a traceback."""
     env = {**os.environ, "SWITCHBOARD_DATA_DIR": str(tmp_path / "data")}
@@ -247,7 +317,7 @@ def test_cli_check_health_and_bad_urls(sentinel_group: SentinelGroup, tmp_path: 
             timeout=60,
         )
 
-    healthy = switchboard(sentinel_group.url, "check-health")
+    healthy = switchboard(steady_group.url, "check-health")
     assert healthy.returncode == 0, healthy.stderr
     assert healthy.stdout.strip() == "healthy"
 
@@ -257,7 +327,7 @@ def test_cli_check_health_and_bad_urls(sentinel_group: SentinelGroup, tmp_path: 
     assert len(lines) == 1, cluster.stderr
     assert lines[0].startswith("error: redis+cluster:// is not supported yet: ")
 
-    unknown_master = sentinel_group.url.replace(f"/{MASTER}/", "/nosuchgroup/")
+    unknown_master = steady_group.url.replace(f"/{MASTER}/", "/nosuchgroup/")
     down = switchboard(unknown_master, "check-health")
     assert down.returncode == 3
     assert "nosuchgroup" in down.stderr and "Traceback" not in down.stderr
@@ -265,14 +335,14 @@ def test_cli_check_health_and_bad_urls(sentinel_group: SentinelGroup, tmp_path: 
 
 @pytest.mark.integration
 def test_up_runs_on_the_sentinel_group_instead_of_embedding_redis(
-    sentinel_group: SentinelGroup, tmp_path: Path
+    steady_group: SentinelGroup, tmp_path: Path
 ) -> None:
     """`switchboard up` with a sentinel URL starts no redis-server of its own: its api,
     worker and beat use the group, and a run completes through it."""
     port = free_port()
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")},
-        "SWITCHBOARD_REDIS_URL": sentinel_group.url,
+        "SWITCHBOARD_REDIS_URL": steady_group.url,
         "SWITCHBOARD_TOKEN": TOKEN,
     }
     proc = subprocess.Popen(
@@ -299,9 +369,9 @@ def test_up_runs_on_the_sentinel_group_instead_of_embedding_redis(
         resp, _ = _post(url, "/rpc", wait)
         assert resp.status_code == 200 and resp.json()["status"] == "ok", resp.text
         info = json.loads((tmp_path / ".switchboard" / RUNFILE).read_text())
-        assert info["redis_url"] == sentinel_group.url
+        assert info["redis_url"] == steady_group.url
         assert not (tmp_path / ".switchboard" / "redis").exists()  # nothing embedded
-        with sentinel_group.primary.client() as primary:
+        with steady_group.primary.client() as primary:
             assert primary.exists(f"sb:r:{run_id}")
     finally:
         os.kill(proc.pid, signal.SIGINT)

@@ -30,7 +30,9 @@ thrown away when it resyncs from the new primary. So every sentinel pool is foll
 name another one every connection of the pool is cut (as if the server had closed it),
 so each reconnects to the new primary at its next command. Sentinels that disagree (right
 after a failover only one knows) are settled by their configuration epoch
-(`NewestSentinel`), for the check and for every new connection alike.
+(`NewestSentinel`, `AsyncNewestSentinel`), for the check and for every new connection
+alike. The api's async pools are followed too (their connections, subscriptions
+included, cut from the checking thread).
 """
 
 from __future__ import annotations
@@ -136,11 +138,10 @@ class NewestSentinel(Sentinel):
         """The (host, port) of the primary of ``service_name`` in the newest configuration."""
         down: dict[int, float] = self.__dict__.setdefault("_down_until", {})
         now = time.monotonic()
-        newest: tuple[int, str, int] | None = None
-        errors = []
-        sentinels = list(self.sentinels)
-        for sentinel in sorted(sentinels, key=lambda s: down.get(id(s), 0.0) > now):
-            if newest is not None and down.get(id(sentinel), 0.0) > now:
+        answers: list[Any] = []
+        errors: list[str] = []
+        for sentinel in sorted(self.sentinels, key=lambda s: down.get(id(s), 0.0) > now):
+            if answers and down.get(id(sentinel), 0.0) > now:
                 continue
             try:
                 masters: Any = sentinel.sentinel_masters()
@@ -149,37 +150,73 @@ class NewestSentinel(Sentinel):
                 errors.append(f"{sentinel} - {exc!r}")
                 continue
             down.pop(id(sentinel), None)
-            state = masters.get(service_name)
-            if state and self.check_master_state(state, service_name):  # type: ignore[no-untyped-call]
-                epoch = int(state.get("config-epoch", 0))
-                if newest is None or epoch > newest[0]:
-                    newest = (epoch, str(state["ip"]), int(state["port"]))
-        if newest is None:
-            shown = f" : {', '.join(errors)}" if errors else ""
-            raise MasterNotFoundError(f"No master found for {service_name!r}{shown}")
-        return newest[1], newest[2]
+            answers.append(masters.get(service_name))
+        return _newest(self, service_name, answers, errors)
 
 
-def follow_primary(pool: SentinelConnectionPool, every_s: float = PRIMARY_CHECK_S) -> None:
+class AsyncNewestSentinel(aiosentinel.Sentinel):
+    """`NewestSentinel`'s rule for the api's async clients."""
+
+    async def discover_master(self, service_name: str) -> tuple[str, int]:
+        """The (host, port) of the primary of ``service_name`` in the newest configuration."""
+        down: dict[int, float] = self.__dict__.setdefault("_down_until", {})
+        now = time.monotonic()
+        answers: list[Any] = []
+        errors: list[str] = []
+        for sentinel in sorted(self.sentinels, key=lambda s: down.get(id(s), 0.0) > now):
+            if answers and down.get(id(sentinel), 0.0) > now:
+                continue
+            try:
+                masters: Any = await sentinel.sentinel_masters()
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                down[id(sentinel)] = now + SENTINEL_SKIP_S
+                errors.append(f"{sentinel} - {exc!r}")
+                continue
+            down.pop(id(sentinel), None)
+            answers.append(masters.get(service_name))
+        return _newest(self, service_name, answers, errors)
+
+
+def _newest(
+    manager: Any, service_name: str, states: list[Any], errors: list[str]
+) -> tuple[str, int]:
+    """The primary the answer with the highest ``config-epoch`` names."""
+    newest: tuple[int, str, int] | None = None
+    for state in states:
+        if state and manager.check_master_state(state, service_name):
+            epoch = int(state.get("config-epoch", 0))
+            if newest is None or epoch > newest[0]:
+                newest = (epoch, str(state["ip"]), int(state["port"]))
+    if newest is None:
+        shown = f" : {', '.join(errors)}" if errors else ""
+        raise MasterNotFoundError(f"No master found for {service_name!r}{shown}")
+    return newest[1], newest[2]
+
+
+def follow_primary(
+    pool: Any, every_s: float = PRIMARY_CHECK_S, checker: Sentinel | None = None
+) -> None:
     """Cut every connection of the sentinel ``pool`` once the sentinels' newest
     configuration names another primary (checked every ``every_s`` in a daemon thread
     that ends with the pool). A pool made elsewhere (kombu's) is given `NewestSentinel`'s
     rule too, so its connections reconnect where the check found the primary.
 
     A connection is cut by shutting its socket down, not closed: whoever uses it (a
-    thread's held connection, kombu's event loop) sees the server close it, as on a
-    crash, and reconnects through the sentinels to the new primary."""
+    thread's held connection, kombu's event loop, the api's event loop) sees the server
+    close it, as on a crash, and reconnects through the sentinels to the new primary.
+    An async pool (``redis.asyncio``) is checked with ``checker``, sync sentinels of its
+    own, from the thread."""
     if type(pool.sentinel_manager) is Sentinel:
         pool.sentinel_manager.__class__ = NewestSentinel
     threading.Thread(
         target=_follow_primary,
-        args=(weakref.ref(pool), every_s),
+        args=(weakref.ref(pool), every_s, checker or pool.sentinel_manager),
         name=f"sentinel-primary-{pool.service_name}",
         daemon=True,
     ).start()
 
 
-def _follow_primary(ref: weakref.ref[SentinelConnectionPool], every_s: float) -> None:
+def _follow_primary(ref: weakref.ref[Any], every_s: float, checker: Any) -> None:
     while True:
         time.sleep(every_s)
         pool = ref()
@@ -187,7 +224,7 @@ def _follow_primary(ref: weakref.ref[SentinelConnectionPool], every_s: float) ->
             return
         known = pool.master_address  # None until a first connection asked for it
         try:
-            named = pool.sentinel_manager.discover_master(pool.service_name)
+            named = checker.discover_master(pool.service_name)
         except redis.RedisError:
             named = None  # none names one (a failover under way): connections find out
         if known is not None and named is not None and tuple(named) != tuple(known):
@@ -197,18 +234,32 @@ def _follow_primary(ref: weakref.ref[SentinelConnectionPool], every_s: float) ->
                 *known,
                 *named,
             )
-            pool.proxy.master_address = named
+            if hasattr(pool, "proxy"):  # the sync pool keeps it on its proxy
+                pool.proxy.master_address = named
+            else:
+                pool.master_address = named
             _cut_connections(pool)
         del pool
 
 
-def _cut_connections(pool: redis.ConnectionPool) -> None:
+def _cut_connections(pool: Any) -> None:
     """Shut down the socket of every connection the pool made (idle or in use)."""
-    made = getattr(pool, "_connections", None)  # a blocking pool lists them all here
-    if made is None:
-        made = [*pool._available_connections, *pool._in_use_connections]
-    for conn in list(made):
-        sock = getattr(conn, "_sock", None)
+    for _ in range(3):  # an async pool's lists change under us: copy them again
+        try:
+            made = getattr(pool, "_connections", None)  # a blocking pool lists all here
+            if made is None:
+                made = [*pool._available_connections, *pool._in_use_connections]
+            made = list(made)
+            break
+        except RuntimeError:
+            continue
+    else:
+        return  # the next check cuts them
+    for conn in made:
+        sock = getattr(conn, "_sock", None)  # a sync connection's socket
+        writer = getattr(conn, "_writer", None)  # an async one's stream
+        if writer is not None:
+            sock = writer.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
@@ -330,10 +381,11 @@ def connect_async(url: str, **options: Any) -> AsyncStoreRedis:
             AsyncStoreRedis, AsyncStoreRedis.from_url(url, driver_info=DRIVER_INFO, **options)
         )
     kwargs = _sentinel_kwargs(AsyncRetry(NoBackoff(), 0))
-    sentinels = aiosentinel.Sentinel(  # type: ignore[no-untyped-call]
+    sentinels = AsyncNewestSentinel(  # type: ignore[no-untyped-call]
         list(parsed.sentinels), sentinel_kwargs=kwargs, **parsed.connection_kwargs()
     )
     client = sentinels.master_for(
         parsed.master, redis_class=AsyncStoreRedis, driver_info=DRIVER_INFO, **options
     )
+    follow_primary(client.connection_pool, checker=_sentinels(parsed))
     return cast(AsyncStoreRedis, client)
