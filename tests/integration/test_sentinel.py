@@ -368,6 +368,15 @@ def test_up_runs_on_the_sentinel_group_instead_of_embedding_redis(
         wait = {"method": "agent.wait", "params": {"runId": run_id, "timeoutMs": 30_000}}
         resp, _ = _post(url, "/rpc", wait)
         assert resp.status_code == 200 and resp.json()["status"] == "ok", resp.text
+        health = subprocess.run(
+            [sys.executable, "-m", "switchboard", "check-health", "--api", "--worker"],
+            cwd=tmp_path,
+            env={**env, "SWITCHBOARD_PORT": str(port)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert health.returncode == 0, health.stderr  # the worker answers over the group
         info = json.loads((tmp_path / ".switchboard" / RUNFILE).read_text())
         assert info["redis_url"] == steady_group.url
         assert not (tmp_path / ".switchboard" / "redis").exists()  # nothing embedded
