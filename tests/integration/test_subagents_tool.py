@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -22,6 +22,16 @@ MAIN = "agent:main:main"
 def config_data() -> dict[str, Any]:
     """Sub-agents may nest three levels deep (main → orchestrator → orchestrator → leaf)."""
     return {"agents": {"defaults": {"subagents": {"maxSpawnDepth": 3, "maxChildrenPerAgent": 10}}}}
+
+
+@pytest.fixture(autouse=True)
+def cancel_leftovers(worker: Any, client: httpx.Client, services: Services) -> Iterator[None]:
+    """After each test, cancel whatever main's children still run (a failed test must not
+    leave runs sleeping into the next one)."""
+    yield
+    for row in invoke(client, "subagents")["active"]:
+        invoke(client, "subagents", action="cancel", runId=row["runId"])
+    wait_until(lambda: not services.store.runs.cancel_requests(), what="the leftovers to stop")
 
 
 def invoke(client: httpx.Client, tool: str, session: str = "main", **args: Any) -> dict[str, Any]:
@@ -62,6 +72,13 @@ def running(services: Services, run_id: str) -> bool:
     return status_of(services, run_id) == "running"
 
 
+def spawn_done(services: Services, run_id: str) -> bool:
+    """The child's spawn has finished: announced (delivery settled) and cleaned up."""
+    rec = services.store.runs.get(run_id)
+    spawn = services.store.spawns.get(str(rec.meta["spawnId"])) if rec else None
+    return spawn is not None and spawn.get("status") == "done"
+
+
 def announces(services: Services, key: str = MAIN) -> list[dict[str, Any]]:
     """The sub-agent announces in a session's transcript."""
     return [
@@ -81,7 +98,7 @@ def test_list_shows_active_and_recent_children_with_their_rows(
     sleeping one is active; both carry the row fields; the text names both."""
     done = spawn(client, task="go\n/reply finished", label="quick")
     slow = spawn(client, task="go\n/sleep 30", label="slow one")
-    wait_until(lambda: announces(services), what="the quick child's announce")
+    wait_until(lambda: spawn_done(services, done["runId"]), what="the quick child's announce")
     wait_until(lambda: running(services, slow["runId"]), what="the slow child to run")
     listed = invoke(client, "subagents")
     assert {k: listed[k] for k in ("status", "action", "total")} == {
