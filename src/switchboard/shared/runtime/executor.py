@@ -29,6 +29,7 @@ from switchboard.shared.errors import StoreUnavailable, SwitchboardError
 from switchboard.shared.runtime.agent_loop import RunResult, TurnEnded, run_model_loop
 from switchboard.shared.runtime.attachments import with_attachments
 from switchboard.shared.runtime.cancel_signal import CANCELLED_TEXT, CancelSignal, RunCancelled
+from switchboard.shared.runtime.history_cache import model_history
 from switchboard.shared.runtime.leases import keeper_for
 from switchboard.shared.runtime.models import resolve_model
 from switchboard.shared.runtime.transcript import to_model_messages, to_transcript
@@ -243,11 +244,15 @@ async def _run_agent(
     ctx = _tool_context(svc, rec, claim.session)
     if claim.history is None:
         claim = replace(claim, history=svc.store.transcripts.tail(rec.session_key, HISTORY_LIMIT))
+    if claim.entries is not None and not rec.attachments:
+        history = model_history(claim.entries)  # read incrementally: model forms kept
+    else:
+        history = to_model_messages(_with_attachments(rec, _history(claim.history or [])))
     return await run_model_loop(
         model,
         specs=svc.tools.offered(ctx, claim.session),
         ctx=ctx,
-        history=to_model_messages(_with_attachments(rec, _history(claim.history or []))),
+        history=history,
         instructions=_instructions(svc, agent_id, rec),
         defer=_parking_metadata,
         tool_results=deferred or (),

@@ -44,14 +44,20 @@ from pydantic_ai.usage import RequestUsage
 from switchboard.shared.runtime.attachments import redact_spawn_arguments
 
 __all__ = [
+    "ModelUnit",
     "final_text",
+    "fold_units",
     "inter_session_prefix",
     "latest_tool_result_text",
+    "model_unit",
     "to_model_messages",
     "to_transcript",
 ]
 
 Message = dict[str, Any]
+# One transcript message in model form: an assistant turn is a response; any other
+# message, the request parts it adds (consecutive ones are folded into one request).
+ModelUnit = ModelResponse | tuple[ModelRequestPart, ...]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
@@ -79,16 +85,31 @@ def to_transcript(messages: Sequence[ModelMessage], *, model: str, provider: str
 
 def to_model_messages(transcript: Sequence[Mapping[str, Any]]) -> list[ModelMessage]:
     """Rebuild pydantic-ai history from a transcript, folding consecutive non-assistant turns."""
+    return fold_units([model_unit(message) for message in transcript])
+
+
+def model_unit(message: Mapping[str, Any]) -> ModelUnit:
+    """One transcript message in model form, on its own (`fold_units` joins them): made
+    once per message where a process keeps its sessions' recent history
+    (`runtime.history_cache`). Treat it as read-only: runs share it."""
+    if message.get("role") == "assistant":
+        return _model_response(message)
+    return tuple(_request_parts(message))
+
+
+def fold_units(units: Iterable[ModelUnit]) -> list[ModelMessage]:
+    """Messages in model form as pydantic-ai history: each response as is, the request
+    parts between two responses folded into one request (a new one each time)."""
     out: list[ModelMessage] = []
     pending: list[ModelRequestPart] = []
-    for message in transcript:
-        if message.get("role") == "assistant":
+    for unit in units:
+        if isinstance(unit, ModelResponse):
             if pending:
                 out.append(_request(pending))
                 pending = []
-            out.append(_model_response(message))
+            out.append(unit)
         else:
-            pending.extend(_request_parts(message))
+            pending.extend(unit)
     if pending:
         out.append(_request(pending))
     return out

@@ -28,6 +28,7 @@ from switchboard.shared.store.spawns import SpawnStore
 from switchboard.shared.store.stats import ProgressReads, ServerStats
 from switchboard.shared.store.sweeps import SweepStore
 from switchboard.shared.store.transcripts import TranscriptStore
+from switchboard.shared.store.windows import TranscriptWindows
 from switchboard.shared.store.yields import YieldStore
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "Store",
     "SweepStore",
     "TranscriptStore",
+    "TranscriptWindows",
     "YieldStore",
 ]
 
@@ -62,6 +64,7 @@ class Store:
         retention_s: int = 24 * 3600,
         max_attempts: int = 3,
         lease_s: int = 30,
+        windows: TranscriptWindows | None = None,
     ) -> None:
         self.redis = redis
         self.ks = Keyspace(prefix)
@@ -75,6 +78,7 @@ class Store:
             max_attempts=max_attempts,
             kind_of=kind_of,
             lease_s=lease_s,
+            windows=windows,  # recent history kept here: claims read only what is newer
         )
         self.events = EventStore(redis, self.ks)
         self.flows = FlowStore(redis, self.ks)  # reply-back flows (sessions_send)
@@ -94,9 +98,11 @@ class Store:
     @classmethod
     def from_url(cls, url: str, *, fast_paths: bool = True, **options: Any) -> Store:
         """A store on a new client for ``url`` (`client.connect`; ``options`` as for
-        `Store`): thread-held connections with ``fast_paths``, redis-py's plain client
-        without."""
-        return cls(connect(url, fast_paths=fast_paths), **options)
+        `Store`): thread-held connections and history read incrementally
+        (`TranscriptWindows`) with ``fast_paths``, redis-py's plain client and every
+        run's history read whole without."""
+        windows = TranscriptWindows() if fast_paths else None
+        return cls(connect(url, fast_paths=fast_paths), windows=windows, **options)
 
     def pipeline(self) -> Pipeline:
         """A pipeline (no transaction) the stores' ``client=`` methods queue on: one

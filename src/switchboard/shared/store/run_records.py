@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from switchboard.shared.errors import Conflict
 from switchboard.shared.store import codec
+from switchboard.shared.store.windows import HistoryEntry
 
 RunStatus = Literal["queued", "running", "parked", "ok", "error", "timeout", "cancelled", "lost"]
 # `cancelled`: ended by `subagents cancel`; `lost`: its worker vanished with no retry left.
@@ -229,6 +230,9 @@ class Claim:
     run: RunRecord | None = None
     session: dict[str, str] | None = None
     history: list[dict[str, Any]] | None = None
+    # ``history`` as the process's windows hold it (`store.windows`), when the claim read it
+    # through them: the same messages, each with a slot for its model form.
+    entries: tuple[HistoryEntry, ...] | None = None
     # The claim step added the run.started event itself.
     started_published: bool = False
 

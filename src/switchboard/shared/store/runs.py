@@ -40,6 +40,7 @@ from switchboard.shared.store.run_records import (
     now_ms,
 )
 from switchboard.shared.store.transcripts import decode_entries
+from switchboard.shared.store.windows import HistoryEntry, TranscriptWindows, Window
 
 # The records live in run_records; importing them from here keeps callers' imports short.
 __all__ = [
@@ -111,9 +112,39 @@ def _record_arg(rec: LinkRecord | None) -> str:
     )
 
 
-def _claim_of(run_id: str, res: Any) -> Claim | str:
+@dataclass(frozen=True)
+class _HistoryRead:
+    """A claim's history read through the process's windows (`store.windows`): the
+    window it starts from (None: read whole) and where the answer is merged."""
+
+    windows: TranscriptWindows
+    key: str
+    limit: int
+    base: Window | None
+
+    def args(self) -> dict[str, str | int]:
+        """start_run's claim ``after_sid``/``after_seq``: the window the claim may continue."""
+        if self.base is None:
+            return {"after_sid": "", "after_seq": 0}
+        return {"after_sid": self.base.session_id, "after_seq": self.base.seq}
+
+    def entries(self, session: Mapping[str, str], res: Any) -> tuple[HistoryEntry, ...]:
+        """The claim's last ``limit`` messages, its answer merged with the window."""
+        rows = [
+            HistoryEntry(int(m["__openclaw"]["seq"]), m)
+            for m in decode_entries(res[5], newest_first=True)
+        ]
+        after = int(as_text(res[6])) if len(res) > 6 else None
+        session_id = str(session.get("sessionId") or "")
+        return self.windows.merge(
+            self.key, session_id, rows, base=self.base, after=after, limit=self.limit
+        )
+
+
+def _claim_of(run_id: str, res: Any, read: _HistoryRead | None = None) -> Claim | str:
     """A claim's answer (claim_run.lua, or start_run.lua's fifth element) as a `Claim`, or
-    the reason string when the run must not run."""
+    the reason string when the run must not run (``read``: its history went through the
+    process's windows)."""
     verdict = as_text(res[0])
     if verdict == "exhausted":
         return Claim(
@@ -124,12 +155,19 @@ def _claim_of(run_id: str, res: Any) -> Claim | str:
         )
     if verdict != "ok":
         return f"{verdict}:{as_text(res[1])}"
+    session = codec.decode_flat_hash(res[4])
+    entries = read.entries(session, res) if read is not None and len(res) > 5 else None
+    if entries is not None:
+        history = [e.message for e in entries]
+    else:
+        history = decode_entries(res[5], newest_first=True) if len(res) > 5 else []
     return Claim(
         attempt=int(as_text(res[1])),
         deadline_at_ms=int(float(as_text(res[2]))),
         run=RunRecord.from_hash(run_id, codec.decode_flat_hash(res[3])),
-        session=codec.decode_flat_hash(res[4]),
-        history=decode_entries(res[5], newest_first=True) if len(res) > 5 else [],
+        session=session,
+        history=history,
+        entries=entries,
         started_published=True,
     )
 
@@ -164,8 +202,11 @@ class RunStore:
         max_attempts: int,
         kind_of: Callable[[str], str],
         lease_s: int = LANE_LEASE_S,
+        windows: TranscriptWindows | None = None,
     ) -> None:
         self.lease_s = lease_s
+        # The process's copies of recent history, when claims read it incrementally.
+        self.windows = windows
         self.redis = redis
         self.ks = ks
         self._kind_of = kind_of
@@ -251,7 +292,10 @@ class RunStore:
         ``idempotency_key`` already names a run), in one step. With ``claim_history``, a
         run that took its lane is claimed in that step too (as `claim` with that
         ``history``), for the caller to execute at once."""
-        res = self._start(run, on_create, idempotency_key, now_ms(), self.redis, claim_history)
+        read = self._history_read(run.session_key, claim_history)
+        res = self._start(
+            run, on_create, idempotency_key, now_ms(), self.redis, claim_history, read
+        )
         if as_text(res[0]) == "moved":
             raise LinkMoved(f"{as_text(run.link[0]) if run.link else 'link'} has moved on")
         verdict = as_text(res[2])
@@ -260,7 +304,7 @@ class RunStore:
             session_id=as_text(res[1]),
             session_created=bool(int(res[0])),
             existing_run_id=as_text(res[3]) if verdict == "duplicate" else None,
-            claim=_claim_of(run.run_id, res[4]) if len(res) > 4 else None,
+            claim=_claim_of(run.run_id, res[4], read) if len(res) > 4 else None,
         )
 
     def advance_link(self, key: str, adv: LinkAdvance) -> None:
@@ -306,6 +350,7 @@ class RunStore:
         now: int,
         client: Redis | Pipeline,
         claim_history: int | None = None,
+        read: _HistoryRead | None = None,
     ) -> Any:
         key = run.session_key
         own = self.ks.run(run.run_id)  # stands in for an idempotency key or link not given
@@ -334,7 +379,7 @@ class RunStore:
             idem_ttl_s=IDEMPOTENCY_TTL_S if idempotency_key else "",
             link_field=run.link[1] if run.link else "",
             record=_record_arg(rec),
-            claim=self._claim_arg(claim_history),
+            claim=self._claim_arg(claim_history, read),
             **_advance_args(run.link_advance),
         )
 
@@ -366,7 +411,7 @@ class RunStore:
             "metrics": self.ks.metrics,
         }
 
-    def _claim_arg(self, history: int | None) -> str:
+    def _claim_arg(self, history: int | None, read: _HistoryRead | None = None) -> str:
         """start_run.lua's ``claim`` argument: claim with this history ('' = no claim)."""
         if history is None:
             return ""
@@ -376,8 +421,16 @@ class RunStore:
                 "max_attempts": self.max_attempts,
                 "timeout_ms": _DEFAULT_TIMEOUT_MS,
                 "events_cap": EVENTS_MAXLEN,
+                **(read.args() if read is not None else {}),
             }
         )
+
+    def _history_read(self, key: str, history: int | None) -> _HistoryRead | None:
+        """How a claim of ``history`` messages of ``key`` reads them: through the
+        process's windows when it keeps them (None: the last ``history``, whole)."""
+        if self.windows is None or not history:
+            return None
+        return _HistoryRead(self.windows, key, history, self.windows.base(key, history))
 
     def claim(self, run_id: str, session_key: str, *, history: int = 0) -> Claim | str:
         """Start a queued run that holds its lane; a reason string when it must not run.
@@ -385,12 +438,14 @@ class RunStore:
         The claim carries the run, its session hash and the last ``history`` messages.
         ``session_key`` is the one the run was enqueued with; a run recorded under another
         key is claimed under that one."""
-        res = self._claim(run_id, session_key, history)
+        read = self._history_read(session_key, history)
+        res = self._claim(run_id, session_key, history, read)
         if as_text(res[0]) == "session":
-            res = self._claim(run_id, as_text(res[1]), history)
-        return _claim_of(run_id, res)
+            read = self._history_read(as_text(res[1]), history)
+            res = self._claim(run_id, as_text(res[1]), history, read)
+        return _claim_of(run_id, res, read)
 
-    def _claim(self, run_id: str, session_key: str, history: int) -> Any:
+    def _claim(self, run_id: str, session_key: str, history: int, read: _HistoryRead | None) -> Any:
         now = now_ms()
         return self._lua["claim_run"](
             **self._lane_keys(run_id, session_key),
@@ -404,6 +459,8 @@ class RunStore:
             timeout_ms=_DEFAULT_TIMEOUT_MS,
             history=history,
             events_cap=EVENTS_MAXLEN,
+            after_sid=read.base.session_id if read is not None and read.base else "",
+            after_seq=read.base.seq if read is not None and read.base else 0,
         )
 
     def resume(self, run_id: str, session_key: str, *, history: int = 0) -> Claim | str:

@@ -12,8 +12,9 @@
 --   advance_*: first a compare-and-set on `link` (includes/link_advance.lua); when the
 --     hash has moved on, nothing is written and the answer is {'moved'};
 --     advance_status '' = none.
--- claim: JSON {history, max_attempts, timeout_ms, events_cap}: a run that took the lane
--- is claimed in the same step (as claim_run) for the caller to execute at once, the
+-- claim: JSON {history, max_attempts, timeout_ms, events_cap, after_sid, after_seq}: a
+-- run that took the lane is claimed in the same step (as claim_run, its history after
+-- the caller's window when that still applies) for the caller to execute at once, the
 -- claim's answer the fifth element; '' = no claim.
 -- Answers {created, sessionId, 'lane' | 'queued' | 'duplicate', the run id the
 -- idempotency key names[, claim]}.
@@ -65,7 +66,8 @@ if redis.call('SET', lane, run_id, 'NX') then
        metrics = KEYS[14], events = KEYS[15]},
       {run_id = run_id, session_key = session_key, now = now, lease_at_ms = lease_at_ms,
        expect = 'queued', max_attempts = c.max_attempts, timeout_ms = c.timeout_ms,
-       history = c.history, events_cap = c.events_cap})
+       history = c.history, events_cap = c.events_cap, after_sid = c.after_sid or '',
+       after_seq = c.after_seq or '0'})
     return {created, sid, 'lane', '', claim}
   end
   return {created, sid, 'lane', ''}

@@ -4,11 +4,16 @@
 -- adds the run.started event to the events stream in the same step.
 -- Answers what the run needs to start, so the worker makes no other read:
 -- {'ok', attempt, deadline, run hash, session hash[, last a.history messages, newest
--- first]}; {'exhausted', attempt, '', run hash}; or {reason, detail} ('missing',
--- 'session' with the owning session key, 'skip' with the status, 'not_holder').
+-- first[, after_seq]]}; {'exhausted', attempt, '', run hash}; or {reason, detail}
+-- ('missing', 'session' with the owning session key, 'skip' with the status,
+-- 'not_holder').
+-- History read incrementally (store/windows.py): given the window the caller holds
+-- (a.after_sid, a.after_seq; '' = none), when the session still has that sessionId and
+-- its counter has reached after_seq, only the messages after after_seq are answered (at
+-- most a.history, newest first) and after_seq follows them; else the last a.history.
 -- k: run lane leases active session transcript idx_all idx_agent idx_kind metrics events
 -- a: run_id session_key now lease_at_ms expect max_attempts timeout_ms (when the run has
---    no timeoutS of its own) history events_cap
+--    no timeoutS of its own) history events_cap after_sid after_seq
 -- @include transcript_append
 -- @include touch
 -- @include run_metrics
@@ -63,7 +68,13 @@ local function claim_run(k, a)
   local out = {'ok', tostring(attempt), deadline, redis.call('HGETALL', k.run)}
   out[5] = redis.call('HGETALL', k.session)
   if tonumber(a.history) > 0 then
-    out[6] = redis.call('XREVRANGE', k.transcript, '+', '-', 'COUNT', a.history)
+    local from = '-'
+    if a.after_sid ~= '' and a.after_sid == redis.call('HGET', k.session, 'sessionId')
+      and tonumber(redis.call('HGET', k.session, 'seq') or 0) >= tonumber(a.after_seq) then
+      from = '(' .. a.after_seq .. '-0'
+      out[7] = a.after_seq
+    end
+    out[6] = redis.call('XREVRANGE', k.transcript, '+', from, 'COUNT', a.history)
   end
   return out
 end
