@@ -23,6 +23,7 @@ from switchboard.shared.runtime.transcript import to_model_messages
 from switchboard.shared.services import Services
 from switchboard.shared.store import Store, TranscriptWindows
 from switchboard.shared.store.runs import Claim, NewRun
+from switchboard.shared.store.windows import ENTRY_OVERHEAD
 
 pytestmark = pytest.mark.integration
 
@@ -94,6 +95,7 @@ def test_a_claim_reads_only_what_is_newer_than_the_window(redis_url: str) -> Non
     assert second.entries is not None and [e.seq for e in second.entries] == list(range(8, 18))
     assert _texts(second) == _plain(store, key, 10)
     assert second.entries[0] is first.entries[4]  # kept, not read again
+    assert all(e.weight > ENTRY_OVERHEAD for e in second.entries)  # weighed as stored
 
 
 def test_a_session_deleted_and_created_again_is_read_whole(redis_url: str) -> None:

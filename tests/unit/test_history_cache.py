@@ -11,7 +11,7 @@ import pytest
 from switchboard.shared.runtime import history_cache
 from switchboard.shared.runtime.history_cache import model_history
 from switchboard.shared.runtime.transcript import to_model_messages
-from switchboard.shared.store.windows import HistoryEntry, TranscriptWindows
+from switchboard.shared.store.windows import ENTRY_OVERHEAD, HistoryEntry, TranscriptWindows
 
 pytestmark = pytest.mark.unit
 
@@ -42,7 +42,7 @@ def test_a_session_not_held_is_a_miss_and_its_full_read_becomes_the_window() -> 
     assert _seqs(got) == [1, 2, 3, 4, 5]
     base = w.base("s", 5)
     assert base is not None and (base.session_id, base.seq) == (SID, 5)
-    assert (w.hits, w.misses, w.entries) == (0, 1, 5)
+    assert (w.hits, w.misses, w.weight) == (0, 1, 5 * ENTRY_OVERHEAD)
 
 
 def test_a_hit_adds_only_the_newer_messages_and_keeps_the_last_limit() -> None:
@@ -89,7 +89,7 @@ def test_a_reset_session_replaces_its_window_even_with_a_lower_seq() -> None:
     ]
     base = w.base("s", 5)
     assert base is not None and (base.session_id, base.seq) == (OTHER_SID, 3)
-    assert w.entries == 3
+    assert w.weight == 3 * ENTRY_OVERHEAD
 
 
 def test_an_older_read_of_the_same_transcript_does_not_replace_a_newer_window() -> None:
@@ -120,21 +120,26 @@ def test_sessions_are_bounded_least_recently_used_first() -> None:
     assert w.base("a", 5) is not None and w.base("c", 5) is not None
 
 
-def test_messages_are_bounded_over_all_sessions() -> None:
-    w = TranscriptWindows(max_entries=10)
+def test_weight_is_bounded_over_all_sessions() -> None:
+    """An entry weighs its stored JSON plus the overhead; the oldest sessions go first."""
+    w = TranscriptWindows(max_bytes=10 * ENTRY_OVERHEAD + 100)
     w.merge("a", SID, _rows(1, 4), base=None, after=None, limit=5)
     w.merge("b", SID, _rows(1, 4), base=None, after=None, limit=5)
     w.merge("c", SID, _rows(1, 4), base=None, after=None, limit=5)
-    assert w.entries == 8 and w.base("a", 5) is None
+    assert w.weight == 8 * ENTRY_OVERHEAD and w.base("a", 5) is None
     w.merge("c", SID, _rows(5, 9), base=w.base("c", 5), after=4, limit=5)  # c grows to 5
-    assert w.entries <= 10
+    assert w.weight == 9 * ENTRY_OVERHEAD
+    big = [HistoryEntry(1, _msg(1), stored_bytes=2 * ENTRY_OVERHEAD)]
+    w.merge("d", SID, big, base=None, after=None, limit=5)  # 3 units: b (4) must go
+    assert w.base("b", 5) is None and w.base("c", 5) is not None
+    assert w.weight == 8 * ENTRY_OVERHEAD
     w.drop("c")
-    assert w.base("c", 5) is None and w.entries == 4
+    assert w.base("c", 5) is None and w.weight == 3 * ENTRY_OVERHEAD
 
 
 def test_bad_bounds_are_refused() -> None:
     with pytest.raises(ValueError):
-        TranscriptWindows(max_entries=0)
+        TranscriptWindows(max_bytes=0)
 
 
 def _mixed_transcript() -> list[dict[str, Any]]:

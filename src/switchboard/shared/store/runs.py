@@ -131,14 +131,22 @@ class _HistoryRead:
     def entries(self, session: Mapping[str, str], res: Any) -> tuple[HistoryEntry, ...]:
         """The claim's last ``limit`` messages, its answer merged with the window."""
         rows = [
-            HistoryEntry(int(m["__openclaw"]["seq"]), m)
-            for m in decode_entries(res[5], newest_first=True)
+            HistoryEntry(int(m["__openclaw"]["seq"]), m, _stored_bytes(row))
+            for row in reversed(res[5])
+            for m in decode_entries([row])
         ]
         after = int(as_text(res[6])) if len(res) > 6 else None
         session_id = str(session.get("sessionId") or "")
         return self.windows.merge(
             self.key, session_id, rows, base=self.base, after=after, limit=self.limit
         )
+
+
+def _stored_bytes(row: Any) -> int:
+    """The length of a transcript entry's stored JSON (``[id, [b"m", json]]``)."""
+    fields = row[1]
+    values = fields.values() if isinstance(fields, Mapping) else fields[1::2]
+    return sum(len(v) for v in values if isinstance(v, bytes | str))
 
 
 def _claim_of(run_id: str, res: Any, read: _HistoryRead | None = None) -> Claim | str:

@@ -16,8 +16,10 @@ copy of the old one is ever used for it. A merge only ever combines a window wit
 the same stream answered after it, so a window always holds exactly the stream's last
 messages up to its ``seq``.
 
-Memory is bounded: at most ``max_sessions`` windows and ``max_entries`` messages in all,
-the least recently used sessions dropped first. Each entry also keeps a slot (``memo``)
+Memory is bounded: at most ``max_sessions`` windows and ``max_bytes`` in all, an entry
+weighing its stored JSON plus ``ENTRY_OVERHEAD`` (what a short message's dict and model
+form took, measured with tracemalloc: about 1.75 KB); the least recently used sessions are
+dropped first. Each entry also keeps a slot (``memo``)
 where a caller keeps what it derived from the message (the runtime: its model form), so
 that is made once per message, not once per run, and dropped with the entry.
 
@@ -32,25 +34,36 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
-__all__ = ["MAX_ENTRIES", "MAX_SESSIONS", "HistoryEntry", "TranscriptWindows", "Window"]
+__all__ = [
+    "ENTRY_OVERHEAD",
+    "MAX_BYTES",
+    "MAX_SESSIONS",
+    "HistoryEntry",
+    "TranscriptWindows",
+    "Window",
+]
 
-# The bounds of one process's windows: sessions, and messages over all of them (a message
-# and its model form weigh about 3 KB: 20,000 is about 60 MB).
+# The bounds of one process's windows: sessions, and the weight of all their entries
+# (64 MB: about 35,000 short messages, or 175 sessions holding a full window of 200).
 MAX_SESSIONS = 2_000
-MAX_ENTRIES = 20_000
+MAX_BYTES = 64 * 1024 * 1024
+# An entry's weight beyond its stored JSON: its decoded dict and its model form.
+ENTRY_OVERHEAD = 1_800
 
 
 class HistoryEntry:
     """One transcript message as read (``message``: the decoded JSON with its ``seq``),
     and what a caller derived from it (``memo``: set once, None until then)."""
 
-    __slots__ = ("memo", "message", "seq")
+    __slots__ = ("memo", "message", "seq", "weight")
 
-    def __init__(self, seq: int, message: dict[str, Any]) -> None:
+    def __init__(self, seq: int, message: dict[str, Any], stored_bytes: int = 0) -> None:
         self.seq = seq
         self.message = message
+        self.weight = stored_bytes + ENTRY_OVERHEAD
         self.memo: Any = None
 
     def __repr__(self) -> str:
@@ -67,6 +80,11 @@ class Window:
     limit: int
     entries: tuple[HistoryEntry, ...]
 
+    @cached_property
+    def weight(self) -> int:
+        """What its entries weigh (`HistoryEntry.weight`)."""
+        return sum(e.weight for e in self.entries)
+
     def serves(self, limit: int) -> bool:
         """Whether this window holds the last ``limit`` messages up to its seq."""
         return limit <= self.limit or len(self.entries) < self.limit
@@ -75,13 +93,13 @@ class Window:
 class TranscriptWindows:
     """Per-session windows of recent transcript messages, least recently used dropped."""
 
-    def __init__(self, *, max_sessions: int = MAX_SESSIONS, max_entries: int = MAX_ENTRIES):
-        if max_sessions < 1 or max_entries < 1:
-            raise ValueError("a window cache holds at least one session and one message")
+    def __init__(self, *, max_sessions: int = MAX_SESSIONS, max_bytes: int = MAX_BYTES):
+        if max_sessions < 1 or max_bytes < 1:
+            raise ValueError("a window cache holds at least one session and one byte")
         self.max_sessions = max_sessions
-        self.max_entries = max_entries
+        self.max_bytes = max_bytes
         self._windows: OrderedDict[str, Window] = OrderedDict()
-        self._entries = 0
+        self._weight = 0
         self._lock = threading.Lock()
         # How claims went: answered from a window plus the newer messages, or read whole.
         self.hits = 0
@@ -91,9 +109,9 @@ class TranscriptWindows:
         return len(self._windows)
 
     @property
-    def entries(self) -> int:
-        """Messages held over all windows."""
-        return self._entries
+    def weight(self) -> int:
+        """What the windows held weigh (bytes, as `HistoryEntry.weight` counts)."""
+        return self._weight
 
     def base(self, key: str, limit: int) -> Window | None:
         """The window a claim of ``limit`` messages of ``key`` can start from, or None."""
@@ -139,7 +157,7 @@ class TranscriptWindows:
         with self._lock:
             old = self._windows.pop(key, None)
             if old is not None:
-                self._entries -= len(old.entries)
+                self._weight -= old.weight
 
     def _keep(self, key: str, window: Window, *, hit: bool) -> None:
         with self._lock:
@@ -151,12 +169,12 @@ class TranscriptWindows:
             if old is not None and old.session_id == window.session_id and old.seq > window.seq:
                 return  # a newer read of the same transcript got there first
             if old is not None:
-                self._entries -= len(old.entries)
+                self._weight -= old.weight
             self._windows[key] = window
             self._windows.move_to_end(key)
-            self._entries += len(window.entries)
+            self._weight += window.weight
             while self._windows and (
-                len(self._windows) > self.max_sessions or self._entries > self.max_entries
+                len(self._windows) > self.max_sessions or self._weight > self.max_bytes
             ):
                 _, dropped = self._windows.popitem(last=False)
-                self._entries -= len(dropped.entries)
+                self._weight -= dropped.weight
