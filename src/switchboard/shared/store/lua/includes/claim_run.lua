@@ -68,9 +68,9 @@ local function claim_run(k, a)
   local out = {'ok', tostring(attempt), deadline, redis.call('HGETALL', k.run)}
   out[5] = redis.call('HGETALL', k.session)
   if tonumber(a.history) > 0 then
-    local from = '-'
-    if a.after_sid ~= '' and a.after_sid == redis.call('HGET', k.session, 'sessionId')
-      and tonumber(redis.call('HGET', k.session, 'seq') or 0) >= tonumber(a.after_seq) then
+    local from, held = '-', nil
+    if a.after_sid ~= '' then held = redis.call('HMGET', k.session, 'sessionId', 'seq') end
+    if held and held[1] == a.after_sid and tonumber(held[2] or 0) >= tonumber(a.after_seq) then
       from = '(' .. a.after_seq .. '-0'
       out[7] = a.after_seq
     end
