@@ -161,7 +161,8 @@ def test_http_invalid_arguments_are_tool_errors(api_url: str) -> None:
 def test_http_acting_as_a_subagent_offers_what_its_policy_allows(
     api_url: str, services: Services, header: str
 ) -> None:
-    """The header picks the session: an orchestrator sub-agent loses send and agents_list."""
+    """The header picks the session: an orchestrator sub-agent loses send, agents_list and
+    session_status."""
     services.store.sessions.ensure(
         CHILD, on_create={"spawnDepth": 1, "spawnedBy": "agent:main:main"}
     )
@@ -173,7 +174,15 @@ def test_http_acting_as_a_subagent_offers_what_its_policy_allows(
         return names, refused, own
 
     names, refused, own = http_session(api_url, use, {header: CHILD})
-    assert names == {"sessions_list", "sessions_history", "sessions_spawn"}
+    # An orchestrator keeps the tools that manage its own children.
+    assert names == {
+        "sessions_list",
+        "sessions_history",
+        "sessions_spawn",
+        "sessions_yield",
+        "subagents",
+        "agents_wait",
+    }
     assert refused.is_error
     assert isinstance(refused.content[0], types.TextContent)
     assert refused.content[0].text == "Tool not available: sessions_send"
