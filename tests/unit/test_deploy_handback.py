@@ -4,6 +4,7 @@ the runs are cancelled, every run in flight is cancelled, the hand-back runs onc
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Iterator
 
@@ -32,10 +33,14 @@ def test_stop_cancels_runs_in_flight_and_hands_back_the_lanes_read_first(
     """Lanes are read while the runs still run; each run is cancelled; hand-back once."""
     in_flight = InFlight()
     started = [threading.Event() for _ in range(3)]
+    unwound = [threading.Event() for _ in range(3)]
 
     async def slow_run(i: int) -> None:
         started[i].set()
-        await asyncio.sleep(60)
+        try:
+            await asyncio.sleep(60)
+        finally:
+            unwound[i].set()
 
     futures = [
         asyncio.run_coroutine_threadsafe(in_flight.track(slow_run(i)), loop) for i in range(3)
@@ -44,12 +49,14 @@ def test_stop_cancels_runs_in_flight_and_hands_back_the_lanes_read_first(
     seen: dict[str, object] = {}
 
     def held() -> Lanes:
-        seen["running_when_read"] = sum(not f.done() for f in futures)
+        seen["running_when_read"] = sum(not e.is_set() for e in unwound)
         return [("agent:main:a", "run-a")]
 
     def hand_back(lanes: Lanes) -> int:
         seen.setdefault("calls", []).append(lanes)  # type: ignore[union-attr]
-        seen["running_when_handed_back"] = sum(not f.done() for f in futures)
+        # Each run has unwound (its finally ran) before the hand-back. (The futures
+        # here are told a moment later, on the loop: not what this checks.)
+        seen["running_when_handed_back"] = sum(not e.is_set() for e in unwound)
         return len(lanes)
 
     in_flight.stop(hand_back, held)
@@ -60,7 +67,9 @@ def test_stop_cancels_runs_in_flight_and_hands_back_the_lanes_read_first(
         "calls": [[("agent:main:a", "run-a")]],
         "running_when_handed_back": 0,
     }
-    assert all(f.cancelled() for f in futures)
+    for future in futures:
+        with pytest.raises(concurrent.futures.CancelledError):
+            future.result(5)
 
 
 def test_a_run_submitted_after_stop_never_starts(loop: asyncio.AbstractEventLoop) -> None:
