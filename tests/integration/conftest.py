@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -145,3 +150,52 @@ def sweeper(services: Services) -> Iterator[None]:
     yield
     stop.set()
     thread.join(5)
+
+
+class SwitchboardProcesses:
+    """Starts `switchboard <command>` subprocesses, each in its own process group, logging
+    to ``<log_dir>/<command>-<n>.log``; `env` may be changed before a start."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
+        self.env = env
+        self.log_dir = log_dir
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def __call__(self, *args: str) -> subprocess.Popen[bytes]:
+        """Start `switchboard <args>`."""
+        log = open(self.log_dir / f"{args[0]}-{len(self.started)}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "switchboard", *args],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.started.append(proc)
+        return proc
+
+    def kill_all(self) -> None:
+        """kill -9 every process group still running."""
+        for proc in self.started:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+
+@pytest.fixture
+def switchboard_procs(redis_url: str, tmp_path: Path) -> Iterator[SwitchboardProcesses]:
+    """Worker and beat subprocesses on this test's Redis with a 2 s lane lease and a sweep
+    every 0.5 s (so a killed worker's run is recovered quickly); all killed at teardown."""
+    env = {
+        **os.environ,
+        "SWITCHBOARD_REDIS_URL": redis_url,
+        "SWITCHBOARD_TOKEN": "t",
+        "SWITCHBOARD_DATA_DIR": str(tmp_path / "data"),
+        "SWITCHBOARD_LANE_LEASE_S": "2",
+        "SWITCHBOARD_SWEEP_INTERVAL_S": "0.5",
+        "SWITCHBOARD_LOG_LEVEL": "WARNING",
+    }
+    env.pop("SWITCHBOARD_CONFIG", None)
+    procs = SwitchboardProcesses(env, tmp_path)
+    yield procs
+    procs.kill_all()

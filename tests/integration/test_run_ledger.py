@@ -8,11 +8,9 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -167,40 +165,12 @@ def test_a_cancel_signal_stops_the_work_but_not_a_deadline() -> None:
 
 
 @pytest.fixture
-def processes(redis_url: str, tmp_path: Path, config_data: dict[str, Any]) -> Iterator[Any]:
-    """Start `switchboard <command>` subprocesses on this test's Redis and config; all are
-    killed at teardown."""
-    procs: list[subprocess.Popen[bytes]] = []
+def processes(switchboard_procs: Any, tmp_path: Path, config_data: dict[str, Any]) -> Any:
+    """`switchboard <command>` subprocesses on this test's Redis and config."""
     config_file = tmp_path / "switchboard.json"
     config_file.write_text(json.dumps(config_data), encoding="utf-8")
-    env = {
-        **os.environ,
-        "SWITCHBOARD_REDIS_URL": redis_url,
-        "SWITCHBOARD_CONFIG": str(config_file),
-        "SWITCHBOARD_TOKEN": "t",
-        "SWITCHBOARD_DATA_DIR": str(tmp_path / "data"),
-        "SWITCHBOARD_LANE_LEASE_S": "2",
-        "SWITCHBOARD_SWEEP_INTERVAL_S": "0.5",
-        "SWITCHBOARD_LOG_LEVEL": "WARNING",
-    }
-
-    def start(*args: str) -> subprocess.Popen[bytes]:
-        log = open(tmp_path / f"{args[0]}-{len(procs)}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "switchboard", *args],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        procs.append(proc)
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+    switchboard_procs.env["SWITCHBOARD_CONFIG"] = str(config_file)
+    return switchboard_procs
 
 
 @pytest.mark.faults

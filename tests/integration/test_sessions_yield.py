@@ -13,10 +13,8 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -327,39 +325,6 @@ def test_a_wake_step_run_twice_starts_one_run(
 # -- kill -9 of the worker while yielded --------------------------------------------------------
 
 
-@pytest.fixture
-def procs(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
-    """Start `switchboard <command>` subprocesses; all are killed at teardown."""
-    started: list[subprocess.Popen[bytes]] = []
-    env = {
-        **os.environ,
-        "SWITCHBOARD_REDIS_URL": redis_url,
-        "SWITCHBOARD_TOKEN": "t",
-        "SWITCHBOARD_DATA_DIR": str(tmp_path / "data"),
-        "SWITCHBOARD_LANE_LEASE_S": "2",
-        "SWITCHBOARD_SWEEP_INTERVAL_S": "0.5",
-        "SWITCHBOARD_LOG_LEVEL": "WARNING",
-    }
-
-    def start(*args: str) -> subprocess.Popen[bytes]:
-        log = open(tmp_path / f"{args[0]}-{len(started)}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "switchboard", *args],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-
-
 def _kill(proc: subprocess.Popen[bytes]) -> None:
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(10)
@@ -368,11 +333,11 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 @pytest.mark.faults
 @pytest.mark.parametrize("moment", ["children_running", "wake_pending"])
 def test_worker_kill_while_yielded_loses_and_doubles_nothing(
-    procs: Callable[..., subprocess.Popen[bytes]], services: Services, moment: str
+    switchboard_procs: Callable[..., subprocess.Popen[bytes]], services: Services, moment: str
 ) -> None:
     """kill -9 the worker while the children run (or while the wake step waits out its
     window); a new worker and beat take over: exactly one follow-up run with all results."""
-    first = procs("worker", "--concurrency", "8")
+    first = switchboard_procs("worker", "--concurrency", "8")
     sleep_s = 2.5 if moment == "children_running" else 0.3
     spawns = [
         tool_line("sessions_spawn", {"task": child_task(f"r-{c}", sleep_s), "label": c})
@@ -408,8 +373,8 @@ def test_worker_kill_while_yielded_loses_and_doubles_nothing(
     if wake_id:  # the step died with the worker, in its window: nothing was taken
         assert services.store.yields.open_wake(MAIN) == wake_id
         assert services.store.yields.get_wake(wake_id) == {}
-    procs("worker", "--concurrency", "8")
-    procs("beat")
+    switchboard_procs("worker", "--concurrency", "8")
+    switchboard_procs("beat")
     [wake] = wait_until(lambda: announce_messages(services), timeout_s=60, what="the wake")
     for c in "ABC":
         assert f"Result: r-{c}" in wake["content"]
