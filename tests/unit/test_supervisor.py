@@ -6,6 +6,7 @@ import io
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -222,3 +223,46 @@ def test_child_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
 
     assert still_running(group.pids.values()) == []
     assert time.monotonic() - started < 10
+
+
+# `up`'s supervision loop in a process of its own, where every threading.Event takes a
+# Ctrl-C while it holds its own lock (as a real one lands between two steps of a wait), and
+# a plain Ctrl-C follows a second later.
+_SUPERVISED = """
+import os, signal, sys, threading, time
+from switchboard.supervisor.processes import ProcessGroup, run_until_interrupted
+
+class SignalledWhileHeld(threading.Event):
+    def wait(self, timeout=None):
+        with self._cond:
+            signal.raise_signal(signal.SIGINT)  # its handler runs before the lock is let go
+        return super().wait(timeout)
+
+def later():
+    time.sleep(1)
+    os.kill(os.getpid(), signal.SIGINT)
+threading.Thread(target=later, daemon=True).start()
+threading.Event = SignalledWhileHeld
+group = ProcessGroup(stop_timeout_s=5)
+for name in ("a", "b"):
+    group.add(name, [sys.executable, "-c", "import time; time.sleep(60)"])
+sys.exit(run_until_interrupted(group))
+"""
+
+
+def test_ctrl_c_stops_the_group_whenever_it_lands() -> None:
+    """A Ctrl-C stops `up` at any moment: its handler takes no lock the interrupted loop
+    may hold. (It once set an Event the loop was waiting on: a Ctrl-C landing while that
+    wait held the Event's lock hung `up`, about one time in twenty.)"""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SUPERVISED],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

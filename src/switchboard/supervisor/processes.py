@@ -186,19 +186,24 @@ def _kill_group(child: _Child) -> None:
 
 def run_until_interrupted(group: ProcessGroup) -> int:
     """Start the group and supervise it until Ctrl-C, SIGTERM or a child's death; 0 if clean."""
-    stop_requested = threading.Event()
+    # The handler only counts: it runs on the main thread between two of its steps, and
+    # an Event set there could wait on the lock the interrupted `Event.wait` holds (a
+    # Ctrl-C that hung `up` about one time in twenty). The main thread polls the count.
+    signals = 0
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
-        if stop_requested.is_set():
-            group.kill_now.set()
-        stop_requested.set()
+        nonlocal signals
+        signals += 1
+        if signals > 1:
+            group.kill_now.set()  # nothing waits on it while holding its lock: polled
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         group.start()
         died: ChildExit | None = None
-        while died is None and not stop_requested.wait(_POLL_INTERVAL_S):
-            died = group.first_exit()
+        while died is None and not signals:
+            time.sleep(_POLL_INTERVAL_S)
+            died = None if signals else group.first_exit()
         if died is not None:
             group.say(f"{died.describe()} unexpectedly; stopping everything", "bold red")
             return 1
