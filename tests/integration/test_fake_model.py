@@ -159,14 +159,14 @@ def test_default_and_scripted_latency(
     fake_model: FakeModelServer, providers: dict[str, Any]
 ) -> None:
     """`/_config` latency delays every answer; a scripted reply's latency replaces it."""
-    fake_model.configure(latency_ms=300)
+    fake_model.configure(latency_ms=1500)
     started = time.monotonic()
     run(ask(providers, "slow"))
-    assert time.monotonic() - started >= 0.3
+    assert time.monotonic() - started >= 1.5
     fake_model.script({"content": "quick", "latency_ms": 0})
     started = time.monotonic()
     assert run(ask(providers, "fast?")).output == "quick"
-    assert time.monotonic() - started < 0.3
+    assert time.monotonic() - started < 1.5  # the scripted 0 ms, not the default 1,500 ms
 
 
 def test_usage_is_counted_in_words(providers: dict[str, Any]) -> None:
