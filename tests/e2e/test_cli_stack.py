@@ -18,12 +18,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import httpx
 import psutil
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from switchboard.shared.store.client import connect_plain
+from switchboard.supervisor.redis_server import RedisServer
 from switchboard.supervisor.runfile import RUNFILE, StackInfo, write_stack
 from switchboard.testing.up import UpProcess, clean_env, free_port, start_up
 
@@ -32,10 +34,22 @@ pytestmark = pytest.mark.e2e
 NOT_FOUND, USAGE, UNAVAILABLE = 1, 2, 3
 
 
+# A second agent that only `up --config` knows of: a command that runs with the stack's
+# config sees it, one that runs with the defaults does not.
+STACK_CONFIG = {
+    "agents": {
+        "list": [
+            {"id": "main", "default": True, "subagents": {"allowAgents": ["*"]}},
+            {"id": "reviewer"},
+        ]
+    }
+}
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpProcess]:
     """`switchboard up` with the offline model, in a directory of its own."""
-    with start_up(tmp_path_factory.mktemp("stack"), {}, concurrency=4) as started:
+    with start_up(tmp_path_factory.mktemp("stack"), STACK_CONFIG, concurrency=4) as started:
         yield started
 
 
@@ -60,6 +74,9 @@ def test_runtime_file_is_private_and_names_the_stack(stack: UpProcess) -> None:
     assert info["api_url"] == stack.url
     assert info["broker_url"] == info["redis_url"]
     assert connect_plain(info["redis_url"], socket_timeout=3).ping()
+    token = stack.workdir / ".switchboard" / "token"
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600
+    assert stack.token not in path.read_text()  # the token stays in its own file
 
 
 def test_send_and_sessions_find_the_stack_without_settings(stack: UpProcess) -> None:
@@ -90,17 +107,62 @@ def test_mcp_stdio_lists_the_tools_without_settings(stack: UpProcess) -> None:
         cwd=stack.workdir,
     )
 
-    async def tool_names() -> set[str]:
+    async def tools_and_agents() -> tuple[set[str], str]:
         with anyio.fail_after(30), (stack.workdir / "mcp-stderr.log").open("w") as errlog:
             async with (
                 stdio_client(params, errlog=errlog) as (read, write),
                 ClientSession(read, write) as session,
             ):
                 await session.initialize()
-                return {tool.name for tool in (await session.list_tools()).tools}
+                names = {tool.name for tool in (await session.list_tools()).tools}
+                agents = await session.call_tool("agents_list", {})
+                return names, json.dumps(agents.model_dump(mode="json"))
 
-    names = anyio.run(tool_names)
+    names, agents = anyio.run(tools_and_agents)
     assert {"sessions_list", "sessions_send", "sessions_spawn"} <= names
+    # The stack's config, not the defaults: `up --config` named the second agent.
+    assert "reviewer" in agents, agents
+    said = (stack.workdir / "mcp-stderr.log").read_text()
+    assert f"pid {stack.proc.pid}" in said and "using the stack" in said
+
+
+def test_flower_finds_the_stacks_broker_without_settings(stack: UpProcess) -> None:
+    """`switchboard flower` beside `up` (only its login set) says which stack it found and
+    sees that stack's worker through the stack's broker."""
+    port = free_port()
+    auth = ("ops", "flower-pass")
+    log = stack.workdir / "flower.log"
+    with log.open("w") as out:
+        flower = subprocess.Popen(
+            [sys.executable, "-m", "switchboard", "flower", "--port", str(port)],
+            cwd=stack.workdir,
+            env={**clean_env(), "SWITCHBOARD_FLOWER_BASIC_AUTH": ":".join(auth)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        workers: dict[str, object] = {}
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", auth=auth, timeout=10) as http:
+            while not workers:
+                assert flower.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.5)
+                with contextlib.suppress(httpx.HTTPError):
+                    resp = http.get("/api/workers", params={"refresh": "1"})
+                    workers = resp.json() if resp.status_code == 200 else {}
+        assert any(name.startswith("celery@") for name in workers), workers
+        assert f"pid {stack.proc.pid}" in log.read_text()
+    finally:
+        if flower.poll() is None:
+            os.killpg(flower.pid, signal.SIGTERM)
+        try:
+            flower.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(flower.pid, signal.SIGKILL)
+            flower.wait(timeout=10)
 
 
 def test_a_second_up_is_refused_fast_naming_the_pid(stack: UpProcess) -> None:
@@ -156,6 +218,60 @@ def test_an_unreachable_api_exits_3(stack: UpProcess) -> None:
     assert "cannot reach the api" in down.stderr
 
 
+def test_a_store_that_is_down_exits_3(tmp_path: Path) -> None:
+    """Redis down: the client commands (the api answers 503), `mcp` and `check-health` all
+    exit 3 (unavailable) with one line, never 0 or 1."""
+    redis_server = RedisServer(tmp_path / "redis")
+    redis_server.data_dir.mkdir(parents=True)
+    redis_server.start()
+    port = free_port()
+    env = {
+        **clean_env(),
+        "SWITCHBOARD_REDIS_URL": redis_server.url,
+        "SWITCHBOARD_TOKEN": "down-test-token",
+        "SWITCHBOARD_PORT": str(port),
+    }
+    api = subprocess.Popen(
+        [sys.executable, "-m", "switchboard", "api"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            assert api.poll() is None and time.monotonic() < deadline, "api never healthy"
+            time.sleep(0.2)
+        redis_server.stop()
+        commands = [
+            ("sessions",),
+            ("history", "main"),
+            ("send", "main", "hi"),
+            ("spawn", "a task"),
+            ("mcp",),
+        ]
+        for args in [*commands, ("check-health",), ("check-health", "--api")]:
+            done = subprocess.run(
+                [sys.executable, "-m", "switchboard", *args],
+                cwd=tmp_path,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == UNAVAILABLE, (args, done.returncode, done.stderr)
+            assert "Traceback" not in done.stderr, done.stderr
+    finally:
+        api.terminate()
+        api.wait(timeout=30)
+        redis_server.stop()
+
+
 def test_an_invalid_argument_exits_2(stack: UpProcess) -> None:
     """An api refusal of bad input (a malformed session key) is a usage error: exit 2."""
     bad = cli(stack.workdir, "send", "agent:main:[x]", "hi", "--url", stack.url)
@@ -172,8 +288,9 @@ def test_a_timed_out_send_says_why(stack: UpProcess) -> None:
 
 def test_json_listings_and_kinds(stack: UpProcess) -> None:
     """`--json` prints whole keys as JSON; `--kinds` (repeatable or comma list) filters."""
-    sent = cli(stack.workdir, "send", "agent:main:discord:group:dev", "hi group")
-    assert sent.returncode == 0, sent.stderr
+    for key, text in (("main", "hi main"), ("agent:main:discord:group:dev", "hi group")):
+        sent = cli(stack.workdir, "send", key, text)
+        assert sent.returncode == 0, sent.stderr
     groups = json.loads(cli(stack.workdir, "sessions", "--kinds", "group", "--json").stdout)
     assert [row["key"] for row in groups["sessions"]] == ["agent:main:discord:group:dev"]
     both = cli(stack.workdir, "sessions", "--kinds", "main,group", "--json")
@@ -183,6 +300,15 @@ def test_json_listings_and_kinds(stack: UpProcess) -> None:
     assert json.loads(again.stdout)["count"] == json.loads(both.stdout)["count"]
     table = cli(stack.workdir, "sessions", "--kinds", "group", "--wide")
     assert "discord" in table.stdout.split("agent:main:discord:group:dev", 1)[1].splitlines()[0]
+    # Into a pipe the table keeps whole keys, however long.
+    long_key = "agent:main:hook:" + "a-very-long-hook-name-" * 5 + "end"
+    assert cli(stack.workdir, "send", long_key, "hi", "--timeout", "0").returncode == 0
+    assert long_key in cli(stack.workdir, "sessions").stdout
+    # A session with no delivery route shows `-`, never a column of "unknown".
+    everything = cli(stack.workdir, "sessions", "--wide")
+    main_row = everything.stdout.split("agent:main:main", 1)[1].splitlines()[0]
+    assert main_row.split("│")[2].strip() == "-", main_row
+    assert "unknown" not in everything.stdout
     history = json.loads(cli(stack.workdir, "history", "main", "--json").stdout)
     assert history["sessionKey"] == "agent:main:main"
     assert any(m["role"] == "user" for m in history["messages"])

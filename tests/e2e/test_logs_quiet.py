@@ -4,6 +4,10 @@ WARNING line per failed request, without a traceback."""
 from __future__ import annotations
 
 import json
+import os
+import pty
+import select
+import socket
 import subprocess
 import sys
 import threading
@@ -123,6 +127,30 @@ def test_redis_stopped_is_a_503_and_one_warning_line(
     assert "Traceback" not in "".join(api.lines)
 
 
+def test_a_client_gone_mid_request_is_one_warning_line(
+    api_and_redis: tuple[Api, RedisServer],
+) -> None:
+    """A client that closes its connection halfway through a request body: one WARNING
+    line naming the request, no "500, unhandled error", no server error line, no
+    traceback."""
+    api, _ = api_and_redis
+    time.sleep(1)  # startup lines written
+    before = len(api.lines)
+    head = (
+        "POST /rpc HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {TOKEN}\r\nContent-Length: 100\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", api.port)) as conn:
+        conn.sendall(head.encode() + b'{"method": "ses')
+        time.sleep(0.5)
+    time.sleep(2)
+    written = api.lines[before:]
+    levels = _levels(written)
+    assert [level for level, _ in levels] == ["warning"], "".join(written)
+    assert "POST /rpc" in levels[0][1] and "went away" in levels[0][1]
+    assert "500" not in levels[0][1] and "Traceback" not in "".join(api.lines)
+
+
 def _start(
     role: str, env: dict[str, str], workdir: Path, lines: list[str]
 ) -> subprocess.Popen[str]:
@@ -176,3 +204,52 @@ def test_worker_and_beat_ride_out_a_redis_outage_in_warning_lines(tmp_path: Path
     assert any(level == "warning" for level, _ in levels), "".join(during)
     assert not [line for level, line in levels if level in ("error", "critical")], "".join(during)
     assert "Traceback" not in "".join(lines)
+
+
+def _api_output(redis_url: str, workdir: Path, *, tty: bool, fmt: str | None = None) -> str:
+    """What `switchboard api` writes until its startup completes, into a terminal (a pty)
+    or a pipe."""
+    env = {**clean_env(), "SWITCHBOARD_REDIS_URL": redis_url, "SWITCHBOARD_TOKEN": TOKEN}
+    if fmt is not None:
+        env["SWITCHBOARD_LOG_FORMAT"] = fmt
+    command = [sys.executable, "-m", "switchboard", "api", "--port", str(free_port())]
+    reader, writer = pty.openpty() if tty else os.pipe()
+    proc = subprocess.Popen(command, cwd=workdir, env=env, stdout=writer, stderr=writer)
+    os.close(writer)
+    out = b""
+    try:
+        deadline = time.monotonic() + 60
+        while b"startup complete" not in out and time.monotonic() < deadline:
+            ready, _, _ = select.select([reader], [], [], 0.5)
+            if ready:
+                try:
+                    out += os.read(reader, 65536)
+                except OSError:  # the pty closed: the process ended
+                    break
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        os.close(reader)
+    text = out.decode(errors="replace")
+    assert "startup complete" in text, text
+    return text
+
+
+def test_a_terminal_gets_readable_lines_and_a_pipe_json_lines(tmp_path: Path) -> None:
+    """Logs in a terminal are lines for a human; in a pipe, or with
+    SWITCHBOARD_LOG_FORMAT=json, one JSON object per line."""
+    redis_server = RedisServer(tmp_path / "redis")
+    redis_server.data_dir.mkdir(parents=True)
+    redis_server.start()
+    try:
+        terminal = _api_output(redis_server.url, tmp_path, tty=True)
+        piped = _api_output(redis_server.url, tmp_path, tty=False)
+        forced = _api_output(redis_server.url, tmp_path, tty=True, fmt="json")
+    finally:
+        redis_server.stop()
+    lines = [line for line in terminal.splitlines() if line.strip()]
+    assert lines and not any(line.lstrip().startswith("{") for line in lines), terminal
+    assert any("info" in line.lower() and "startup complete" in line for line in lines)
+    for text in (piped, forced):
+        events = [json.loads(line) for line in text.splitlines() if line.strip()]
+        assert any(e["event"].startswith("Application startup complete") for e in events)

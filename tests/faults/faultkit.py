@@ -121,12 +121,15 @@ class Cluster:
     config: dict[str, Any]
     env_extra: dict[str, str] = field(default_factory=dict)
     procs: list[Proc] = field(default_factory=list)
+    # The Celery broker when it is not the Redis (e.g. amqp://…/<vhost>).
+    broker_url: str | None = None
 
     def __post_init__(self) -> None:
         self.config_path = self.workdir / "config.json"
         self.config_path.write_text(json.dumps(self.config))
         self.settings = Settings(
             redis_url=self.redis_url,
+            broker_url=self.broker_url,
             token=TOKEN,
             data_dir=self.workdir / "data",
             sweep_interval_s=SWEEP_INTERVAL_S,
@@ -152,16 +155,18 @@ class Cluster:
             "SWITCHBOARD_LANE_LEASE_S": str(LANE_LEASE_S),
             "SWITCHBOARD_SWEEP_INTERVAL_S": str(SWEEP_INTERVAL_S),
             "SWITCHBOARD_LOG_LEVEL": "INFO",
+            **({"SWITCHBOARD_BROKER_URL": self.broker_url} if self.broker_url else {}),
             **self.env_extra,
         }
 
-    def start(self, name: str, *args: str) -> Proc:
-        """Start `switchboard <args>` in its own process group, logging to a file."""
+    def start(self, name: str, *args: str, env: Mapping[str, str] | None = None) -> Proc:
+        """Start `switchboard <args>` in its own process group, logging to a file; `env`
+        is laid over the cluster's."""
         log = self.workdir / f"{len(self.procs):02d}-{name}.log"
         with log.open("wb") as out:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "switchboard", *args],
-                env=self.env,
+                env={**self.env, **(env or {})},
                 cwd=self.workdir,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
@@ -172,15 +177,19 @@ class Cluster:
         self.procs.append(proc)
         return proc
 
-    def worker(self, concurrency: int = 32) -> Proc:
-        """A worker, returned once it consumes (its startup sweep has run)."""
-        proc = self.start("worker", "worker", "--concurrency", str(concurrency))
+    def worker(self, concurrency: int = 32, node: str | None = None) -> Proc:
+        """A worker, returned once it consumes (its startup sweep has run); `node` is its
+        Celery node name (several workers at once need distinct ones on RabbitMQ)."""
+        named = ("--node", node) if node else ()
+        proc = self.start("worker", "worker", "--concurrency", str(concurrency), *named)
         wait_until(lambda: self._ready(proc, " ready."), 60, "the worker to be ready", 0.2)
         return proc
 
-    def beat(self) -> Proc:
-        """Celery beat scheduling the recovery sweep every SWEEP_INTERVAL_S."""
-        return self.start("beat", "beat")
+    def beat(self, data_dir: Path | None = None) -> Proc:
+        """Celery beat scheduling the recovery sweep every SWEEP_INTERVAL_S; a second beat
+        needs a `data_dir` of its own (its schedule file)."""
+        env = {"SWITCHBOARD_DATA_DIR": str(data_dir)} if data_dir else None
+        return self.start("beat", "beat", env=env)
 
     def api(self, port: int | None = None) -> tuple[Proc, str]:
         """`switchboard api` on a loopback port, returned once /healthz answers."""

@@ -19,7 +19,7 @@ from switchboard.shared.gateway.agent import RunRequest, start_run
 pytestmark = pytest.mark.faults
 
 SESSIONS = 12
-CONCURRENCY = 8
+MAX_IN_FLIGHT = 8  # the first worker's limit: it runs 8 of the 12, the rest stay queued
 RUN_SLEEP_S = 10
 GRACE_S = 60  # docker-compose.yml stop_grace_period, worker.yaml terminationGracePeriodSeconds
 
@@ -29,7 +29,8 @@ def test_sigterm_hands_runs_back_and_a_second_worker_finishes_each_once(
 ) -> None:
     """The stopped worker exits 0 in seconds; every run ends ok once, transcripts exact."""
     cluster.env_extra["SWITCHBOARD_LANE_LEASE_S"] = "60"
-    first = cluster.worker(concurrency=CONCURRENCY)
+    cluster.env_extra["SWITCHBOARD_WORKER_MAX_IN_FLIGHT"] = str(MAX_IN_FLIGHT)
+    first = cluster.worker()
     ids = [
         start_run(
             cluster.services,
@@ -42,7 +43,7 @@ def test_sigterm_hands_runs_back_and_a_second_worker_finishes_each_once(
 
     def running() -> int | None:
         count = sum(r.status == "running" for r in cluster.runs())
-        return count if count >= CONCURRENCY else None
+        return count if count >= MAX_IN_FLIGHT else None
 
     wait_until(running, 30, "the first worker to run its share", 0.1)
     os.killpg(first.popen.pid, signal.SIGTERM)
@@ -52,12 +53,12 @@ def test_sigterm_hands_runs_back_and_a_second_worker_finishes_each_once(
     print(f"\nworker stopped {took_s:.1f}s after SIGTERM")
     assert first.popen.returncode == 0, first.output()[-3000:]
     assert took_s < RUN_SLEEP_S, "the worker waited for its runs instead of handing them back"
-    assert f"{CONCURRENCY} run(s) handed back" in first.output()
+    assert f"{MAX_IN_FLIGHT} run(s) handed back" in first.output()
     assert not any(r.status == "running" for r in cluster.runs()), count_by(
         r.status for r in cluster.runs()
     )
 
-    cluster.worker(concurrency=CONCURRENCY)
+    cluster.worker()
 
     def settled() -> bool:
         return all(r.terminal for r in cluster.runs())
@@ -66,5 +67,5 @@ def test_sigterm_hands_runs_back_and_a_second_worker_finishes_each_once(
     runs = cluster.runs()
     assert sorted(r.run_id for r in runs) == sorted(ids)
     outcome = count_by((r.status, r.attempt) for r in runs)
-    assert outcome == {("ok", 2): CONCURRENCY, ("ok", 1): SESSIONS - CONCURRENCY}, outcome
+    assert outcome == {("ok", 2): MAX_IN_FLIGHT, ("ok", 1): SESSIONS - MAX_IN_FLIGHT}, outcome
     assert assert_transcripts_exact(cluster, runs) == 2 * SESSIONS

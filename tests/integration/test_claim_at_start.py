@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from switchboard.api.scopes import OWNER
 from switchboard.api.tools import _start_as
 from switchboard.shared.queue import InlineStep, RunsTakenHere
 from switchboard.shared.runtime.executor import execute_run
@@ -85,6 +86,8 @@ def test_a_sends_announce_run_is_executed_on_its_start_claim(
         "agent:main:main",
         "sessions_send",
         {"sessionKey": "agent:main:claim-c", "message": "ping", "timeoutSeconds": 0},
+        OWNER,
+        None,
     )
     assert isinstance(out, dict) and out["status"] == "accepted"
     primary = out["runId"]

@@ -1,9 +1,10 @@
 """`switchboard check-health` per role, through the real CLI: a worker pings itself, the
-beat's sweep mark must be recent."""
+beat's own heartbeat must be recent."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from switchboard.cli.heartbeat import HEARTBEAT
 from switchboard.shared.store.keyspace import Keyspace
 from switchboard.shared.store.runs import now_ms
 from switchboard.shared.store.sweeps import SweepStore
@@ -84,18 +86,54 @@ def test_worker_check_pings_this_hosts_worker(
     assert gone.returncode == 3 and default in gone.stderr
 
 
-def test_beat_check_reads_the_sweep_mark(env: dict[str, str], redis_url: str) -> None:
-    """`--beat` fails with no sweep mark or one older than 6 intervals, passes on a fresh one."""
+def test_beat_check_reads_the_heartbeat_mark(env: dict[str, str], redis_url: str) -> None:
+    """`--beat` fails with no heartbeat or one older than 6 intervals, passes on a fresh one;
+    the sweep's own mark does not stand in for it."""
     never = check_health(env, "--beat")
-    assert never.returncode == 3 and "never run" in never.stderr
+    assert never.returncode == 3 and "no heartbeat" in never.stderr
     with redis.Redis.from_url(redis_url) as client:
-        sweeps = SweepStore(client, Keyspace("sb:"))
-        sweeps.mark_ran("sweep", now_ms() - 31_000)
+        marks = SweepStore(client, Keyspace("sb:"))
+        marks.mark_ran("sweep", now_ms())
+        assert check_health(env, "--beat").returncode == 3
+        marks.mark_ran(HEARTBEAT, now_ms() - 31_000)
         stale = check_health(env, "--beat")
         assert stale.returncode == 3 and "limit 30s" in stale.stderr
-        sweeps.mark_ran("sweep", now_ms() - 20_000)
+        marks.mark_ran(HEARTBEAT, now_ms() - 20_000)
         fresh = check_health(env, "--beat")
     assert fresh.returncode == 0, fresh.stderr
+
+
+def test_a_running_beat_is_healthy_without_any_worker_and_a_stuck_one_is_not(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """A real `switchboard beat` passes `--beat` with no worker running its sweeps (its
+    heartbeat is its own); paused (SIGSTOP, a hung loop) it fails within the limit."""
+    env["SWITCHBOARD_SWEEP_INTERVAL_S"] = "1"  # limit: 6 s
+    with (tmp_path / "beat.log").open("wb") as out:
+        beat = subprocess.Popen(
+            [sys.executable, "-m", "switchboard", "beat"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while (result := check_health(env, "--beat")).returncode != 0:
+            assert beat.poll() is None, (tmp_path / "beat.log").read_text()
+            assert time.monotonic() < deadline, result.stderr
+            time.sleep(0.5)
+        os.killpg(beat.pid, signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 30
+            while (result := check_health(env, "--beat")).returncode == 0:
+                assert time.monotonic() < deadline, "a paused beat stayed healthy"
+                time.sleep(0.5)
+            assert result.returncode == 3 and "heartbeat" in result.stderr, result.stderr
+        finally:
+            os.killpg(beat.pid, signal.SIGCONT)
+    finally:
+        stop_groups([beat], timeout_s=20)
 
 
 def test_default_check_still_pings_only_redis(env: dict[str, str]) -> None:

@@ -43,11 +43,19 @@ def test_failure_lines_keep_square_brackets(capsys: pytest.CaptureFixture[str]) 
     assert 'no session agent:main:[x] {"a": [1]} [bold]' in capsys.readouterr().err
 
 
-def test_wide_table_shows_whole_keys() -> None:
-    """With --wide, the key column is at least as wide as the longest key."""
+def test_wide_table_shows_whole_keys_and_every_column_past_the_edge() -> None:
+    """With --wide (and into a pipe) every cell is whole, on a screen narrower than the
+    table too: the line passes the edge, no column is squeezed away."""
+    from rich.console import Console
+
     key = "agent:main:subagent:0b7e3c1e-7d0f-4b43-9a4e-1f6f0a1b2c3d"
-    table = client._sessions_table([{"key": key, "updatedAt": 0}], wide=True)
-    assert (table.columns[0].min_width or 0) >= len(key)
+    row = {"key": key, "kind": "other", "channel": "internal", "updatedAt": 0, "model": "m"}
+    out = Console(width=60, record=True, highlight=False, soft_wrap=True)
+    out.print(client._sessions_table([row], wide=True, width=60))
+    body = [line for line in out.export_text().splitlines() if line.startswith("│")]
+    assert len(body) == 1 and len(body[0]) > 60, body
+    cells = [cell.strip() for cell in body[0].strip("│").split("│")]
+    assert cells[:3] == [key, "other", "internal"], cells
 
 
 def test_a_running_stack_fills_in_only_what_no_setting_says(
@@ -67,3 +75,41 @@ def test_a_running_stack_fills_in_only_what_no_setting_says(
     assert common._with_stack_redis(configured).redis_url == "redis://mine:3/0"
     assert common._api_base(configured, None) == "http://127.0.0.1:8000"
     assert common._api_base(bare, "http://elsewhere:1/") == "http://elsewhere:1"
+
+
+def test_bench_failures_keep_square_brackets() -> None:
+    """A scenario's error quoting `[...]` prints whole, on its line and in the table."""
+    from rich.console import Console
+
+    from switchboard import bench
+
+    out = Console(width=200, record=True, highlight=False)
+    out.print(bench._failed_line("latency", "run [boom] broke"))
+    out.print(bench._table([], {"latency": "run [boom] broke"}, quick=True))
+    text = out.export_text()
+    assert "latency failed: run [boom] broke" in text
+    assert "ERROR: run [boom] broke" in text
+
+
+def test_a_narrow_table_keeps_one_line_a_session_and_the_short_columns_whole() -> None:
+    """On a terminal narrower than the keys, each session is one line: kind, channel, time,
+    tokens and status whole, the key (and model) cut with `…`."""
+    from rich.console import Console
+
+    key = "agent:main:subagent:0b7e3c1e-7d0f-4b43-9a4e-1f6f0a1b2c3d"
+    row = {
+        "key": key,
+        "kind": "other",
+        "channel": "internal",
+        "updatedAt": 1795594634240,
+        "model": "openai/gpt-4o-mini",
+        "totalTokens": 12345,
+        "status": "running",
+    }
+    out = Console(width=100, record=True, highlight=False)
+    out.print(client._sessions_table([row], wide=False, width=100))
+    body = [line for line in out.export_text().splitlines() if line.startswith("│")]
+    assert len(body) == 1, body
+    for cell in ("other", "internal", "2026-11-25 08:17:14", "12345", "running"):
+        assert cell in body[0], (cell, body[0])
+    assert "agent:main:subagent:" in body[0] and key not in body[0] and "…" in body[0]

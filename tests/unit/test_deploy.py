@@ -583,7 +583,7 @@ def test_k8s_commands_and_probes_are_real_cli_commands() -> None:
 
 def test_k8s_deployments_have_the_required_shape() -> None:
     """api x2 with probes, worker stops within 60 s, per-role liveness (worker pings itself,
-    beat's sweep mark), one beat (Recreate), one flower."""
+    beat's heartbeat), one beat (Recreate), one flower."""
     deployments = objects("Deployment")
     assert set(deployments) == SWITCHBOARD_SERVICES
     api = deployments["api"]

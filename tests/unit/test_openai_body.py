@@ -242,3 +242,159 @@ def test_a_worker_starting_leaves_the_openai_sdk_unimported() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# -- the answer: a chat completion parsed in one step ----------------------------------
+
+COMPLETIONS: list[dict[str, Any]] = [
+    {  # a text answer, as the fake model server gives it
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": "fake-model",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "done"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+    },
+    {  # tool calls, nulls, usage details, and extra fields at several depths
+        "id": "chatcmpl-2",
+        "object": "chat.completion",
+        "created": 1_700_000_001,
+        "model": "gpt-x",
+        "system_fingerprint": None,
+        "service_tier": "default",
+        "choices": [
+            {
+                "index": 0,
+                "logprobs": None,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "refusal": None,
+                    "reasoning_content": "thinking",
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "sessions_list", "arguments": '{"limit": 5}'},
+                        },
+                        {"id": "call_2", "type": "custom", "custom": {"name": "x", "input": "y"}},
+                    ],
+                },
+            }
+        ],
+        "usage": {
+            "prompt_tokens": 10,
+            "completion_tokens": 2,
+            "total_tokens": 12,
+            "prompt_tokens_details": {"cached_tokens": 4, "audio_tokens": None},
+            "completion_tokens_details": {"reasoning_tokens": 1},
+            "cost": 0.5,
+        },
+        "provider": {"name": "somewhere", "regions": ["a", "b"]},
+    },
+]
+
+
+def _sdk_completion(data: dict[str, Any]) -> Any:
+    from openai._models import construct_type
+    from openai.types.chat import ChatCompletion
+
+    return construct_type(type_=ChatCompletion, value=data)
+
+
+def _shape(value: Any) -> Any:
+    """Everything a model holds, recursively: class, fields, extra fields, the declared
+    fields set (the SDK's construct counts extra fields as set at some depths, not others:
+    they are dumped either way)."""
+    from pydantic import BaseModel
+
+    if isinstance(value, BaseModel):
+        declared = type(value).model_fields
+        return (
+            type(value),
+            {name: _shape(getattr(value, name)) for name in declared},
+            value.model_extra,
+            value.model_fields_set & set(declared),
+        )
+    if isinstance(value, list):
+        return [_shape(v) for v in value]
+    return (type(value), value)
+
+
+@pytest.mark.parametrize("data", COMPLETIONS)
+def test_completions_come_out_as_the_sdk_builds_them(data: dict[str, Any]) -> None:
+    from openai.types.chat import ChatCompletion
+
+    parsed = openai_body.parsed_completion(data, ChatCompletion)
+    assert parsed is not None
+    assert _shape(parsed) == _shape(_sdk_completion(data))
+    sdk = _sdk_completion(data)
+    assert parsed.model_dump() == sdk.model_dump()
+    assert parsed.to_dict() == sdk.to_dict()  # the unset fields left out alike
+    assert parsed.to_json() == sdk.to_json()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"created": "1700000000"},  # a number as a string: the SDK keeps it as it is
+        {"created": 1.5},
+        {"object": "chat.completion.chunk"},
+        {"choices": [{"index": 0, "message": {"role": "assistant"}, "finish_reason": "eos"}]},
+        {"choices": "none"},
+        {"id": None},
+    ],
+)
+def test_anything_but_exactly_typed_completions_is_left_to_the_sdk(change: dict[str, Any]) -> None:
+    from openai.types.chat import ChatCompletion
+
+    assert openai_body.parsed_completion({**COMPLETIONS[0], **change}, ChatCompletion) is None
+
+
+def test_other_response_types_are_left_to_the_sdk() -> None:
+    from openai.types import Model
+
+    assert openai_body.parsed_completion(COMPLETIONS[0], Model) is None
+    assert openai_body.parsed_completion([COMPLETIONS[0]], object) is None
+
+
+def test_an_async_client_parses_completions_through_the_shortcut_unless_strict(
+    sdk_transform: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Installed, an async client's answer goes through `parsed_completion`; a client with
+    strict response validation keeps the SDK's own; the same completion either way."""
+    import httpx2
+    from openai import AsyncOpenAI
+    from openai._base_client import AsyncAPIClient
+    from openai.types.chat import ChatCompletion
+
+    sdk = AsyncAPIClient._process_response_data
+    sdk = getattr(sdk, "__wrapped__", sdk)
+    monkeypatch.setattr(AsyncAPIClient, "_process_response_data", sdk)
+    openai_body.install_shortcut()
+    assert AsyncAPIClient._process_response_data is not sdk
+    calls: list[Any] = []
+    real = openai_body.parsed_completion
+    monkeypatch.setattr(
+        openai_body, "parsed_completion", lambda d, t: calls.append(t) or real(d, t)
+    )
+    response = httpx2.Response(200, request=httpx2.Request("POST", "http://x/v1"))
+    for strict in (False, True):
+        client = AsyncOpenAI(
+            api_key="k", base_url="http://x/v1", _strict_response_validation=strict
+        )
+        got = client._process_response_data(
+            data=COMPLETIONS[1], cast_to=ChatCompletion, response=response
+        )
+        assert _shape(got) == _shape(_sdk_completion(COMPLETIONS[1])) or strict
+        assert isinstance(got, ChatCompletion)
+    assert calls == [ChatCompletion]  # the strict client never asked
+    openai_body.install_shortcut()  # once: no shortcut over the shortcut
+    assert AsyncAPIClient._process_response_data.__wrapped__ is sdk  # type: ignore[attr-defined]

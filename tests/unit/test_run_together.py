@@ -24,7 +24,7 @@ def _fake_runs(monkeypatch: pytest.MonkeyPatch, failing: set[str]) -> list[str]:
             raise RuntimeError(f"{run_id} failed")
         ended.append(run_id)
 
-    async def run_and_follow_up(svc: Any, start: Any) -> None:
+    async def run_and_follow_up(svc: Any, start: Any, claimed: Any) -> None:
         await start(None)
 
     monkeypatch.setattr(tasks, "execute_run", execute_run)
@@ -36,7 +36,8 @@ def test_every_run_of_a_message_runs() -> None:
     """All the runs of one message execute, each once."""
     with pytest.MonkeyPatch.context() as mp:
         ended = _fake_runs(mp, failing=set())
-        asyncio.run(tasks._run_together(None, [["r1", "k1"], ["r2", "k2"], ["r3", "k3"]]))  # type: ignore[arg-type]
+        claims = tasks._Claims(3)
+        asyncio.run(tasks._run_together(None, [["r1", "k1"], ["r2", "k2"], ["r3", "k3"]], claims))  # type: ignore[arg-type]
     assert sorted(ended) == ["r1", "r2", "r3"]
 
 
@@ -45,7 +46,10 @@ def test_a_failed_run_does_not_stop_the_others_and_is_raised_once_all_ended() ->
     with pytest.MonkeyPatch.context() as mp:
         ended = _fake_runs(mp, failing={"r2"})
         with pytest.raises(RuntimeError, match="r2 failed"):
-            asyncio.run(tasks._run_together(None, [["r1", "k1"], ["r2", "k2"], ["r3", "k3"]]))  # type: ignore[arg-type]
+            claims = tasks._Claims(3)
+            asyncio.run(
+                tasks._run_together(None, [["r1", "k1"], ["r2", "k2"], ["r3", "k3"]], claims)
+            )  # type: ignore[arg-type]
     assert sorted(ended) == ["r1", "r3"]
 
 
@@ -67,6 +71,8 @@ def test_follow_ups_run_in_place_only_with_the_fast_paths_on(
 
     monkeypatch.setattr(tasks, "_then_follow_up", then_follow_up)
     svc: Any = type("Svc", (), {"settings": Settings(fast_paths=fast_paths)})()
-    asyncio.run(tasks._run_and_follow_up(svc, start))
+    claims = tasks._Claims(1)
+    asyncio.run(tasks._run_and_follow_up(svc, start, claims.run()))
     assert collected == ([[]] if fast_paths else [None])
     assert inline == ([True] if fast_paths else [])
+    assert claims.all.is_set() and claims.error is None  # told once the run ended

@@ -10,11 +10,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from starlette.concurrency import run_in_threadpool
 
-from switchboard import __version__
-from switchboard.api import metrics, openai_compat, rpc, tools, transcripts
+from switchboard import __version__, telemetry
+from switchboard.api import metrics, openai_compat, responses, rpc, tools, transcripts
+from switchboard.api.a2a import mount_a2a
 from switchboard.api.auth import install_auth
 from switchboard.api.console import install_console
 from switchboard.api.errors import install_error_handlers
+from switchboard.api.heartbeat import api_heartbeat
 from switchboard.api.limits import BodySizeLimit
 from switchboard.api.mcp import mount_mcp, serving_mcp
 from switchboard.shared import gc_tune
@@ -43,13 +45,18 @@ def create_app(
     services: Services | None = None,
     *,
     tune_gc: bool = False,
+    url: str | None = None,
 ) -> FastAPI:
     """Build the api; services are wired at startup unless given (tests).
 
     ``tune_gc``: the process serves this app for its lifetime (`switchboard api`): once
     started, the garbage collector is set for it (`gc_tune.tune_gc`). Freezing what the
     startup built (services, the Celery app, connections) matters: a freeze before it
-    left an api answering sends at 2.9-3.3 ms of CPU each, against 2.4-2.8 ms."""
+    left an api answering sends at 2.9-3.3 ms of CPU each, against 2.4-2.8 ms.
+
+    ``url``: where the api listens (`switchboard api`): the app then writes its heartbeat
+    (`sb:apis`, listed by `check-health --all`) while it serves; None (an app built inside
+    tests or another program) writes none."""
     settings = settings or get_settings()
     config = config or get_config(settings.config)
     token = resolve_token(settings, config)
@@ -69,7 +76,10 @@ def create_app(
         if tune_gc:
             gc_tune.tune_gc(settings)  # only with the fast paths on
         try:
-            async with serving_mcp(app):
+            async with contextlib.AsyncExitStack() as serving:
+                await serving.enter_async_context(serving_mcp(app))
+                if url is not None:
+                    await serving.enter_async_context(api_heartbeat(svc.store, url))
                 yield
         finally:
             await app.state.waiter.stop()
@@ -83,6 +93,7 @@ def create_app(
         redoc_url=None,
     )
     app.state.token = token
+    telemetry.instrument_api(app)  # only with an OTLP endpoint set
     app.add_middleware(BodySizeLimit)
     install_auth(app, settings, token)  # outermost: every route but /healthz needs the token
     install_error_handlers(app)
@@ -90,8 +101,10 @@ def create_app(
     app.include_router(tools.router)
     app.include_router(metrics.router)
     app.include_router(openai_compat.router)
+    app.include_router(responses.router)
     app.include_router(transcripts.router)
     mount_mcp(app)
+    mount_a2a(app, config)  # /a2a/<agentId>, the agent cards
     install_console(app)  # after install_auth: /console, /events
 
     @app.get("/healthz")

@@ -13,6 +13,12 @@ so a locked-out client cannot go on testing guesses. A success resets no counter
 paths are neither checked nor locked. A client that just authenticated on this api is not
 looked up again for a second (one read a second for a busy client, not one a request);
 any failure ends that at once, so every guess is checked against the shared count.
+
+Besides the owner token, the gate takes scoped tokens (``sbt_…``, `switchboard token
+create`): each is looked up in Redis on every request (one HGETALL, no cache, so a revoke
+holds on every api at the next request), becomes a `scopes.Principal` in the request's
+scope, and may reach only the surfaces `scopes.SCOPED_SURFACES` names (others: 403). Once
+answered, its call is written to the audit stream with what the surface noted.
 """
 
 from __future__ import annotations
@@ -22,14 +28,25 @@ import logging
 import time
 from collections.abc import Iterable
 
+import anyio
 from fastapi import FastAPI, HTTPException, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from switchboard.api.errors import error_response, openai_error_response
+from switchboard.api.scopes import (
+    AUDIT_NOTE,
+    PRINCIPAL,
+    AuditNote,
+    Principal,
+    surface_of,
+)
 from switchboard.shared.config import Settings
 from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store.aio import AsyncStore
+from switchboard.shared.store.audit import AsyncAuditStore, AuditEntry
 from switchboard.shared.store.keyspace import Keyspace
+from switchboard.shared.store.runs import now_ms
+from switchboard.shared.store.tokens import TOKEN_PREFIX, AsyncTokenStore
 
 log = logging.getLogger("switchboard.api")
 
@@ -107,6 +124,8 @@ class AuthGate:
         self.max_failures = max_failures
         self.window_s = window_s
         self._store: AsyncStore | None = None
+        self._tokens: AsyncTokenStore | None = None
+        self._audit: AsyncAuditStore | None = None
         # Client address -> until when its lockout need not be read (see `_clear`).
         self._cleared: dict[str, float] = {}
 
@@ -122,14 +141,108 @@ class AuthGate:
         cleared = self._cleared.get(client, 0.0) > now
         retry_s = None if cleared else await self._locked_for(client)
         if retry_s is None:
-            if token_matches(_header(scope, b"authorization"), self.token):
+            authorization = _header(scope, b"authorization")
+            if token_matches(authorization, self.token):
                 self._clear(client, now)
                 scope[_AUTHENTICATED] = True
                 await self.app(scope, receive, send)
                 return
+            try:
+                principal = await self._scoped_principal(authorization)
+            except StoreUnavailable as exc:
+                log.warning("scoped token not checked, redis unavailable: %s", exc.__cause__)
+                await _unavailable(scope, receive, send)
+                return
+            if principal is not None:
+                self._clear(client, now)
+                scope[_AUTHENTICATED] = True
+                await self._serve_scoped(scope, receive, send, principal)
+                return
             self._cleared.pop(client, None)
             retry_s = await self._record_failure(client)
         await _refuse(scope, receive, send, retry_s)
+
+    async def _scoped_principal(self, authorization: str) -> Principal | None:
+        """The principal of a live scoped token in the header, else None (looked up in
+        Redis on every request: a revoke anywhere holds here at the next one)."""
+        scheme, _, value = authorization.partition(" ")
+        value = value.strip()
+        if scheme.lower() != "bearer" or not value.startswith(TOKEN_PREFIX):
+            return None
+        tokens = self._token_store()
+        record = await tokens.verify(value) if tokens is not None else None
+        return Principal.of_token(record) if record is not None else None
+
+    async def _serve_scoped(
+        self, scope: Scope, receive: Receive, send: Send, principal: Principal
+    ) -> None:
+        """Serve a scoped token's request on the surfaces it may use (403 elsewhere),
+        writing its audit entry as the answer ends."""
+        surface = surface_of(scope["path"]) if scope["type"] == "http" else None
+        note = AuditNote(surface or scope["path"])
+        if surface is None:
+            await self._record(principal, note, 403)
+            await _refuse_scoped(scope, receive, send, principal)
+            return
+        scope[PRINCIPAL] = principal
+        scope[AUDIT_NOTE] = note
+        status, recorded = 500, False  # 500 unless the app answers
+
+        async def recording_send(message: Message) -> None:
+            # The entry is written before the answer's last byte: a client that has its
+            # answer finds its call in the audit.
+            nonlocal status, recorded
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                recorded = True
+                await self._record(principal, note, status)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, recording_send)
+        finally:
+            if not recorded:  # the app failed, or the client left before the end
+                await self._record(principal, note, status)
+
+    async def _record(self, principal: Principal, note: AuditNote, status: int) -> None:
+        """Append the call to the audit stream (best effort: a failure is logged).
+
+        Shielded: a streamed answer's sender is cancelled as the stream ends (sse-starlette
+        does so), which must not cancel the write halfway."""
+        with anyio.CancelScope(shield=True):
+            await self._write_entry(principal, note, status)
+
+    async def _write_entry(self, principal: Principal, note: AuditNote, status: int) -> None:
+        audit = self._audit_store()
+        if audit is None or principal.token_id is None:
+            return
+        outcome = note.outcome or _outcome_of(status)
+        entry = AuditEntry(
+            token_id=principal.token_id,
+            surface=note.surface,
+            outcome=outcome,
+            status=status,
+            at_ms=now_ms(),
+            tool=note.tool,
+            session_key=note.session_key,
+        )
+        try:
+            await audit.record_use(entry)
+        except StoreUnavailable as exc:
+            log.warning("audit entry not written, redis unavailable: %s", exc.__cause__)
+
+    def _token_store(self) -> AsyncTokenStore | None:
+        store = self._client()
+        if self._tokens is None and store is not None:
+            self._tokens = AsyncTokenStore(store.client, self.ks)
+        return self._tokens
+
+    def _audit_store(self) -> AsyncAuditStore | None:
+        store = self._client()
+        if self._audit is None and store is not None:
+            self._audit = AsyncAuditStore(store.client, self.ks)
+        return self._audit
 
     def _clear(self, client: str, now: float) -> None:
         """Spare ``client``'s next lockout checks for `CLEARED_FOR_S` after it authenticated.
@@ -180,6 +293,7 @@ class AuthGate:
             if message["type"] == "lifespan.shutdown.complete" and self._store is not None:
                 await self._store.aclose()
                 self._store = None
+                self._tokens = self._audit = None
             await send(message)
 
         return wrapped
@@ -220,4 +334,45 @@ async def _refuse(scope: Scope, receive: Receive, send: Send, retry_s: int | Non
         response = openai_error_response(status, message, code=code, headers=headers)
     else:
         response = error_response(status, kind, message, headers)
+    await response(scope, receive, send)
+
+
+def _outcome_of(status: int) -> str:
+    """An audited call's outcome from its HTTP status."""
+    if status < 400:
+        return "ok"
+    return "refused" if status == 403 else "error"
+
+
+async def _refuse_scoped(scope: Scope, receive: Receive, send: Send, principal: Principal) -> None:
+    """403 for a scoped token on an owner-only path (a WebSocket: closed)."""
+    message = (
+        f"{scope['path']} needs the owner token (SWITCHBOARD_TOKEN); "
+        f"{principal.describe()} may not use it"
+    )
+    if scope["type"] == "websocket":
+        await receive()  # websocket.connect
+        await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})
+        return
+    if scope["path"].startswith(OPENAI_PATH_PREFIX):
+        response = openai_error_response(403, message, kind="permission_error", code="forbidden")
+    else:
+        response = error_response(403, "forbidden", message)
+    await response(scope, receive, send)
+
+
+async def _unavailable(scope: Scope, receive: Receive, send: Send) -> None:
+    """503: a scoped token cannot be checked while Redis is down."""
+    message = "state store unavailable, retry shortly"
+    headers = {"Retry-After": "1"}
+    if scope["type"] == "websocket":
+        await receive()
+        await send({"type": "websocket.close", "code": 1013, "reason": message})
+        return
+    if scope["path"].startswith(OPENAI_PATH_PREFIX):
+        response = openai_error_response(
+            503, message, kind="server_error", code="unavailable", headers=headers
+        )
+    else:
+        response = error_response(503, "unavailable", message, headers)
     await response(scope, receive, send)

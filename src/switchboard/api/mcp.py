@@ -6,13 +6,21 @@ comes from the ``x-switchboard-session-key`` header, default ``main``) and stdio
 ``/tools/invoke``: the same offer (sub-agent policy included), the same handlers, waiting
 sends awaited on the RunWaiter. Contract outcomes (``status: error | forbidden | timeout``)
 are the tool's JSON result; bad arguments and other refusals are MCP tool errors.
+
+A ``tools/call`` carrying a ``progressToken`` gets ``notifications/progress`` about once a
+second while the tool waits on a run (a waiting ``sessions_send``, ``agents_wait``,
+``subagents`` wait): progress is the seconds waited, total the tool's timeout. The wait is
+the same RunWait, wrapped (``_WaitProgress``) so the reporter knows what is being waited on.
+MCP Tasks (task-augmented ``tools/call``) are not offered: SDK 2.3.0 ships the wire types of
+the 2025-11-25 revision but no server side for them (no task store, no ``tasks/*`` handlers).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +39,15 @@ from starlette.types import Receive, Scope, Send
 from switchboard import __version__
 from switchboard.api.auth import require_token
 from switchboard.api.errors import error_response
-from switchboard.api.tools import RunWait, app_run_wait, call_tool, tool_context
+from switchboard.api.scopes import (
+    OWNER,
+    AuditNote,
+    Principal,
+    ScopeRefused,
+    audit_note,
+    principal_of,
+)
+from switchboard.api.tools import RunWait, app_run_wait, call_tool, tool_context, tool_status
 from switchboard.shared.errors import StoreUnavailable, SwitchboardError
 from switchboard.shared.services import Services
 from switchboard.shared.store.aio import AsyncStore
@@ -55,20 +71,28 @@ class Caller:
     services: Services
     session_ref: str | None
     wait: RunWait
+    principal: Principal = OWNER  # a scoped token: its agent, session and tools
+    note: AuditNote | None = None  # what a scoped token's request did, for the audit
 
 
 def build_server(caller_of: Callable[[Context], Caller]) -> Server[Any]:
     """The MCP server; ``caller_of`` tells each request's acting session."""
 
     async def acting(caller: Caller) -> ToolContext:
-        return await run_in_threadpool(tool_context, caller.services, caller.session_ref)
+        return await run_in_threadpool(
+            tool_context, caller.services, caller.session_ref, caller.principal, caller.note
+        )
 
     async def list_tools(
         ctx: Context, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        caller = caller_of(ctx)
         try:
-            tctx = await acting(caller_of(ctx))
+            tctx = await acting(caller)
             offered = await run_in_threadpool(tools_for_session, tctx.services, tctx)
+        except ScopeRefused as exc:
+            _note_outcome(caller, "refused")
+            raise MCPError(types.INVALID_REQUEST, exc.message) from None
         except StoreUnavailable as exc:
             log.warning("redis unavailable: %s", exc.__cause__)
             raise MCPError(types.INTERNAL_ERROR, UNAVAILABLE) from None
@@ -77,19 +101,32 @@ def build_server(caller_of: Callable[[Context], Caller]) -> Server[Any]:
         tools = [
             types.Tool(name=s.name, description=s.description, input_schema=dict(s.parameters))
             for s in offered
+            if caller.principal.may_call(s.name)
         ]
         return types.ListToolsResult(tools=tools)
 
     async def call(ctx: Context, params: types.CallToolRequestParams) -> types.CallToolResult:
+        caller = caller_of(ctx)
+        if caller.note is not None:
+            caller.note.tool = params.name
+        progress = _WaitProgress(ctx, caller.services) if _wants_progress(ctx) else None
+        wait = progress.wrap(caller.wait) if progress is not None else caller.wait
         try:
-            caller = caller_of(ctx)
             tctx = await acting(caller)
-            result = await call_tool(tctx, params.name, params.arguments or {}, caller.wait)
+            caller.principal.check_tool(params.name)
+            async with _reporting(progress):
+                result = await call_tool(tctx, params.name, params.arguments or {}, wait)
+        except ScopeRefused as exc:
+            _note_outcome(caller, "refused")
+            return _tool_error(exc.message)
         except StoreUnavailable as exc:
             log.warning("redis unavailable: %s", exc.__cause__)
+            _note_outcome(caller, "error")
             return _tool_error(UNAVAILABLE)
         except SwitchboardError as exc:
+            _note_outcome(caller, "error")
             return _tool_error(exc.message)
+        _note_outcome(caller, tool_status(result))
         text = orjson.dumps(result).decode()
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)], structured_content=result
@@ -107,6 +144,90 @@ def build_server(caller_of: Callable[[Context], Caller]) -> Server[Any]:
     )
 
 
+# How often a waiting tool call with a progress token hears from the server.
+PROGRESS_INTERVAL_S = 1.0
+
+
+def _wants_progress(ctx: Context) -> bool:
+    """Whether the client's ``tools/call`` carried a ``progressToken``."""
+    meta: Mapping[str, Any] = ctx.meta or {}
+    return meta.get("progress_token", meta.get("progressToken")) is not None
+
+
+class _WaitProgress:
+    """Progress of one tool call's waits on runs, reported to the client once a second.
+
+    ``wrap`` leaves the waiting to the RunWait it wraps and only notes which runs are being
+    waited on and since when; ``report`` reads that while a wait is under way.
+    """
+
+    def __init__(self, ctx: Context, services: Services) -> None:
+        self._ctx = ctx
+        self._services = services
+        self._waiting: list[str] = []
+        self._since: float | None = None
+        self._total = 0.0
+        self._sent = -1.0
+
+    def wrap(self, wait: RunWait) -> RunWait:
+        async def waiting(run_id: str, timeout_s: float) -> RunRecord | None:
+            if self._since is None:  # the tool's first wait has its whole timeout
+                self._since = asyncio.get_running_loop().time()
+                self._total = max(0.0, timeout_s)
+            self._waiting.append(run_id)
+            try:
+                return await wait(run_id, timeout_s)
+            finally:
+                self._waiting.remove(run_id)
+
+        return waiting
+
+    async def report(self) -> None:
+        """Send ``notifications/progress`` every interval a wait is under way, until cancelled."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(PROGRESS_INTERVAL_S)
+            if self._since is None or not self._waiting:
+                continue
+            run_id = self._waiting[0]
+            elapsed = round(min(loop.time() - self._since, self._total), 1)
+            if elapsed <= self._sent:  # progress only ever increases
+                continue
+            try:
+                status = await run_in_threadpool(self._services.store.runs.status, run_id)
+            except StoreUnavailable:
+                status = ""
+            # A wait token (agents_wait) is no run: it has no status of its own.
+            message = f"waiting for run {run_id}: {status}" if status else "waiting"
+            try:
+                await self._ctx.session.report_progress(elapsed, self._total, message)
+            except Exception as exc:  # the client went away: the call itself will end
+                log.debug("progress not sent: %s", exc)
+                return
+            self._sent = elapsed
+
+
+@contextlib.asynccontextmanager
+async def _reporting(progress: _WaitProgress | None) -> AsyncIterator[None]:
+    """Run ``progress``'s reporter beside the tool call (nothing without a progress token)."""
+    if progress is None:
+        yield
+        return
+    reporter = asyncio.create_task(progress.report())
+    try:
+        yield
+    finally:
+        reporter.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reporter
+
+
+def _note_outcome(caller: Caller, outcome: str) -> None:
+    """Tell the audit how a scoped token's MCP request ended (HTTP says 200 either way)."""
+    if caller.note is not None:
+        caller.note.outcome = outcome
+
+
 def _tool_error(message: str) -> types.CallToolResult:
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=message)], is_error=True
@@ -122,7 +243,13 @@ def _http_caller(ctx: Context) -> Caller:
         raise MCPError(types.INTERNAL_ERROR, "no HTTP request behind this MCP message")
     app: FastAPI = request.app
     ref = next((v for h in SESSION_HEADERS if (v := request.headers.get(h, "").strip())), None)
-    return Caller(services=app.state.services, session_ref=ref, wait=app_run_wait(app))
+    return Caller(
+        services=app.state.services,
+        session_ref=ref,
+        wait=app_run_wait(app),
+        principal=principal_of(request),
+        note=audit_note(request),
+    )
 
 
 class _Endpoint:

@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -29,14 +29,15 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletio
 from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from switchboard.api.auth import require_token
-from switchboard.api.body import json_body_schema, parse_json_body
+from switchboard.api.body import json_body_schema
 from switchboard.api.errors import STATUS, openai_error_response
+from switchboard.api.scopes import Principal, audit_note, principal_of
 from switchboard.shared import keys as sk
 from switchboard.shared.errors import (
     InvalidInput,
@@ -126,12 +127,16 @@ def as_openai_error(exc: Exception) -> OpenAIError:
             headers=dict(exc.headers or {}),
         )
     if isinstance(exc, RequestValidationError):
-        parts = [
-            f"{'.'.join(str(p) for p in err.get('loc', ()) if p != 'body') or 'body'}: "
-            f"{err.get('msg', 'invalid')}"
-            for err in exc.errors()
-        ]
-        return OpenAIError(400, "; ".join(parts) or "invalid request", code="invalid_request")
+        # A query or path parameter (bodies are parsed by `parse_openai_body`): its location
+        # starts with where it is ("query", "path"), which the request does not spell.
+        errs = [(_param_path(tuple(err.get("loc", ()))[1:]), err) for err in exc.errors()]
+        parts = [f"'{path}': {err.get('msg', 'invalid')}" for path, err in errs]
+        return OpenAIError(
+            400,
+            "Invalid request: " + "; ".join(parts) if parts else "invalid request",
+            code="invalid_value",
+            param=errs[0][0] if errs else None,
+        )
     log.exception("unhandled error", exc_info=exc)
     return OpenAIError(500, "internal error", "server_error", code="internal")
 
@@ -203,7 +208,81 @@ class ChatCompletionRequest(BaseModel):
     stream: StrictBool | None = None
     stream_options: StreamOptions | None = None
     user: StrictStr | None = Field(default=None, max_length=512)
-    n: int | None = Field(default=None, strict=True, ge=1, le=1)
+    n: StrictInt | None = None
+
+
+M = TypeVar("M", bound=BaseModel)
+# Type names pydantic puts in an error's location (a union's branch: `str`,
+# `list[ContentPart]`, `function-after[...]`); a body's own fields are snake_case words.
+_FIELD_NAME = re.compile(r"[a-z_][a-z0-9_]*")
+_TYPE_NAMES = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
+
+
+def _param_path(loc: tuple[int | str, ...]) -> str:
+    """An error location as OpenAI names parameters (`messages[0].content`), without the
+    type names of union branches."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _FIELD_NAME.fullmatch(part) and part not in _TYPE_NAMES:
+            out += f".{part}" if out else part
+    return out or "body"
+
+
+def _error_code(kind: str) -> str:
+    if kind == "missing":
+        return "missing_required_parameter"
+    if kind.endswith(("_type", "_parsing")) or kind in {"model_type", "list_type"}:
+        return "invalid_type"
+    return "invalid_value"
+
+
+def body_error(exc: ValidationError) -> OpenAIError:
+    """A 400 naming each bad parameter as the request spells it, and nothing else."""
+    found = [
+        (_param_path(tuple(err["loc"])), dict(err))
+        for err in exc.errors(include_url=False, include_input=False, include_context=False)
+    ]
+    problems: dict[str, list[dict[str, Any]]] = {}
+    for path, err in found:
+        # A union branch refusing the value's type, when another branch took the value
+        # and found something wrong inside it, is noise: the inner problem is the one.
+        inner = any(p.startswith((f"{path}[", f"{path}.")) for p, _ in found)
+        if not (inner and str(err["type"]).endswith("_type")):
+            problems.setdefault(path, []).append(err)
+    parts = []
+    for path, errs in problems.items():
+        if errs[0]["type"] == "missing":
+            parts.append(f"'{path}': missing required parameter")
+            continue
+        if len(errs) == 1:
+            parts.append(f"'{path}': {errs[0]['msg']}")
+            continue
+        # Several: every branch of a union refused it ("Input should be a valid string",
+        # "Input should be a valid array") — one sentence.
+        said = [str(e["msg"]).removeprefix("Input should be ") for e in errs]
+        parts.append(f"'{path}': Input should be " + " or ".join(dict.fromkeys(said)))
+    first = next(iter(problems.values()))[0]
+    return OpenAIError(
+        400,
+        "Invalid request: " + "; ".join(parts),
+        code=_error_code(str(first["type"])),
+        param=next(iter(problems)),
+    )
+
+
+async def parse_openai_body(request: Request, model: type[M]) -> M:
+    """The JSON body validated as ``model``; a bad one is a 400 in OpenAI's terms."""
+    raw = await request.body()
+    if not raw:
+        raise OpenAIError(400, "request body required (JSON object)", code="invalid_request")
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        if any(e["type"] == "json_invalid" for e in exc.errors()):
+            raise OpenAIError(400, "request body is not valid JSON", code="invalid_json") from None
+        raise body_error(exc) from None
 
 
 def model_id(agent_id: str) -> str:
@@ -235,8 +314,9 @@ def user_session_rest(user: str) -> str:
     return f"{USER_SEGMENT}:u-{hashlib.sha256(value.encode()).hexdigest()[:32]}"
 
 
-def session_for(svc: Services, agent_id: str, headers: Mapping[str, str], user: str | None) -> str:
-    """The canonical session key: the session header, else the user's session, else main."""
+def header_session(svc: Services, agent_id: str, headers: Mapping[str, str]) -> str | None:
+    """The canonical session key the session header names (a key of the model's agent),
+    or None without the header."""
     for name in SESSION_HEADERS:
         raw = headers.get(name, "").strip()
         if not raw:
@@ -250,6 +330,23 @@ def session_for(svc: Services, agent_id: str, headers: Mapping[str, str], user: 
                 field=name,
             )
         return key
+    return None
+
+
+def session_for(
+    svc: Services,
+    agent_id: str,
+    headers: Mapping[str, str],
+    user: str | None,
+    default: str | None = None,
+) -> str:
+    """The canonical session key: the session header, else the user's session, else
+    ``default`` (a session-scoped token's session), else main."""
+    key = header_session(svc, agent_id, headers)
+    if key is not None:
+        return key
+    if default is not None and not (user and user.strip()):
+        return default
     if user and user.strip():
         return sk.canonical_key(user_session_rest(user), agent_id=agent_id, **key_options(svc))
     return sk.main_session_key(agent_id, **key_options(svc))
@@ -429,12 +526,24 @@ async def stream_events(
 )
 async def chat_completions(request: Request) -> Response:
     """Send the last user message to the agent's session and answer with the run's reply."""
-    body = await parse_json_body(request, ChatCompletionRequest)
+    body = await parse_openai_body(request, ChatCompletionRequest)
+    if body.n is not None and body.n != 1:
+        raise OpenAIError(
+            400,
+            f"Invalid value for 'n': {body.n}; only 1 is supported (one reply per request)",
+            code="invalid_value",
+            param="n",
+        )
     svc: Services = request.app.state.services
     agent_id = agent_for_model(svc, body.model)
     text = last_user_text(body.messages)
     extra = system_text(body.messages)
-    key = await run_in_threadpool(session_for, svc, agent_id, request.headers, body.user)
+    principal = principal_of(request)
+    check_acting_agent(request, principal, agent_id)
+    key = await run_in_threadpool(
+        session_for, svc, agent_id, request.headers, body.user, principal.session_key
+    )
+    check_acting_session(request, principal, key)
     started = await run_in_threadpool(
         start_run,
         svc,
@@ -445,7 +554,7 @@ async def chat_completions(request: Request) -> Response:
             idempotency_key=request.headers.get("idempotency-key") or None,
             extra_system_prompt=extra,
             provenance={"kind": "external_user", "sourceChannel": "webchat"},
-            owner=True,
+            owner=principal.is_owner,
         ),
     )
     run_id = started.get("runId")
@@ -477,6 +586,23 @@ async def chat_completions(request: Request) -> Response:
     return JSONResponse(completion(turn, rec.reply or "", usage_of(rec)), headers=turn.headers())
 
 
+def check_acting_agent(request: Request, principal: Principal, agent_id: str) -> None:
+    """Refuse a scoped token acting as another agent, or starting runs with a tool list."""
+    note = audit_note(request)
+    if note is not None:
+        note.tool = model_id(agent_id)
+    principal.check_agent(agent_id)
+    principal.check_may_start_runs()
+
+
+def check_acting_session(request: Request, principal: Principal, key: str) -> None:
+    """Refuse a scoped token acting as a session outside its scope (noted for the audit)."""
+    note = audit_note(request)
+    if note is not None:
+        note.session_key = key
+    principal.check_session(key)
+
+
 def _model_card(agent_id: str) -> dict[str, Any]:
     card = Model(id=model_id(agent_id), object="model", created=STARTED_AT, owned_by="switchboard")
     return card.model_dump(mode="json", exclude_none=True)
@@ -486,7 +612,9 @@ def _model_card(agent_id: str) -> dict[str, Any]:
 async def list_models(request: Request) -> dict[str, Any]:
     """One model per configured agent: `switchboard/<agentId>`."""
     svc: Services = request.app.state.services
-    return {"object": "list", "data": [_model_card(a) for a in svc.config.agent_ids()]}
+    principal = principal_of(request)
+    agents = [a for a in svc.config.agent_ids() if principal.is_owner or a == principal.agent_id]
+    return {"object": "list", "data": [_model_card(a) for a in agents]}
 
 
 @router.get("/v1/models/{model:path}", dependencies=[Depends(require_token)], response_model=None)

@@ -11,10 +11,13 @@ from starlette.concurrency import run_in_threadpool
 
 from switchboard.api.auth import require_token
 from switchboard.api.body import parse_json_body, rpc_body_schema
+from switchboard.api.scopes import AuditNote, Principal, audit_note, principal_of
 from switchboard.shared.errors import NotFound
 from switchboard.shared.gateway import agent as agent_methods
 from switchboard.shared.gateway import params as p
 from switchboard.shared.gateway import sessions as session_methods
+from switchboard.shared.gateway.resolve import resolve_session_ref
+from switchboard.shared.policy.send_policy import parse_send_command
 from switchboard.shared.services import Services
 
 SyncMethod = Callable[[Services, dict[str, Any]], dict[str, Any]]
@@ -32,6 +35,13 @@ SYNC_METHODS: dict[str, tuple[type[p._Params], SyncMethod]] = {
     "deliveries.list": (p.DeliveriesListParams, session_methods.deliveries_list_method),
 }
 METHODS = sorted([*SYNC_METHODS, "agent.wait"])
+# The methods a scoped token may call, each acting as the session its params name (the
+# others read or change sessions at large: owner only). `agent.wait` is checked on the run.
+SCOPED_METHODS = frozenset(
+    {"agent", "chat.send", "chat.history", "flows.list", "deliveries.list", "agent.wait"}
+)
+# Of those, the ones that start a run (refused to a token limited to some tools).
+RUN_METHODS = frozenset({"agent", "chat.send"})
 
 
 class RpcRequest(BaseModel):
@@ -59,8 +69,13 @@ async def rpc(request: Request) -> dict[str, Any]:
     """Call a gateway method; the answer is the method's result object."""
     body = await parse_json_body(request, RpcRequest)
     svc: Services = request.app.state.services
+    principal, note = principal_of(request), audit_note(request)
+    if note is not None:
+        note.tool = body.method
     if body.method == "agent.wait":
         params = p.parse_params(p.AgentWaitParams, body.params)
+        if not principal.is_owner:
+            await _check_run(request, principal, note, str(params["runId"]))
         return await agent_methods.agent_wait_method(
             params, wait=request.app.state.waiter.wait, fetch=request.app.state.fetch_run
         )
@@ -69,4 +84,43 @@ async def rpc(request: Request) -> dict[str, Any]:
         raise NotFound(f"unknown method: {body.method}", field="method")
     model, fn = entry
     params = p.parse_params(model, body.params)
+    if not principal.is_owner:
+        params = await run_in_threadpool(_scoped_params, svc, principal, note, body.method, params)
     return await run_in_threadpool(fn, svc, params)
+
+
+def _scoped_params(
+    svc: Services,
+    principal: Principal,
+    note: AuditNote | None,
+    method: str,
+    params: dict[str, Any],
+) -> dict[str, Any]:
+    """A scoped token's params with the session they act as resolved (its agent's by
+    default) and checked against its scope; other methods are owner only."""
+    if method not in SCOPED_METHODS:
+        principal.owner_only(f"the method {method!r}")
+    if method in RUN_METHODS:
+        principal.check_may_start_runs()
+        if parse_send_command(str(params.get("message", ""))) is not None:
+            principal.owner_only("/send")
+    agent_id = params.get("agentId") or principal.agent_id
+    key = resolve_session_ref(
+        svc, principal.session_ref(params.get("sessionKey")), agent_id=agent_id
+    )
+    if note is not None:
+        note.session_key = key
+    principal.check_session(key)
+    return {**params, "sessionKey": key}
+
+
+async def _check_run(
+    request: Request, principal: Principal, note: AuditNote | None, run_id: str
+) -> None:
+    """Refuse waiting on a run of a session outside the token's scope (or unknown)."""
+    run = await request.app.state.fetch_run(run_id)
+    if run is None:
+        raise NotFound(f"unknown runId: {run_id}", field="runId")
+    if note is not None:
+        note.session_key = run.session_key
+    principal.check_session(run.session_key)

@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from switchboard.api.auth import require_token
 from switchboard.api.body import parse_json_body, tool_body_schema
+from switchboard.api.scopes import OWNER, AuditNote, Principal, audit_note, principal_of
 from switchboard.shared import keys as sk
 from switchboard.shared.errors import NotFound
 from switchboard.shared.gateway.resolve import resolve_session_ref
@@ -36,9 +37,18 @@ class ToolInvokeRequest(BaseModel):
     sessionKey: StrictStr | None = Field(default=None, max_length=512)
 
 
-def tool_context(svc: Services, session_ref: str | None) -> ToolContext:
-    """The context of a caller acting for ``session_ref`` (default: the main session)."""
-    key = resolve_session_ref(svc, session_ref)
+def tool_context(
+    svc: Services,
+    session_ref: str | None,
+    principal: Principal = OWNER,
+    note: AuditNote | None = None,
+) -> ToolContext:
+    """The context of a caller acting for ``session_ref`` (default: the main session; for
+    a scoped token, its session or its agent's main), refused outside the token's scope."""
+    key = resolve_session_ref(svc, principal.session_ref(session_ref), agent_id=principal.agent_id)
+    if note is not None:
+        note.session_key = key
+    principal.check_session(key)
     agent_id = sk.agent_id_of(key)
     is_main = sk.session_kind(key, main_key=svc.config.session.main_key) == "main"
     entry = svc.store.sessions.get(key)
@@ -48,7 +58,7 @@ def tool_context(svc: Services, session_ref: str | None) -> ToolContext:
         agent_id=agent_id,
         channel=(entry.get("lastChannel") if entry else None) or "webchat",
         sandboxed=svc.config.is_sandboxed(agent_id, is_main),
-        owner=True,
+        owner=principal.is_owner,
         spawn_depth=int((entry.get("spawnDepth") if entry else 0) or 0),
     )
 
@@ -62,10 +72,13 @@ async def invoke(request: Request) -> dict[str, Any]:
     """Run one tool; contract outcomes (error, forbidden, timeout) come back as results."""
     body = await parse_json_body(request, ToolInvokeRequest)
     svc: Services = request.app.state.services
+    principal, note = principal_of(request), audit_note(request)
+    if note is not None:
+        note.tool = body.tool
     since = asyncio.get_running_loop().time()
     # The caller's context, the tool lookup and the handler: one hop to a thread.
     ctx, spec, outcome = await run_in_threadpool(
-        _start_as, svc, body.sessionKey, body.tool, body.args
+        _start_as, svc, body.sessionKey, body.tool, body.args, principal, note
     )
     if isinstance(outcome, WaitFor) and (outcome.also or spec.ready is not None):
         target = await wait_any(ctx, spec, outcome, app_run_wait(request.app))
@@ -77,7 +90,15 @@ async def invoke(request: Request) -> dict[str, Any]:
             outcome.target_run_id, outcome.timeout_s, state.fetch_run, since=since
         )
         outcome = await _complete(ctx, spec, outcome, target)
+    if note is not None:
+        note.outcome = tool_status(outcome)
     return {"ok": True, "result": outcome}
+
+
+def tool_status(result: Mapping[str, Any]) -> str:
+    """A tool result's own status (`ok`, `forbidden`, `error`, `timeout`, …), else `ok`."""
+    status = result.get("status")
+    return status if isinstance(status, str) and status else "ok"
 
 
 def app_run_wait(app: FastAPI) -> RunWait:
@@ -148,9 +169,15 @@ def _ended(rec: RunRecord | None) -> bool:
 
 
 def _start_as(
-    svc: Services, session_ref: str | None, name: str, args: Mapping[str, Any]
+    svc: Services,
+    session_ref: str | None,
+    name: str,
+    args: Mapping[str, Any],
+    principal: Principal,
+    note: AuditNote | None,
 ) -> tuple[ToolContext, ToolSpec, dict[str, Any] | WaitFor]:
-    ctx = tool_context(svc, session_ref)
+    ctx = tool_context(svc, session_ref, principal, note)
+    principal.check_tool(name)
     return (ctx, *_start(ctx, name, args))
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -43,13 +44,20 @@ SCENARIOS: dict[str, Callable[[BenchRun], Outcome]] = {
 
 
 def run_bench(
-    names: list[str], *, quick: bool, out_dir: Path, console: Console, fast_paths: bool = True
+    names: list[str],
+    *,
+    quick: bool,
+    out_dir: Path,
+    console: Console,
+    fast_paths: bool = True,
+    subagents: Sequence[int] | None = None,
 ) -> int:
     """Run the named scenarios; write ``<out_dir>/<name>.json`` and its README; print a table.
 
     Exit code: 1 when a scenario could not run or a correctness check failed (anything
     incomplete, any timeout); in a full run also when a speed target was missed. A quick
-    run (scaled-down counts, a smoke test) judges nothing about speed.
+    run (scaled-down counts, a smoke test) judges nothing about speed. ``subagents``: the
+    fan-out's sizes (default `fanout.SIZES`; quick `fanout.QUICK_SIZES`).
     """
     names = [name for name in SCENARIOS if name in names]  # the order that shares stacks
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -62,14 +70,17 @@ def run_bench(
         for name in names:
             t0 = time.monotonic()
             try:
-                outcome = SCENARIOS[name](run)
+                if name == "fanout" and subagents:
+                    outcome = fanout.fanout(run, sizes=subagents)
+                else:
+                    outcome = SCENARIOS[name](run)
             except (SwitchboardError, OSError, TimeoutError, httpx.HTTPError) as exc:
                 message = exc.message if isinstance(exc, SwitchboardError) else str(exc)
                 errors[name] = message
-                progress.console.print(f"[red]{name} failed:[/] {message}")
+                progress.console.print(_failed_line(name, message))
                 logs = stacks.close(keep_logs=True)  # the next one starts afresh
                 if logs is not None:
-                    progress.console.print(f"process logs kept in {logs}")
+                    progress.console.print(f"process logs kept in {logs}", markup=False)
                 continue
             took = time.monotonic() - t0
             doc = outcome.to_json(
@@ -124,5 +135,10 @@ def _table(outcomes: list[Outcome], errors: dict[str, str], *, quick: bool) -> T
         )
         table.add_row(o.scenario, o.figure_text, o.anchor_text, shown_ratio, o.target, result)
     for name, message in errors.items():
-        table.add_row(name, "", "", "", "", f"[red]ERROR[/]: {message[:80]}")
+        table.add_row(name, "", "", "", "", f"[red]ERROR[/]: {escape(message[:80])}")
     return table
+
+
+def _failed_line(name: str, message: str) -> str:
+    """A scenario's failure as rich markup, its message verbatim (brackets and all)."""
+    return f"[red]{escape(name)} failed:[/] {escape(message)}"

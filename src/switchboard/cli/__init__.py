@@ -23,9 +23,10 @@ from switchboard.cli import processes
 from switchboard.cli import health
 from switchboard.cli import client
 from switchboard.cli import bench
+from switchboard.cli import tokens
 # isort: on
 
-__all__ = ["app", "bench", "client", "health", "main", "processes", "stack"]
+__all__ = ["app", "bench", "client", "health", "main", "processes", "stack", "tokens"]
 
 
 def main() -> None:

@@ -35,6 +35,16 @@ def bench(
         typer.Option(help="Scaled-down counts, a smoke test that judges no speed (< 2 min)."),
     ] = False,
     out: Annotated[Path, typer.Option(help="Where the JSON figures go.")] = Path("bench/results"),
+    subagents: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--subagents",
+            help="Fan-out sizes, repeatable (default 1,000 and 10,000; --quick: 100), "
+            "measured one after the other on the same stack.",
+            min=1,
+            max=10_000,
+        ),
+    ] = None,
     fast_paths: Annotated[
         str | None,
         typer.Option(
@@ -55,4 +65,13 @@ def bench(
     if unknown:
         known = ", ".join(SCENARIOS)
         _fail("unknown scenario(s)", f"{', '.join(unknown)}; known: {known}", EXIT_USAGE)
-    raise typer.Exit(run_bench(names, quick=quick, out_dir=out, console=console, fast_paths=fast))
+    raise typer.Exit(
+        run_bench(
+            names,
+            quick=quick,
+            out_dir=out,
+            console=console,
+            fast_paths=fast,
+            subagents=subagents or None,
+        )
+    )

@@ -178,7 +178,10 @@ def sessions(
             "--search", help="Only sessions whose key, label, name or id contains this text."
         ),
     ] = None,
-    wide: Annotated[bool, typer.Option("--wide", help="Never truncate keys.")] = False,
+    wide: Annotated[
+        bool,
+        typer.Option("--wide", help="Never truncate keys (the default into a pipe)."),
+    ] = False,
     as_json: JsonOpt = False,
     config: ConfigOpt = None,
     url: UrlOpt = None,
@@ -199,12 +202,18 @@ def sessions(
     if as_json:
         _print_json(listing)
         return
-    console.print(_sessions_table(listing["sessions"], wide=wide))
+    # Into a pipe (grep, a file) keys go whole: a cut key cannot be found or pasted.
+    table = _sessions_table(
+        listing["sessions"], wide=wide or not console.is_terminal, width=console.width
+    )
+    console.print(table)
     console.print(f"{listing['count']} session(s)", markup=False)
 
 
-def _sessions_table(rows: list[dict[str, Any]], *, wide: bool) -> Table:
-    """The sessions as a table; long cells end in `…` unless --wide shows them whole."""
+def _sessions_table(rows: list[dict[str, Any]], *, wide: bool, width: int | None = None) -> Table:
+    """The sessions as a table, one line a session. With ``wide`` every cell is whole (the
+    table may pass the screen's edge); else, in ``width`` columns, kind, channel, time,
+    tokens and status stay whole, and the key, then the model, end in `…` when they must."""
     from datetime import UTC, datetime
 
     headers = ("key", "kind", "channel", "updated", "model", "tokens", "status")
@@ -223,9 +232,20 @@ def _sessions_table(rows: list[dict[str, Any]], *, wide: bool) -> Table:
         )
         for row in rows
     ]
-    if wide:  # each column as wide as its longest cell: the table may pass the screen's edge
-        for index, column in enumerate(table.columns):
-            column.min_width = max([len(headers[index]), *(len(c[index]) for c in cells)])
+    longest = [max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(headers)]
+    for index, column in enumerate(table.columns):
+        column.no_wrap = True
+        column.min_width = longest[index]
+    borders = 3 * len(headers) + 1  # a space each side of a cell, a line between and around
+    if wide or width is None or sum(longest) + borders <= width:
+        table.width = sum(longest) + borders  # every cell whole, past the edge if need be
+    else:
+        # What the short columns leave to key and model; the model gets a quarter at most.
+        room = width - borders - sum(longest[1:4]) - sum(longest[5:])
+        model = min(longest[4], max(len(headers[4]), room // 4))
+        key = max(len(headers[0]), room - model)
+        table.columns[0].min_width = table.columns[0].width = key
+        table.columns[4].min_width = table.columns[4].width = model
     for line in cells:
         table.add_row(*(escape(cell) for cell in line))
     return table

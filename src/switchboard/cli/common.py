@@ -81,8 +81,16 @@ def _with_stack_redis(settings: Settings) -> Settings:
     if stack is None:
         return settings
     _announce(stack, settings)
-    broker = settings.broker_url or stack.broker_url
-    return settings.model_copy(update={"redis_url": stack.redis_url, "broker_url": broker})
+    update: dict[str, object] = {
+        "redis_url": stack.redis_url,
+        "broker_url": settings.broker_url or stack.broker_url,
+    }
+    # The stack's agents and tool rules, and its keys, unless this command was told others.
+    if settings.config is None and stack.config:
+        update["config"] = Path(stack.config)
+    if "key_prefix" not in settings.model_fields_set:
+        update["key_prefix"] = stack.key_prefix
+    return settings.model_copy(update=update)
 
 
 def _api_base(settings: Settings, url: str | None, *, quiet: bool = False) -> str:

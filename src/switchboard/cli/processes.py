@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from switchboard.cli.common import (
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
-    ConcurrencyOpt,
     ConfigOpt,
     HostOpt,
     PortOpt,
@@ -33,30 +32,72 @@ def _celery_quiet(settings: Settings) -> list[str]:
 
 
 @app.command()
-def api(config: ConfigOpt = None, host: HostOpt = None, port: PortOpt = None) -> None:
+def api(
+    config: ConfigOpt = None,
+    host: HostOpt = None,
+    port: PortOpt = None,
+    reuse_port: Annotated[
+        bool,
+        typer.Option(
+            "--reuse-port",
+            help="Bind with SO_REUSEPORT, sharing the port with other api processes that do "
+            "(`switchboard up --apis N` starts N so; the kernel spreads connections).",
+        ),
+    ] = False,
+) -> None:
     """Run the HTTP api (FastAPI on uvicorn)."""
     import uvicorn
 
     from switchboard.api.app import create_app
     from switchboard.logs import setup_logging
+    from switchboard.supervisor.listener import bind_listener
 
     settings = _settings(config)
     setup_logging(settings.log_level)
-    application = create_app(settings, tune_gc=True)
-    uvicorn.run(
-        application,
-        host=host or settings.host,
-        port=port if port is not None else settings.port,
-        log_level=settings.log_level.lower(),
-        log_config=None,  # uvicorn's records go through the product's handler (logs.py)
-        access_log=False,
-    )
+    bind_host = host or settings.host
+    bind_port = port if port is not None else settings.port
+    application = create_app(settings, tune_gc=True, url=f"http://{bind_host}:{bind_port}")
+    options: dict[str, Any] = {
+        "log_level": settings.log_level.lower(),
+        "log_config": None,  # uvicorn's records go through the product's handler (logs.py)
+        "access_log": False,
+    }
+    if not reuse_port:
+        uvicorn.run(application, host=bind_host, port=bind_port, **options)
+        return
+    try:
+        listener = bind_listener(bind_host, bind_port, reuse_port=True)
+    except OSError as exc:
+        _fail("cannot listen", f"{bind_host}:{bind_port}: {exc.strerror or exc}", EXIT_UNAVAILABLE)
+    server = uvicorn.Server(uvicorn.Config(application, **options))
+    server.run(sockets=[listener])
+    if not server.started:
+        raise typer.Exit(EXIT_UNAVAILABLE)
 
 
 @app.command()
 def worker(
     config: ConfigOpt = None,
-    concurrency: ConcurrencyOpt = 128,
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            help="Messages one worker process handles at once (pool threads): flow steps, "
+            "and runs being handed to the run loops. Runs in flight: --max-in-flight.",
+            min=1,
+            max=4096,
+        ),
+    ] = 128,
+    max_in_flight: Annotated[
+        int,
+        typer.Option(
+            "--max-in-flight",
+            envvar="SWITCHBOARD_WORKER_MAX_IN_FLIGHT",
+            show_envvar=True,
+            help="Runs one worker process keeps in flight on its event loops; at the limit "
+            "it takes no more messages until runs end.",
+            min=1,
+        ),
+    ] = 10_000,
     node: Annotated[
         str,
         typer.Option(
@@ -67,13 +108,15 @@ def worker(
         ),
     ] = "celery@%h",
 ) -> None:
-    """Run a Celery worker executing agent runs (threads pool)."""
+    """Run a Celery worker executing agent runs (threads pool; runs as coroutines)."""
     from switchboard.logs import setup_logging
     from switchboard.workers.app import ALL_QUEUES, create_celery_app
+    from switchboard.workers.tasks import set_max_in_flight
 
     settings = _settings(config)
     setup_logging(settings.log_level)
     celery_app = create_celery_app(settings)
+    set_max_in_flight(max_in_flight)
     celery_app.worker_main(
         [
             *_celery_quiet(settings),
@@ -99,6 +142,15 @@ def beat(config: ConfigOpt = None) -> None:
     data_dir = settings.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     celery_app = create_celery_app(settings)
+    if settings.redis_url:  # the heartbeat `check-health --beat` reads
+        from switchboard.cli.heartbeat import heartbeat_scheduler
+        from switchboard.shared.store.client import connect_plain
+        from switchboard.shared.store.keyspace import Keyspace
+        from switchboard.shared.store.sweeps import SweepStore
+
+        client = connect_plain(settings.redis_url, socket_timeout=3, socket_connect_timeout=3)
+        marks = SweepStore(client, Keyspace(settings.key_prefix))
+        celery_app.conf.beat_scheduler = heartbeat_scheduler(marks, settings.sweep_interval_s)
     celery_app.start(
         [
             *_celery_quiet(settings),

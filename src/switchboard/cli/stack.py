@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -25,7 +27,29 @@ from switchboard.cli.common import (
 from switchboard.shared.config import Settings, get_config
 
 if TYPE_CHECKING:
+    from switchboard.supervisor.processes import ProcessGroup
     from switchboard.supervisor.redis_server import RedisServer
+
+ApisOpt = Annotated[
+    int,
+    typer.Option(
+        "--apis",
+        help="Api processes, all serving the one port (SO_REUSEPORT: the kernel spreads "
+        "connections over them).",
+        min=1,
+        max=64,
+    ),
+]
+WorkersOpt = Annotated[
+    int,
+    typer.Option(
+        "--workers",
+        help="Worker processes (node names worker1@host, worker2@host, … when more than "
+        "one), each with the --concurrency given.",
+        min=1,
+        max=64,
+    ),
+]
 
 
 @app.command()
@@ -34,6 +58,8 @@ def up(
     host: HostOpt = None,
     port: PortOpt = None,
     concurrency: ConcurrencyOpt = 128,
+    apis: ApisOpt = 1,
+    workers: WorkersOpt = 1,
 ) -> None:
     """Run everything on this machine: Redis (embedded unless configured), api, worker, beat."""
     from switchboard.supervisor.runfile import DataDirLock, StackRunning
@@ -47,13 +73,23 @@ def up(
     except StackRunning as exc:
         _fail("refused", f"{exc}; stop it first (Ctrl-C in its terminal)", EXIT_REFUSED)
     try:
-        raise typer.Exit(_run_stack(settings, data_dir, host, port, concurrency))
+        scale = _Scale(apis=apis, workers=workers, concurrency=concurrency)
+        raise typer.Exit(_run_stack(settings, data_dir, host, port, scale))
     finally:
         lock.release()
 
 
+@dataclass(frozen=True)
+class _Scale:
+    """How many api and worker processes `up` runs, and each worker's concurrency."""
+
+    apis: int = 1
+    workers: int = 1
+    concurrency: int = 128
+
+
 def _run_stack(
-    settings: Settings, data_dir: Path, host: str | None, port: int | None, concurrency: int
+    settings: Settings, data_dir: Path, host: str | None, port: int | None, scale: _Scale
 ) -> int:
     """Start Redis (unless configured), api, worker and beat; supervise them until stopped."""
     from switchboard.supervisor.processes import ProcessGroup, run_until_interrupted
@@ -64,6 +100,10 @@ def _run_stack(
         or get_config(settings.config).gateway.auth.token
         or _saved_token(data_dir, create=True)
     )
+    bind_host = host or settings.host
+    bind_port = port if port is not None else settings.port
+    if scale.apis > 1:
+        _check_port(bind_host, bind_port)
     redis_server, redis_url = _start_redis(settings, data_dir)
     env = {
         "SWITCHBOARD_REDIS_URL": redis_url,
@@ -74,21 +114,26 @@ def _run_stack(
     }
     if settings.config:
         env["SWITCHBOARD_CONFIG"] = str(Path(settings.config).resolve())
-    bind_host = host or settings.host
-    bind_port = port if port is not None else settings.port
-    me = [sys.executable, "-m", "switchboard"]
     group = ProcessGroup(redis_server=redis_server, console=console)
-    group.add("api", [*me, "api", "--host", bind_host, "--port", str(bind_port)], env)
-    group.add("worker", [*me, "worker", "--concurrency", str(concurrency)], env)
-    group.add("beat", [*me, "beat"], env)
+    _add_processes(group, env, scale, bind_host, bind_port)
     stack = StackInfo(
         pid=os.getpid(),
         api_url=f"http://{_client_host(bind_host)}:{bind_port}",
         redis_url=redis_url,
         broker_url=settings.broker_url or redis_url,
+        config=env.get("SWITCHBOARD_CONFIG", ""),
+        key_prefix=settings.key_prefix,
+        worker_nodes=tuple(
+            node.replace("%h", socket.gethostname()) for node in _worker_nodes(scale.workers)
+        ),
     )
     runfile = write_stack(data_dir, stack)
-    console.print(f"[bold green]Switchboard[/] api on http://{escape(bind_host)}:{bind_port}")
+    served = f" ({scale.apis} processes)" if scale.apis > 1 else ""
+    console.print(
+        f"[bold green]Switchboard[/] api on http://{escape(bind_host)}:{bind_port}{served}"
+    )
+    if scale.workers > 1:
+        console.print(f"[bold]workers[/] {scale.workers}, concurrency {scale.concurrency} each")
     console.print(f"[bold green]token[/] {escape(token)}")
     console.print(f"[bold]stack[/] described in {escape(str(runfile))} for the other commands")
     console.print("Ctrl-C stops everything.")
@@ -96,6 +141,55 @@ def _run_stack(
         return run_until_interrupted(group)
     finally:
         remove_stack(data_dir, stack.pid)
+
+
+def _check_port(host: str, port: int) -> None:
+    """Refuse (exit 1) a port something listens on: the api processes bind it with
+    SO_REUSEPORT, which would otherwise join another `up`'s group on it."""
+    from switchboard.supervisor.listener import check_free
+
+    if port == 0:
+        _fail("refused", "--apis above 1 needs a fixed --port (not 0)", EXIT_REFUSED)
+    try:
+        check_free(host, port)
+    except OSError as exc:
+        _fail("cannot listen", f"{host}:{port}: {exc.strerror or exc}", EXIT_REFUSED)
+
+
+def _add_processes(
+    group: ProcessGroup,
+    env: dict[str, str],
+    scale: _Scale,
+    host: str,
+    port: int,
+) -> None:
+    """The api process(es), the worker(s) and beat; several of a kind are numbered.
+
+    Several apis bind the one ``host:port`` with SO_REUSEPORT (the kernel spreads the
+    connections). Several workers get distinct Celery node names (two workers with one
+    name collide on RabbitMQ)."""
+    me = [sys.executable, "-m", "switchboard"]
+    serve = [*me, "api", "--host", host, "--port", str(port)]
+    if scale.apis == 1:
+        group.add("api", serve, env)
+    else:
+        for n in range(1, scale.apis + 1):
+            group.add(f"api-{n}", [*serve, "--reuse-port"], env)
+    work = [*me, "worker", "--concurrency", str(scale.concurrency)]
+    if scale.workers == 1:
+        group.add("worker", work, env)
+    else:
+        for n, node in enumerate(_worker_nodes(scale.workers), start=1):
+            group.add(f"worker-{n}", [*work, "--node", node], env)
+    group.add("beat", [*me, "beat"], env)
+
+
+def _worker_nodes(count: int) -> list[str]:
+    """The Celery node names of `up`'s workers (``%h``: this host): Celery's default for
+    one, numbered for more."""
+    if count == 1:
+        return ["celery@%h"]
+    return [f"worker{n}@%h" for n in range(1, count + 1)]
 
 
 def _start_redis(settings: Settings, data_dir: Path) -> tuple[RedisServer | None, str]:

@@ -673,6 +673,9 @@ class Settings(BaseSettings):
 
     redis_url: str | None = None
     broker_url: str | None = None
+    # RabbitMQ only: `quorum` declares the product's queues as quorum queues (replicated;
+    # docs/scaling.md). An existing classic queue cannot be redeclared: switch on a new vhost.
+    broker_queue_type: Literal["classic", "quorum"] = "classic"
     token: str | None = Field(default=None, repr=False)
     data_dir: Path = Path("./.switchboard")
     host: str = "127.0.0.1"

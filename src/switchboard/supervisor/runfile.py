@@ -29,6 +29,11 @@ class StackInfo:
     api_url: str
     redis_url: str
     broker_url: str
+    # What the stack's processes run with, for commands that act on its store themselves
+    # (`mcp`: the agents and tool rules of `up --config`; `check-health --worker`).
+    config: str = ""
+    key_prefix: str = "sb:"
+    worker_nodes: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """One line naming the stack: pid and URLs."""
@@ -66,6 +71,9 @@ def read_stack(data_dir: Path) -> StackInfo | None:
             api_url=str(raw["api_url"]),
             redis_url=str(raw["redis_url"]),
             broker_url=str(raw["broker_url"]),
+            config=str(raw.get("config") or ""),
+            key_prefix=str(raw.get("key_prefix") or "sb:"),
+            worker_nodes=tuple(str(node) for node in raw.get("worker_nodes") or ()),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None

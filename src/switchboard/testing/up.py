@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,14 +47,20 @@ class UpProcess:
 
 @contextlib.contextmanager
 def start_up(
-    workdir: Path, config: dict[str, Any], *, concurrency: int = 16, timeout_s: float = 60
+    workdir: Path,
+    config: dict[str, Any],
+    *,
+    concurrency: int = 16,
+    timeout_s: float = 60,
+    args: Sequence[str] = (),
 ) -> Iterator[UpProcess]:
-    """Start `switchboard up --config switchboard.json5` in workdir; SIGINT it on exit."""
+    """Start `switchboard up --config switchboard.json5 [args]` in workdir; SIGINT it on
+    exit."""
     (workdir / "switchboard.json5").write_text(json.dumps(config))
     port = free_port()
     command = [sys.executable, "-m", "switchboard", "up", "--config", "switchboard.json5"]
     proc = subprocess.Popen(
-        [*command, "--port", str(port), "--concurrency", str(concurrency)],
+        [*command, "--port", str(port), "--concurrency", str(concurrency), *args],
         cwd=workdir,
         env=clean_env(),
         stdout=subprocess.PIPE,

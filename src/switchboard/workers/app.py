@@ -13,8 +13,9 @@ from __future__ import annotations
 from celery import Celery
 from kombu import Exchange, Queue  # type: ignore[attr-defined]
 
+from switchboard import telemetry
 from switchboard.shared.config import Settings, get_settings
-from switchboard.shared.errors import Unavailable
+from switchboard.shared.errors import InvalidInput, Unavailable
 from switchboard.shared.store.urls import parse_redis_url
 from switchboard.workers.routing import (
     ALL_QUEUES,
@@ -32,8 +33,21 @@ __all__ = ["ALL_QUEUES", "FLOWS_QUEUE", "RUNS_QUEUE", "VISIBILITY_TIMEOUT_S", "c
 VISIBILITY_TIMEOUT_S = 2 * 3600
 
 
-def _queue(name: str) -> Queue:
-    """A queue with its own direct exchange, so routing by queue name is exact."""
+def _queue(name: str, queue_type: str = "classic") -> Queue:
+    """A queue with its own exchange, bound by the queue's name, so routing is exact.
+
+    Classic: a direct exchange. Quorum (RabbitMQ): the queue declared with
+    ``x-queue-type: quorum`` behind a topic exchange, because Celery sends countdown tasks
+    (delivery backoff, yield wake-ups) through RabbitMQ's native delayed delivery only to
+    queues whose exchange is not direct. Celery's defaults do the rest: it detects quorum
+    queues (no global QoS) and declares its delay queues as quorum queues too."""
+    if queue_type == "quorum":
+        return Queue(  # type: ignore[no-untyped-call]
+            name,
+            Exchange(name, type="topic"),  # type: ignore[no-untyped-call]
+            routing_key=name,
+            queue_arguments={"x-queue-type": "quorum"},
+        )
     return Queue(name, Exchange(name), routing_key=name)  # type: ignore[no-untyped-call]
 
 
@@ -73,6 +87,11 @@ def create_celery_app(settings: Settings | None = None) -> Celery:
         "health_check_interval": 25,
     }
     broker, transport_class = _kombu_broker(broker, transport)
+    if settings.broker_queue_type == "quorum" and not broker.startswith(("amqp", "pyamqp")):
+        raise InvalidInput(
+            "SWITCHBOARD_BROKER_QUEUE_TYPE=quorum needs RabbitMQ as the broker "
+            "(SWITCHBOARD_BROKER_URL=amqp://…); Redis has no quorum queues"
+        )
     app = Celery("switchboard", broker=broker, set_as_current=False)
     if transport_class:
         # Survives a broker restart with tasks in flight (see workers/transport.py).
@@ -89,7 +108,7 @@ def create_celery_app(settings: Settings | None = None) -> Celery:
         broker_transport_options=transport,
         broker_connection_retry_on_startup=True,
         visibility_timeout=VISIBILITY_TIMEOUT_S,
-        task_queues=[_queue(name) for name in ALL_QUEUES],
+        task_queues=[_queue(name, settings.broker_queue_type) for name in ALL_QUEUES],
         task_default_queue=FLOWS_QUEUE,
         task_routes=TASK_ROUTES,
         # Celery's threads pool, its threads started up front (workers/pool.py).
@@ -109,4 +128,5 @@ def create_celery_app(settings: Settings | None = None) -> Celery:
         switchboard_fast_paths=settings.fast_paths,
     )
     register_tasks(app, settings)
+    telemetry.watch_celery()  # a worker or beat traces once started (an endpoint set)
     return app

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -28,17 +29,80 @@ T = TypeVar("T")
 UNWIND_TIMEOUT_S = 10.0
 HANDBACK_TIMEOUT_S = 30.0
 
+# Runs one worker process keeps in flight unless told otherwise (`switchboard worker
+# --max-in-flight`, SWITCHBOARD_WORKER_MAX_IN_FLIGHT).
+DEFAULT_MAX_IN_FLIGHT = 10_000
+# How often a worker at its limit says so.
+FULL_WARNING_EVERY_S = 30.0
+
 Lanes = list[tuple[str, str]]  # (session key, the run holding its lane)
 
 
 class InFlight:
-    """The run coroutines a worker process executes, and the hand-back when it stops."""
+    """The run coroutines a worker process executes, how many it may hold, and the
+    hand-back when it stops.
 
-    def __init__(self) -> None:
+    A message's runs take slots (`reserve`) before they go to a run loop and give them
+    back as they end (`release`): a pool thread that finds the process at its limit waits
+    there, and Celery takes no more messages while its pool threads wait (backpressure).
+    """
+
+    def __init__(self, limit: int = DEFAULT_MAX_IN_FLIGHT) -> None:
         self._lock = threading.Lock()
         self._tasks: dict[asyncio.Task[Any], threading.Event] = {}
         self.stopping = threading.Event()
         self.handed_back = threading.Event()
+        self.limit = limit
+        self._slots = threading.Condition()
+        self._taken = 0
+        self.peak = 0
+        self._warned_at = 0.0
+
+    @property
+    def taken(self) -> int:
+        """Runs in flight (handed to a run loop and not ended)."""
+        return self._taken
+
+    def reserve(self, count: int) -> bool:
+        """Take ``count`` slots, waiting while the process is at its limit (a message with
+        more runs than the limit waits for an empty process); False once the worker
+        stops (no slot taken)."""
+        with self._slots:
+            while self._taken > 0 and self._taken + count > self.limit:
+                if self.stopping.is_set():
+                    return False
+                now = time.monotonic()
+                if now - self._warned_at > FULL_WARNING_EVERY_S:
+                    self._warned_at = now
+                    log.warning(
+                        "%d run(s) in flight, the limit (max in flight %d): taking no more "
+                        "messages until runs end",
+                        self._taken,
+                        self.limit,
+                    )
+                self._slots.wait(1.0)
+            if self.stopping.is_set():
+                return False
+            self._taken += count
+            self.peak = max(self.peak, self._taken)
+            return True
+
+    def release(self, count: int) -> None:
+        """Give back the slots of runs that ended."""
+        with self._slots:
+            self._taken -= count
+            self._slots.notify_all()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no run is in flight; False if some still are after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        with self._slots:
+            while self._taken > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._slots.wait(min(left, 1.0))
+            return True
 
     async def track(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` as a run the hand-back can cancel (started after a stop: cancelled)."""
@@ -63,6 +127,8 @@ class InFlight:
         if self.stopping.is_set():
             return
         self.stopping.set()
+        with self._slots:
+            self._slots.notify_all()  # pool threads waiting for a slot give up
         threading.Thread(
             target=self._hand_back, args=(hand_back, held), name="switchboard-handback"
         ).start()
@@ -100,10 +166,14 @@ def hand_back_runs(svc: Services, lanes: Lanes) -> int:
         # "queued" for a run already queued too: only a running one is sent again.)
         if runs.lane_holder(session_key) != run_id or runs.status(run_id) != "running":
             continue
-        if runs.requeue(run_id) != "queued":
+        verdict = runs.requeue(run_id)
+        if verdict not in ("queued", "parked"):
             continue
         runs.renew_lease(session_key)
-        svc.queue.enqueue_run(run_id, session_key)
+        if verdict == "parked":  # it had been resumed: resumed again by another worker
+            svc.queue.enqueue_resume(run_id, session_key)
+        else:
+            svc.queue.enqueue_run(run_id, session_key)
         count += 1
     return count
 

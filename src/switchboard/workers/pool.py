@@ -6,6 +6,10 @@ behind every busy thread, taken by the consumer thread that receives the tasks: 
 (a batch spawn of a thousand sub-agents) was let in at a few dozen tasks a second. Started
 before the first task arrives, the threads cost nothing then.
 
+As it stops, it waits for the runs the process still has in flight on its run loops, or
+for their hand-back when a signal stops the worker (`tasks.wait_for_runs`): its tasks
+return once their runs are claimed, not when they end.
+
 Celery uses it as ``worker_pool`` (see `switchboard.workers.app`).
 """
 
@@ -17,6 +21,8 @@ import threading
 import time
 
 from celery.concurrency import thread
+
+from switchboard.workers.tasks import wait_for_runs
 
 log = logging.getLogger("switchboard.worker")
 
@@ -33,6 +39,12 @@ class TaskPool(thread.TaskPool):  # type: ignore[misc]
         started = time.monotonic()
         count = prestart(self.executor, self.limit, PRESTART_TIMEOUT_S)
         log.info("started %d pool threads in %.2fs", count, time.monotonic() - started)
+
+    def on_stop(self) -> None:
+        # The pool's tasks return once their runs are claimed: the runs still going on
+        # the run loops are handed back (a signal) or waited for before the pool goes.
+        wait_for_runs()
+        super().on_stop()
 
 
 def prestart(executor: thread.ThreadPoolExecutor, count: int, timeout_s: float) -> int:

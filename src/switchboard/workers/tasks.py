@@ -1,18 +1,22 @@
 """Thin Celery tasks: each loads ids, calls into the domain, and lets Redis hold the state.
 
-The worker runs the threads pool, and the runs of a worker process execute on a few event
-loops of its own (`RUN_LOOPS`): a pool thread hands its run to one and waits for the
-outcome. Model clients are bound to the loop that opened them, so a model has a client (and
-a connection pool) per loop, not one per pool thread; and a thousand runs waiting on their
-model cost a thousand idle coroutines rather than a thousand threads taking turns at the
-GIL. One worker process keeps as many runs in flight as it has pool threads. Deadlines are
-enforced by the product, not by Celery.
+The worker runs the threads pool, and the runs of a worker process execute as coroutines
+on a few event loops of its own (`RUN_LOOPS`). A pool thread hands a message's runs to a
+loop and waits only until each run is claimed (its claim step answered): from then on the
+run's state in Redis is all it needs (its lane lease, renewed by the process's lease
+keeper; the sweep runs it again if the lease lapses), so the message is acked and the
+thread takes the next one while the run goes on. A process keeps up to its
+``max in flight`` runs (`handback.InFlight`, 10,000 unless told otherwise) as idle
+coroutines waiting on their model; past that its pool threads wait for runs to end, and
+Celery takes no more messages meanwhile. Model clients are bound to the loop that opened
+them, so a model has a client (and a connection pool) per loop. Deadlines are enforced by
+the product (the executor's timeout), not by Celery.
 
 A run's follow-up step is a message of its own, like every step. With the fast paths on
-(``Settings.fast_paths``) the task that ran the run runs its follow-up step in place, and
-the runs that step starts (`_then_follow_up`); the worker also tunes the garbage collector
-when it starts (`_install_fast_paths`); the first OpenAI model it builds puts the SDK's body
-shortcut in place (`openai_body`).
+(``Settings.fast_paths``) the coroutine that ran the run runs its follow-up step in place,
+and the runs that step starts (`_then_follow_up`); the worker also tunes the garbage
+collector when it starts (`_install_fast_paths`); the first OpenAI model it builds puts
+the SDK's body shortcut in place (`openai_body`).
 """
 
 from __future__ import annotations
@@ -23,11 +27,12 @@ import logging
 import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
-from concurrent.futures import CancelledError, Future
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from functools import cache
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from celery import Celery
+from celery.exceptions import Reject
 from celery.signals import worker_init, worker_ready, worker_shutdown, worker_shutting_down
 
 from switchboard.shared import gc_tune
@@ -39,10 +44,17 @@ from switchboard.shared.flows.sweeper import sweep
 from switchboard.shared.queue import RunsTakenHere
 from switchboard.shared.runtime.executor import HISTORY_LIMIT, execute_run, resume_run
 from switchboard.shared.runtime.models import close_clients, preload
+from switchboard.shared.runtime.off_loop import off_loop
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import RunRecord
 from switchboard.wiring import build_services
-from switchboard.workers.handback import HANDBACK_TIMEOUT_S, InFlight, hand_back_runs, held_runs
+from switchboard.workers.handback import (
+    DEFAULT_MAX_IN_FLIGHT,
+    HANDBACK_TIMEOUT_S,
+    InFlight,
+    hand_back_runs,
+    held_runs,
+)
 from switchboard.workers.queue import CeleryQueue
 
 log = logging.getLogger("switchboard.worker")
@@ -65,6 +77,9 @@ _RETRY = {
 # (fire-and-forget sends 200-230/s with 8 loops, 220-280/s with 2, in interleaved runs;
 # a thousand-child fan-out alike: 6.9 s with 2, 7.0-8.9 s with 8).
 RUN_LOOPS = 2
+# Threads per run loop for its runs' blocking store work (their end step, their follow-up
+# steps), with the fast paths on (`runtime.off_loop`).
+STORE_THREADS_PER_LOOP = 8
 
 
 class _RunLoops:
@@ -91,6 +106,12 @@ class _RunLoops:
     @staticmethod
     def _start(index: int) -> asyncio.AbstractEventLoop:
         loop = asyncio.new_event_loop()
+        # Where its runs' blocking store work goes with the fast paths on (`off_loop`).
+        loop.set_default_executor(
+            ThreadPoolExecutor(
+                STORE_THREADS_PER_LOOP, thread_name_prefix=f"switchboard-store-{index}"
+            )
+        )
         started = threading.Event()
 
         def serve() -> None:
@@ -104,8 +125,12 @@ class _RunLoops:
 
 
 _run_loops = _RunLoops(RUN_LOOPS)
-# The runs executing on those loops, handed back to the queue when the worker stops.
-_in_flight = InFlight()
+# The runs executing on those loops (at most its limit), handed back to the queue when the
+# worker stops.
+_in_flight = InFlight(DEFAULT_MAX_IN_FLIGHT)
+# How long a worker that stops without a signal (an embedding's or a test's worker) waits
+# for its runs in flight to end.
+DRAIN_TIMEOUT_S = 30.0
 
 
 def submit(coro: Coroutine[Any, Any, T]) -> Future[T]:
@@ -123,18 +148,76 @@ RUNS_TAKEN_HERE = 4
 RunStart = Callable[[list[RunRecord] | None], Awaitable[None]]
 
 
-async def _run_and_follow_up(svc: Services, start: RunStart) -> None:
+class Claimed(Protocol):
+    """Told once a run's claim step answered (no error), or that it failed before."""
+
+    def __call__(self, error: BaseException | None = None) -> None: ...
+
+
+class _Claims:
+    """The runs of one message not yet claimed. The pool thread that handed them to a run
+    loop waits on `all` (set once each run is claimed or the message's coroutine ended),
+    then acks the message, or raises `error` (a run that failed before its claim: the
+    message is retried)."""
+
+    def __init__(self, count: int) -> None:
+        self._lock = threading.Lock()
+        self._left = count
+        self.error: BaseException | None = None
+        self.all = threading.Event()
+        if count <= 0:
+            self.all.set()
+
+    def run(self) -> Claimed:
+        """The callback of one run: counted once, its first call wins."""
+        told = False
+
+        def claimed(error: BaseException | None = None) -> None:
+            nonlocal told
+            with self._lock:
+                if told:
+                    return
+                told = True
+                if error is not None and self.error is None:
+                    self.error = error
+                self._left -= 1
+                if self._left <= 0:
+                    self.all.set()
+
+        return claimed
+
+    def end(self, error: BaseException | None) -> bool:
+        """The message's coroutine ended: True when its pool thread was still waiting
+        (it gets ``error``), False when every run had been claimed already."""
+        with self._lock:
+            if self.all.is_set():
+                return False
+            if self.error is None:
+                self.error = error
+            self.all.set()
+            return True
+
+
+async def _run_and_follow_up(svc: Services, start: RunStart, claimed: Claimed) -> None:
     """Execute a run; its follow-up step is enqueued as it ends (the plain path), or with
-    the fast paths on run right here (`_then_follow_up`)."""
-    if not svc.settings.fast_paths:
-        await start(None)
-        return
-    await _then_follow_up(svc, start)
+    the fast paths on run right here (`_then_follow_up`). ``claimed`` is told once the run
+    was claimed (by the executor), or as the run ends or fails before that."""
+    try:
+        if not svc.settings.fast_paths:
+            await start(None)
+        else:
+            await _then_follow_up(svc, start)
+    except BaseException as exc:
+        claimed(exc)  # nothing if the run was claimed: it went on past its message
+        raise
+    finally:
+        claimed(None)
 
 
 async def _then_follow_up(svc: Services, start: RunStart) -> None:
-    """Execute a run (``start``), then its follow-up step right away on the same loop, then
-    the runs its follow-up started (up to `RUNS_TAKEN_HERE`), each with its own follow-up.
+    """Execute a run (``start``), then its follow-up step right away (off the loop,
+    `off_loop`: its store round trips do not hold up the loop's other runs), then the
+    runs its follow-up started (up to `RUNS_TAKEN_HERE`), each with its own follow-up.
 
     Handing the ended run back to the pool thread for its follow-up cost a wake-up across
     threads per run: with a batch in flight, the loop running the follow-up measured about
@@ -150,7 +233,8 @@ async def _then_follow_up(svc: Services, start: RunStart) -> None:
         while True:
             # Only the follow-ups are handed `here`, never a run: a run's own children
             # must not wait for it to end.
-            followed += [ended.run_id for ended in ended_runs if run_follow_up(svc, ended, here)]
+            if ended_runs:
+                followed = await off_loop(_following_up(svc, ended_runs, here, followed))
             if not here.runs:
                 return
             run_id, session_key = here.runs[0]
@@ -163,14 +247,33 @@ async def _then_follow_up(svc: Services, start: RunStart) -> None:
         _clear_outbox(svc, followed)
 
 
-def _executing(svc: Services, run_id: str, session_key: str) -> RunStart:
+def _following_up(
+    svc: Services, ended_runs: list[RunRecord], here: RunsTakenHere, followed: list[str]
+) -> Callable[[], list[str]]:
+    """The follow-up steps of ``ended_runs``; answers the runs whose outbox entries are
+    still to be cleared: ``followed`` and these, or none once cleared here (when the steps
+    started no run to take here, the task ends: cleared in the same go)."""
+
+    def steps() -> list[str]:
+        left = followed + [e.run_id for e in ended_runs if run_follow_up(svc, e, here)]
+        if here.runs:
+            return left
+        _clear_outbox(svc, left)
+        return []
+
+    return steps
+
+
+def _executing(svc: Services, run_id: str, session_key: str, claimed: Claimed) -> RunStart:
     """The `RunStart` of a queued run."""
-    return lambda follow_ups: execute_run(svc, run_id, session_key, follow_ups=follow_ups)
+    return lambda follow_ups: execute_run(
+        svc, run_id, session_key, follow_ups=follow_ups, on_claimed=claimed
+    )
 
 
-def _resuming(svc: Services, run_id: str) -> RunStart:
+def _resuming(svc: Services, run_id: str, claimed: Claimed) -> RunStart:
     """The `RunStart` of a parked run to continue."""
-    return lambda follow_ups: resume_run(svc, run_id, follow_ups=follow_ups)
+    return lambda follow_ups: resume_run(svc, run_id, follow_ups=follow_ups, on_claimed=claimed)
 
 
 def _clear_outbox(svc: Services, run_ids: list[str]) -> None:
@@ -186,12 +289,15 @@ def _clear_outbox(svc: Services, run_ids: list[str]) -> None:
         )
 
 
-async def _run_together(svc: Services, pairs: list[list[str]]) -> None:
+async def _run_together(svc: Services, pairs: list[list[str]], claims: _Claims) -> None:
     """Execute runs side by side on one loop (one hand-over from the pool thread for the
-    message, not one per run); if any failed, raise the first failure once all have ended
-    (the message is retried; runs that ended are not run again)."""
+    message, not one per run); if any failed, raise the first failure once all have ended."""
     outcomes = await asyncio.gather(
-        *(_run_and_follow_up(svc, _executing(svc, rid, key)) for rid, key in pairs),
+        *(
+            _run_and_follow_up(svc, _executing(svc, rid, key, claimed), claimed)
+            for rid, key in pairs
+            for claimed in [claims.run()]
+        ),
         return_exceptions=True,
     )
     failed = next((o for o in outcomes if isinstance(o, BaseException)), None)
@@ -199,21 +305,70 @@ async def _run_together(svc: Services, pairs: list[list[str]]) -> None:
         raise failed
 
 
-def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine on one of the process's run loops; wait for its outcome here."""
-    return submit(coro).result()
+def hand_over(runs: int, body: Callable[[_Claims], Coroutine[Any, Any, None]]) -> None:
+    """Start a message's ``runs`` on a run loop (``body`` given their `_Claims`); return
+    once each was claimed, so the message is acked while its runs go on.
 
-
-def run_until_stopped(coro: Coroutine[Any, Any, None]) -> None:
-    """`run_async`, except that runs cancelled because the worker stops end the task
-    quietly once they are handed back (the task's message is acked; the runs went out
-    again as messages of their own)."""
+    Waits first for slots while the process has its limit of runs in flight. A run that
+    failed before its claim raises here (the message is retried: the claim is
+    idempotent); a failure after it is logged (the run's lease lapses and the sweep runs
+    it again). A message taken as the worker stops, or whose runs the stop cancelled before
+    their claim, goes back to the queue unrun (`Reject`); claimed ones are handed back."""
+    if not _in_flight.reserve(runs):
+        raise Reject("the worker is stopping", requeue=True)  # for another worker
+    claims = _Claims(runs)
     try:
-        run_async(coro)
-    except CancelledError:
-        if not _in_flight.stopping.is_set():
-            raise
+        future = submit(body(claims))
+    except BaseException:
+        _in_flight.release(runs)
+        raise
+    future.add_done_callback(lambda done: _ended(done, runs, claims))
+    claims.all.wait()
+    error = claims.error
+    if error is None:
+        return
+    if isinstance(error, CancelledError | asyncio.CancelledError):
+        if _in_flight.stopping.is_set():
+            # Cancelled before its claim: not one of the runs handed back; its message
+            # goes back to the queue as it is, for another worker.
+            raise Reject("the worker is stopping", requeue=True) from None
+        raise CancelledError("the run was cancelled") from None
+    raise error
+
+
+def _ended(done: Future[None], runs: int, claims: _Claims) -> None:
+    """A message's coroutine ended (on its loop): its slots go back; a failure is the
+    pool thread's if it still waits, else it is logged here."""
+    _in_flight.release(runs)
+    error: BaseException | None = CancelledError() if done.cancelled() else done.exception()
+    if claims.end(error) or error is None:
+        return
+    if isinstance(error, CancelledError | asyncio.CancelledError):
+        return  # the worker stops: handed back
+    if isinstance(error, Unavailable):
+        log.warning(
+            "run(s) stopped after their claim (%s): the sweep runs them again once their "
+            "lane lease lapses",
+            error,
+        )
+        return
+    log.error("run(s) failed after their claim", exc_info=error)
+
+
+def wait_for_runs(timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+    """As the pool stops: a worker stopped by a signal waits for its hand-back; one stopped
+    otherwise (embedded, a test's) waits for its runs in flight to end, as Celery's warm
+    shutdown waits for its tasks."""
+    if _in_flight.stopping.is_set():
         _in_flight.handed_back.wait(HANDBACK_TIMEOUT_S)
+    elif not _in_flight.wait_idle(timeout_s):
+        log.warning("stopping with %d run(s) still in flight", _in_flight.taken)
+
+
+def set_max_in_flight(limit: int) -> None:
+    """How many runs this process keeps in flight at most (`switchboard worker
+    --max-in-flight`)."""
+    _in_flight.limit = limit
 
 
 def _install_fast_paths(settings: Settings) -> None:
@@ -240,20 +395,30 @@ def register_tasks(app: Celery, settings: Settings) -> None:
     def run(run_id: str, session_key: str) -> None:
         """Execute one agent run in its session, then its follow-up step if it has one."""
         svc = services()
-        run_until_stopped(_run_and_follow_up(svc, _executing(svc, run_id, session_key)))
+
+        def body(claims: _Claims) -> Coroutine[Any, Any, None]:
+            claimed = claims.run()
+            return _run_and_follow_up(svc, _executing(svc, run_id, session_key, claimed), claimed)
+
+        hand_over(1, body)
 
     @app.task(name="switchboard.runs", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
     def runs(pairs: list[list[str]]) -> None:
         """Execute the runs of one message (a batch, or runs enqueued together) together,
         each in its own session, then each one's follow-up step as it ends."""
         svc = services()
-        run_until_stopped(_run_together(svc, pairs))
+        hand_over(len(pairs), lambda claims: _run_together(svc, pairs, claims))
 
     @app.task(name="switchboard.resume", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
     def resume(run_id: str, session_key: str) -> None:
         """Continue a parked run with the results it waited for, then its follow-up step."""
         svc = services()
-        run_until_stopped(_run_and_follow_up(svc, _resuming(svc, run_id)))
+
+        def body(claims: _Claims) -> Coroutine[Any, Any, None]:
+            claimed = claims.run()
+            return _run_and_follow_up(svc, _resuming(svc, run_id, claimed), claimed)
+
+        hand_over(1, body)
 
     @app.task(name="switchboard.sweep", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
     def sweep_task() -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from switchboard import telemetry
 from switchboard.logs import log_context
 from switchboard.shared.errors import StoreUnavailable, Unavailable
 from switchboard.shared.queue import InlineStep, RunsTakenHere, TakingQueue
@@ -110,7 +111,8 @@ def run_follow_up(svc: Services, rec: RunRecord, taken: RunsTakenHere | None = N
     assert rec.on_end is not None
     task, args = str(rec.on_end["task"]), [str(a) for a in rec.on_end.get("args", [])]
     try:
-        run_step_inline(svc, task, *args, following=rec, taken=taken)
+        with telemetry.resumed(rec.traceparent):  # the step's runs join the run's trace
+            run_step_inline(svc, task, *args, following=rec, taken=taken)
     except StoreUnavailable:
         log.warning("run %s: its follow-up %s is left to the sweep", rec.run_id, task)
         return False

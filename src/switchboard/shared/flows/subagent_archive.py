@@ -73,7 +73,8 @@ def sweep_archive(svc: Services, now_ms: int) -> int:
     """Archive every sub-agent session whose time has come; returns how many."""
     records = svc.store.spawns
     archived = 0
-    for key in records.due_archives(now_ms):
+    # Taken, not just read: a sweep running beside this one archives none of these.
+    for key in records.take_due_archives(now_ms, _BUSY_RETRY_MS):
         if not svc.store.sessions.exists(key):
             records.unschedule_archive(key)
             continue

@@ -55,7 +55,9 @@ from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.tools import DeferredToolRequests, ToolDefinition
 from pydantic_ai.usage import RunUsage
 
+from switchboard import telemetry
 from switchboard.shared.errors import StoreUnavailable, SwitchboardError
+from switchboard.shared.runtime.models import model_slots
 from switchboard.shared.services import ToolContext, ToolSpec, WaitFor
 
 __all__ = ["MAX_RETRIES", "REQUEST_LIMIT", "EndTurn", "RunResult", "TurnEnded", "run_model_loop"]
@@ -143,9 +145,12 @@ async def run_model_loop(
     retries: dict[str, int] = {}
     for _ in range(REQUEST_LIMIT):
         messages[-1] = _with_instructions(messages[-1], instructions)
-        response = await model_request(
-            model, messages, model_request_parameters=tools.params, instrument=False
-        )
+        async with model_slots():
+            with telemetry.model_call(model) as call:  # a `chat` span when tracing is on
+                response = await model_request(
+                    model, messages, model_request_parameters=tools.params, instrument=False
+                )
+                call.usage(response.usage)
         usage.incr(response.usage)
         usage.requests += 1
         messages.append(response)

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from pydantic_ai.messages import ToolReturnPart
 from pydantic_ai.tools import DeferredToolRequests
 
+from switchboard import telemetry
 from switchboard.logs import bind_run
 from switchboard.shared import keys as sk
 from switchboard.shared.errors import StoreUnavailable, SwitchboardError
@@ -32,6 +33,7 @@ from switchboard.shared.runtime.cancel_signal import CANCELLED_TEXT, CancelSigna
 from switchboard.shared.runtime.history_cache import model_history
 from switchboard.shared.runtime.leases import keeper_for
 from switchboard.shared.runtime.models import resolve_model
+from switchboard.shared.runtime.off_loop import off_loop
 from switchboard.shared.runtime.transcript import to_model_messages, to_transcript
 from switchboard.shared.services import Services, ToolContext, WaitFor
 from switchboard.shared.store import codec
@@ -52,6 +54,11 @@ HISTORY_LIMIT = 200
 # itself; None: each step is enqueued as the run ends (the plain path).
 FollowUps = list[RunRecord] | None
 
+# Called once a run's claim (or resume) step has answered, whatever it answered: from then
+# on the run's state in the store is all it needs (a worker that dies leaves it to the
+# sweep). The worker acks the run's message there, not when the run ends.
+OnClaimed = Callable[[], None] | None
+
 
 async def execute_run(
     svc: Services,
@@ -60,6 +67,7 @@ async def execute_run(
     *,
     claim: Claim | None = None,
     follow_ups: FollowUps = None,
+    on_claimed: OnClaimed = None,
 ) -> None:
     """Claim and execute a queued run that holds its session lane.
 
@@ -67,8 +75,11 @@ async def execute_run(
     its session and its history in the same step. ``claim``: the run was claimed as it
     started (`RunStore.start` with ``claim_history``); execute it as claimed.
     ``follow_ups``: collect the run there if it ends with a follow-up step, instead of
-    enqueuing the step."""
+    enqueuing the step. ``on_claimed``: called once the claim step answered (see
+    `OnClaimed`)."""
     if claim is not None and claim.run is not None:
+        if on_claimed is not None:
+            on_claimed()
         bind_run(claim.run)
         await _execute(svc, claim.run, claim, deferred=None, follow_ups=follow_ups)
         return
@@ -79,6 +90,8 @@ async def execute_run(
             return
         session_key = found.session_key
     claimed = svc.store.runs.claim(run_id, session_key, history=HISTORY_LIMIT)
+    if on_claimed is not None:
+        on_claimed()
     if isinstance(claimed, str):
         if claimed.startswith("missing:"):
             log.warning("run %s not found; nothing to do", run_id)
@@ -90,9 +103,11 @@ async def execute_run(
     await _execute(svc, claimed.run, claimed, deferred=None, follow_ups=follow_ups)
 
 
-async def resume_run(svc: Services, run_id: str, *, follow_ups: FollowUps = None) -> None:
+async def resume_run(
+    svc: Services, run_id: str, *, follow_ups: FollowUps = None, on_claimed: OnClaimed = None
+) -> None:
     """Continue a parked run once every call it waits on has an answer or timed out
-    (``follow_ups`` as for `execute_run`)."""
+    (``follow_ups`` and ``on_claimed`` as for `execute_run`)."""
     rec = svc.store.runs.get(run_id)
     if rec is None or rec.status != "parked":
         return
@@ -105,6 +120,8 @@ async def resume_run(svc: Services, run_id: str, *, follow_ups: FollowUps = None
     if not all(_call_ready(svc, rec, c, t, now) for c, t in zip(calls, targets, strict=True)):
         return  # another target's end (or the deadline sweep) resumes it later
     claim = svc.store.runs.resume(run_id, rec.session_key, history=HISTORY_LIMIT)
+    if on_claimed is not None:
+        on_claimed()
     if isinstance(claim, str):
         return
     ctx = _tool_context(svc, rec, claim.session)
@@ -165,6 +182,18 @@ async def _execute(
     deferred: Sequence[ToolReturnPart] | None,
     follow_ups: FollowUps,
 ) -> None:
+    # The run's `invoke_agent` span (tracing on), in the trace that created the run.
+    with telemetry.invoke_agent(rec.session_key, rec.run_id, parent=rec.traceparent):
+        await _execute_traced(svc, rec, claim, deferred, follow_ups)
+
+
+async def _execute_traced(
+    svc: Services,
+    rec: RunRecord,
+    claim: Claim,
+    deferred: Sequence[ToolReturnPart] | None,
+    follow_ups: FollowUps,
+) -> None:
     if rec.cancel_requested or (claim.run is not None and claim.run.cancel_requested):
         _end_cancelled(svc, rec, claim, follow_ups)  # asked while its last worker ran it
         return
@@ -215,7 +244,10 @@ async def _execute(
             )
             return
     try:
-        _record_result(svc, rec, claim, result, follow_ups)
+        if svc.settings.fast_paths:  # its end step off the loop: the loop's runs go on
+            await off_loop(lambda: _record_result(svc, rec, claim, result, follow_ups))
+        else:
+            _record_result(svc, rec, claim, result, follow_ups)
     except StoreUnavailable:
         raise  # the store is away: the lane lease lapses and the sweep runs it again
     except Exception as exc:  # the result itself cannot be stored: end the run, never strand it
@@ -248,7 +280,7 @@ async def _run_agent(
         history = model_history(claim.entries)  # read incrementally: model forms kept
     else:
         history = to_model_messages(_with_attachments(rec, _history(claim.history or [])))
-    return await run_model_loop(
+    result = await run_model_loop(
         model,
         specs=svc.tools.offered(ctx, claim.session),
         ctx=ctx,
@@ -257,6 +289,8 @@ async def _run_agent(
         defer=_parking_metadata,
         tool_results=deferred or (),
     )
+    telemetry.record_usage(model_ref, result.usage)
+    return result
 
 
 def _parking_metadata(wait: WaitFor) -> dict[str, Any]:

@@ -48,6 +48,7 @@ __all__ = [
     "ProviderLike",
     "clear_model_cache",
     "close_clients",
+    "model_slots",
     "preload",
     "resolve_model",
     "validate_model_ref",
@@ -58,6 +59,28 @@ log = logging.getLogger("switchboard.run")
 # Per request; the product enforces its own, usually shorter, run deadlines on top.
 HTTP_TIMEOUT_S = 120.0
 _CACHE_SIZE = 32
+
+# Model requests one event loop has out at once; the others wait for a slot before their
+# request starts. A worker keeps thousands of runs on a loop: sent all at once, the
+# requests past the client's connections would wait for one with their timeout running,
+# and time out when the loop is slower than the queue is long.
+MODEL_SLOTS_PER_LOOP = 500
+_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+_slots_lock = threading.Lock()
+
+
+def model_slots() -> asyncio.Semaphore:
+    """The running loop's slots for model requests (`MODEL_SLOTS_PER_LOOP`)."""
+    loop = asyncio.get_running_loop()
+    with _slots_lock:
+        slots = _slots.get(loop)
+        if slots is None:
+            slots = _slots[loop] = asyncio.Semaphore(MODEL_SLOTS_PER_LOOP)
+        return slots
+
+
 _OPENAI_CHAT_APIS = (None, "openai-completions", "openai-chat", "openai")
 
 Kind = Literal["echo", "openai-chat", "openai-responses", "anthropic"]

@@ -17,6 +17,15 @@ applies when both hold, and otherwise leaves the SDK's transform to do its work:
 
 For such a body the SDK's transform is the identity, so the request sent is the same.
 
+The same goes for the answer: the SDK builds a chat completion from the response's JSON
+with its own `construct_type`, a walk in Python of the data against the model's
+annotations that validates nothing, about 90 µs of CPU for a one-choice answer. With
+the shortcut pydantic validates it in one step (`parsed_completion`), in strict mode: only
+data of exactly the declared types (an answer the SDK's construct keeps as it is), else the
+SDK builds it as before. The completion is the same: same classes, same fields and extra
+fields, the same dumps. That costs about 7 µs; pydantic-ai validates the completion
+again, leniently, after it.
+
 Put in place when a process builds its first OpenAI model, only with the fast paths on
 (``Settings.fast_paths``, handed to `models.resolve_model`): off, the SDK is left unpatched.
 """
@@ -28,6 +37,8 @@ import typing
 from collections.abc import Callable, Coroutine
 from functools import cache
 from typing import Any
+
+from pydantic import BaseModel, ValidationError
 
 from switchboard.shared.config import Settings
 
@@ -104,6 +115,46 @@ def shortcut(original: Transform) -> Transform:
     return transform
 
 
+@cache
+def _completion_type() -> type[BaseModel]:
+    from openai.types.chat import ChatCompletion
+
+    return ChatCompletion
+
+
+def parsed_completion(data: Any, cast_to: Any) -> BaseModel | None:
+    """A chat completion's JSON as the SDK's construct makes it, validated by pydantic in
+    strict mode; None when it is not a chat completion of exactly the declared types (the
+    SDK builds it then)."""
+    completion = _completion_type()
+    if cast_to is not completion or type(data) is not dict:
+        return None
+    try:
+        parsed: BaseModel = completion.model_validate(data, strict=True)
+    except ValidationError:
+        return None
+    return parsed
+
+
+ProcessData = Callable[..., Any]
+
+
+def response_shortcut(original: ProcessData) -> ProcessData:
+    """``original`` (the SDK client's `_process_response_data`) with `parsed_completion` in
+    front of it; a client with strict response validation is left to the SDK."""
+
+    def process(self: Any, *, data: Any, cast_to: Any, response: Any) -> Any:
+        if not self._strict_response_validation:
+            parsed = parsed_completion(data, cast_to)
+            if parsed is not None:
+                return parsed
+        return original(self, data=data, cast_to=cast_to, response=response)
+
+    process.__wrapped__ = original  # type: ignore[attr-defined]
+    process.switchboard_shortcut = True  # type: ignore[attr-defined]
+    return process
+
+
 def install(settings: Settings) -> bool:
     """With the fast paths on, put the shortcut in place (`install_shortcut`). True when
     it is in place; off, the SDK is left as it is."""
@@ -111,15 +162,20 @@ def install(settings: Settings) -> bool:
 
 
 def install_shortcut() -> bool:
-    """Put the shortcut in front of the transform of the SDK's async chat completions
-    (once per process; it imports that part of the SDK). True."""
+    """Put the shortcuts in front of the transform of the SDK's async chat completions and
+    of its async clients' response parsing (once per process; it imports that part of the
+    SDK). True."""
     global _installed
     with _lock:
         if _installed:
             return True
+        from openai._base_client import AsyncAPIClient
         from openai.resources.chat.completions import completions as module
 
         names = vars(module)  # the name the module's `create` calls
         names["async_maybe_transform"] = shortcut(names["async_maybe_transform"])
+        process = AsyncAPIClient._process_response_data
+        if not getattr(process, "switchboard_shortcut", False):  # not put in place before
+            AsyncAPIClient._process_response_data = response_shortcut(process)  # type: ignore[method-assign]
         _installed = True
     return True

@@ -13,6 +13,8 @@ from redis import Redis
 from redis.client import Pipeline
 
 from switchboard.shared import keys as sk
+from switchboard.shared.store.a2a_tasks import A2ATaskStore
+from switchboard.shared.store.audit import AuditStore
 from switchboard.shared.store.bulk import BulkLoader
 from switchboard.shared.store.client import connect
 from switchboard.shared.store.collect import CollectStore
@@ -22,16 +24,19 @@ from switchboard.shared.store.events import EventStore
 from switchboard.shared.store.flows import FlowStore
 from switchboard.shared.store.keyspace import Keyspace
 from switchboard.shared.store.pending import PendingStepStore
+from switchboard.shared.store.responses import ResponseStore
 from switchboard.shared.store.runs import RunStore
 from switchboard.shared.store.sessions import SessionStore
 from switchboard.shared.store.spawns import SpawnStore
 from switchboard.shared.store.stats import ProgressReads, ServerStats
 from switchboard.shared.store.sweeps import SweepStore
+from switchboard.shared.store.tokens import TokenStore
 from switchboard.shared.store.transcripts import TranscriptStore
 from switchboard.shared.store.windows import TranscriptWindows
 from switchboard.shared.store.yields import YieldStore
 
 __all__ = [
+    "AuditStore",
     "CollectStore",
     "CounterStore",
     "DeliveryStore",
@@ -40,11 +45,13 @@ __all__ = [
     "Keyspace",
     "PendingStepStore",
     "Pipeline",
+    "ResponseStore",
     "RunStore",
     "SessionStore",
     "SpawnStore",
     "Store",
     "SweepStore",
+    "TokenStore",
     "TranscriptStore",
     "TranscriptWindows",
     "YieldStore",
@@ -89,7 +96,11 @@ class Store:
         self.deliveries = DeliveryStore(redis, self.ks)
         self.pending = PendingStepStore(redis, self.ks)  # flow steps enqueued, not yet run
         self.counters = CounterStore(redis, self.ks)
+        self.responses = ResponseStore(redis, self.ks)  # OpenAI Responses API ids
+        self.a2a_tasks = A2ATaskStore(redis, self.ks, retention_s=retention_s)  # A2A tasks
         self.sweeps = SweepStore(redis, self.ks)  # the beat sweep's marks and stale entries
+        self.tokens = TokenStore(redis, self.ks)  # scoped api tokens (hashes only)
+        self.audit = AuditStore(redis, self.ks)  # calls made with scoped tokens
         self.list_lengths = ListLengths(redis)  # the broker's queues, when it shares the Redis
         self.stats = ServerStats(redis)  # INFO: calls per command, memory, version
         self.progress = ProgressReads(redis, self.ks)  # how far a burst of work has got

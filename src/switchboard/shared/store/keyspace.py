@@ -15,6 +15,11 @@ IDEMPOTENCY_TTL_S = 600
 LANE_LEASE_S = 30
 # The events stream is capped near this many entries (XADD MAXLEN ~).
 EVENTS_MAXLEN = 10_000
+# How long an OpenAI Responses API response id stays known (its session can be continued
+# with `previous_response_id`); its output lives on its run (`runs.retentionHours`).
+RESPONSE_TTL_S = 30 * 24 * 3600
+# The audit stream of scoped-token calls is capped near this many entries (XADD MAXLEN ~).
+AUDIT_MAXLEN = 100_000
 
 
 @dataclass(frozen=True)
@@ -216,6 +221,42 @@ class Keyspace:
         (SWITCHBOARD_AUTH_FAILURE_WINDOW_S)."""
         return f"{self.prefix}authfail:{client}"
 
+    def response(self, response_id: str) -> str:
+        """Hash: one OpenAI Responses API response (its run, session, agent, previous
+        response, instructions, background flag); RESPONSE_TTL_S."""
+        return f"{self.prefix}resp:{response_id}"
+
+    def a2a_task(self, task_id: str) -> str:
+        """Hash: one A2A task (its agent, run, session, the task object as JSON, state,
+        last update); runs.retentionHours from its last write."""
+        return f"{self.prefix}a2a:task:{task_id}"
+
+    def a2a_tasks(self, agent_id: str) -> str:
+        """Zset: one agent's A2A task ids by last update (ListTasks); runs.retentionHours."""
+        return f"{self.prefix}a2a:tasks:{agent_id}"
+
+    def a2a_push(self, task_id: str) -> str:
+        """Hash: one A2A task's push-notification configs (config id -> who set it and the
+        config); runs.retentionHours from its last write."""
+        return f"{self.prefix}a2a:push:{task_id}"
+
+    def api_token(self, token_id: str) -> str:
+        """Hash: one scoped api token (sha256 of its secret, agent, session, tools, label,
+        created, last used, expiry); expires with the token (`--ttl`), deleted on revoke."""
+        return f"{self.prefix}tok:{token_id}"
+
+    @property
+    def api_tokens(self) -> str:
+        """Sorted set: scoped token ids by creation time (ms); an expired one is dropped
+        when a listing finds its hash gone."""
+        return f"{self.prefix}idx:tok"
+
+    @property
+    def audit(self) -> str:
+        """Stream: one entry per call made with a scoped token (token id, surface, tool,
+        session key, outcome), capped ~AUDIT_MAXLEN entries."""
+        return f"{self.prefix}audit"
+
     # -- maintenance ------------------------------------------------------------------
     @property
     def metrics(self) -> str:
@@ -226,3 +267,8 @@ class Keyspace:
     def beat_marks(self) -> str:
         """Hash: sweep name → last time it ran (ms), for health checks."""
         return f"{self.prefix}beat"
+
+    @property
+    def apis(self) -> str:
+        """Hash: api id → JSON heartbeat (host, pid, url, seen ms), for health checks."""
+        return f"{self.prefix}apis"

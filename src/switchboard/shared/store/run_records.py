@@ -81,6 +81,9 @@ class RunRecord:
     wake_run_id: str | None = None
     # When `subagents cancel` asked for this running run to stop (ms; None: not asked).
     cancel_at_ms: int | None = None
+    # The trace context the run was created in (W3C traceparent; None: tracing off): its
+    # execution joins that trace (`switchboard.telemetry`).
+    traceparent: str | None = None
     # Hashes the run's end step read for its follow-up step (Redis key -> decoded fields;
     # an absent hash is {}): the step takes them instead of reading them again.
     read_at_end: Mapping[str, Mapping[str, str]] = field(
@@ -131,6 +134,7 @@ class RunRecord:
             yielded=h.get("yielded") == "1",
             wake_run_id=h.get("wakeRunId") or None,
             cancel_at_ms=codec.as_int(h.get("cancelRequested")),
+            traceparent=h.get("traceparent"),
         )
 
     def outcome(self) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any
 from redis import Redis
 from redis.client import Pipeline
 
+from switchboard import telemetry
 from switchboard.shared import keys as sk
 from switchboard.shared.store import codec
 from switchboard.shared.store.codec import as_text
@@ -77,6 +78,7 @@ def _run_fields(run: NewRun, created_at_ms: int | None = None) -> dict[str, Any]
         "onEnd": dict(run.on_end) if run.on_end else None,
         "watch": "1" if run.watched else None,
         "attachments": list(run.attachments) or None,
+        "traceparent": telemetry.traceparent(),  # None unless tracing is on
     }
     return {k: v for k, v in fields.items() if v is not None}
 
@@ -472,8 +474,9 @@ class RunStore:
         )
 
     def resume(self, run_id: str, session_key: str, *, history: int = 0) -> Claim | str:
-        """Move a parked run back to running (one resume wins); the claim carries the
-        session hash and the last ``history`` messages."""
+        """Move a parked run back to running (one resume wins; no new try: see
+        resume_run.lua); the claim carries the session hash and the last ``history``
+        messages."""
         res = self._lua["resume_run"](
             run=self.ks.run(run_id),
             parked=self.ks.parked_runs,
@@ -639,6 +642,11 @@ class RunStore:
         rows = self.redis.zrangebyscore(self.ks.parked_runs, "-inf", now, start=0, num=limit)
         return [as_text(r) for r in rows]
 
+    def parked(self, limit: int = 500) -> list[str]:
+        """Parked runs, the soonest deadline first (at most ``limit``)."""
+        rows = self.redis.zrange(self.ks.parked_runs, 0, limit - 1)
+        return [as_text(r) for r in rows]
+
     def push_lease(self, session_key: str, until_ms: int) -> None:
         """Set a lane lease expiry."""
         self.redis.zadd(self.ks.lane_leases, {session_key: until_ms})
@@ -660,10 +668,28 @@ class RunStore:
         """Look at an outbox entry again at ``at_ms``."""
         self.redis.zadd(self.ks.outbox, {run_id: at_ms}, xx=True)
 
-    def requeue(self, run_id: str, attempt: int | None = None) -> str:
-        """Mark a running run whose worker vanished as queued again."""
+    def requeue(
+        self,
+        run_id: str,
+        attempt: int | None = None,
+        *,
+        lapsed: tuple[str, int] | None = None,
+    ) -> str:
+        """Mark a running run whose worker vanished as queued again ('queued'), or, if it
+        was resumed from parked, as parked again ('parked': due for its resume now; the
+        caller enqueues it). ``lapsed``: (its session key, a time in ms): only if its
+        lane's lease still ends by then (a sweep that saw it lapse; answers 'renewed'
+        otherwise)."""
+        session_key, lapsed_by = lapsed if lapsed is not None else ("", "")
         res = self._lua["requeue_run"](
-            run=self.ks.run(run_id), attempt="" if attempt is None else attempt
+            run=self.ks.run(run_id),
+            leases=self.ks.lane_leases,
+            parked=self.ks.parked_runs,
+            attempt="" if attempt is None else attempt,
+            session_key=session_key,
+            lapsed_by_ms=lapsed_by,
+            run_id=run_id,
+            now_ms=now_ms(),
         )
         return as_text(res)
 

@@ -360,6 +360,15 @@ class SpawnStore:
         rows = self.redis.zrangebyscore(self.ks.archive_due, "-inf", now_ms, start=0, num=limit)
         return [as_text(r) for r in rows]
 
+    def take_due_archives(self, now_ms: int, recheck_ms: int, limit: int = 200) -> list[str]:
+        """The sessions whose archival time has come, each pushed ``recheck_ms`` on in the
+        same step: of two sweeps running at once (two beats, or a worker's startup sweep
+        beside beat's), one takes a session; it comes back if that sweep dies."""
+        res = self._lua["pending_take_due"](
+            due=self.ks.archive_due, now=now_ms, limit=limit, recheck_ms=recheck_ms
+        )
+        return [as_text(r) for r in res]
+
     def postpone_archive(self, session_key: str, at_ms: int) -> None:
         """Look at a due session again later (it is busy)."""
         self.redis.zadd(self.ks.archive_due, {session_key: at_ms}, xx=True)

@@ -4,7 +4,8 @@
 -- adds the run.started event to the events stream in the same step.
 -- Answers what the run needs to start, so the worker makes no other read:
 -- {'ok', attempt, deadline, run hash, session hash[, last a.history messages, newest
--- first[, after_seq]]}; {'exhausted', attempt, '', run hash}; or {reason, detail}
+-- first[, after_seq]]}; {'exhausted', attempt, '', run hash} (claimed a.max_attempts
+-- times already); or {reason, detail}
 -- ('missing', 'session' with the owning session key, 'skip' with the status,
 -- 'not_holder').
 -- History read incrementally (store/windows.py): given the window the caller holds
@@ -26,8 +27,11 @@ local function claim_run(k, a)
   local holder = redis.call('GET', k.lane)
   if holder ~= a.run_id then return {'not_holder', holder or ''} end
   local attempt = redis.call('HINCRBY', k.run, 'attempt', 1)
+  -- Tries count the claims (each executes the run from its start); `attempt` also
+  -- counts resumes, which fence a stale worker's writes but are no new try.
+  local tries = redis.call('HINCRBY', k.run, 'tries', 1)
   redis.call('HSET', k.run, 'status', 'running')
-  if attempt > tonumber(a.max_attempts) then
+  if tries > tonumber(a.max_attempts) then
     return {'exhausted', tostring(attempt), '', redis.call('HGETALL', k.run)}
   end
   local deadline = redis.call('HGET', k.run, 'deadlineAt')
