@@ -8,6 +8,7 @@ from switchboard.shared.flows import pending
 from switchboard.shared.queue import TaskQueue
 from switchboard.shared.services import Services
 from switchboard.shared.store import Store
+from switchboard.shared.store.client import Durability
 from switchboard.shared.tools.catalog import register_session_tools
 
 
@@ -21,6 +22,7 @@ def build_services(
     store = Store.from_url(
         settings.redis_url,
         fast_paths=settings.fast_paths,
+        durability=Durability(settings.redis_wait_replicas, settings.redis_wait_timeout_ms),
         prefix=settings.key_prefix,
         main_key=config.session.main_key,
         scope=config.session.scope,

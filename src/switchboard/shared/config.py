@@ -698,6 +698,11 @@ class Settings(BaseSettings):
     # shortcut, garbage-collector tuning, enqueue batching): off runs the plain path of
     # every library, for reading, debugging and measuring what the adapters buy.
     fast_paths: bool = True
+    # Replicas that must hold a run's accept, its end and a transcript append before the
+    # answer (Redis WAIT on the write's connection; 0: off), and how long WAIT may take
+    # for them (ms): fewer in time log a WARNING and the write stands (docs/operations.md).
+    redis_wait_replicas: int = Field(default=0, ge=0, le=64)
+    redis_wait_timeout_ms: int = Field(default=1000, ge=1, le=60_000)
 
     @field_validator("log_level")
     @classmethod

@@ -16,7 +16,7 @@ from switchboard.shared import keys as sk
 from switchboard.shared.store.a2a_tasks import A2ATaskStore
 from switchboard.shared.store.audit import AuditStore
 from switchboard.shared.store.bulk import BulkLoader
-from switchboard.shared.store.client import connect
+from switchboard.shared.store.client import NO_WAIT, Durability, connect
 from switchboard.shared.store.collect import CollectStore
 from switchboard.shared.store.counters import CounterStore, ListLengths
 from switchboard.shared.store.deliveries import DeliveryStore
@@ -107,13 +107,22 @@ class Store:
         self.bulk = BulkLoader(redis, self.ks)  # whole datasets (the bench's), pipelined
 
     @classmethod
-    def from_url(cls, url: str, *, fast_paths: bool = True, **options: Any) -> Store:
+    def from_url(
+        cls,
+        url: str,
+        *,
+        fast_paths: bool = True,
+        durability: Durability = NO_WAIT,
+        **options: Any,
+    ) -> Store:
         """A store on a new client for ``url`` (`client.connect`; ``options`` as for
         `Store`): thread-held connections and history read incrementally
         (`TranscriptWindows`) with ``fast_paths``, redis-py's plain client and every
-        run's history read whole without."""
+        run's history read whole without; acknowledged writes waited for on replicas as
+        ``durability`` says."""
         windows = TranscriptWindows() if fast_paths else None
-        return cls(connect(url, fast_paths=fast_paths), windows=windows, **options)
+        client = connect(url, fast_paths=fast_paths, durability=durability)
+        return cls(client, windows=windows, **options)
 
     def pipeline(self) -> Pipeline:
         """A pipeline (no transaction) the stores' ``client=`` methods queue on: one

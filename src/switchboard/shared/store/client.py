@@ -33,11 +33,24 @@ after a failover only one knows) are settled by their configuration epoch
 (`NewestSentinel`, `AsyncNewestSentinel`), for the check and for every new connection
 alike. The api's async pools are followed too (their connections, subscriptions
 included, cut from the checking thread).
+
+Acknowledged writes (`Durability`, off unless ``SWITCHBOARD_REDIS_WAIT_REPLICAS`` is set):
+Redis replicates asynchronously, so a write the primary answered can die with it in a
+failover. With ``replicas`` set, each acknowledged write (a script named in
+`ACKNOWLEDGED_SCRIPTS`: a run's accept, its end, a transcript append) is followed on the
+same connection by ``WAIT replicas timeout_ms`` before its answer goes back: a single call
+goes out as a non-transactional pipeline of EVALSHA + WAIT (one round trip); a pipeline
+that queued one gets WAIT at its end (after EXEC for a transaction). WAIT counts the
+connection's own writes, so it must be that connection. Fewer replicas within the timeout
+leave the write on the primary (it cannot be taken back) and log a WARNING (at most one
+per `SHORT_LOG_EVERY_S`, with the count since): a 503 would invite a retry that starts a
+run twice for a caller without an idempotency key. docs/operations.md says more.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import socket
 import threading
@@ -51,11 +64,12 @@ from redis.asyncio import sentinel as aiosentinel
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.driver_info import DriverInfo
-from redis.exceptions import NoScriptError, WatchError
+from redis.exceptions import NoScriptError, ResponseError, WatchError
 from redis.retry import Retry
 from redis.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
 
 from switchboard.shared.errors import StoreUnavailable
+from switchboard.shared.store.lua_scripts import load as load_lua
 from switchboard.shared.store.thread_held import ThreadHeldRedis
 from switchboard.shared.store.urls import SentinelUrl, parse_redis_url
 
@@ -80,8 +94,88 @@ def unavailable(exc: redis.RedisError) -> StoreUnavailable:
     return StoreUnavailable(f"{type(exc).__name__}: {exc}")
 
 
+# The writes a client is told about, made durable on replicas when `Durability` is on: a
+# run's accept (recorded with its session, or on its own), its end (with the messages it
+# appends) and a transcript append outside a run.
+ACKNOWLEDGED_SCRIPTS = ("start_run", "submit_run", "finish_run", "transcript_append")
+# At most one WARNING per this many seconds for writes that WAIT found short of replicas.
+SHORT_LOG_EVERY_S = 10.0
+
+
+def _script_sha(name: str) -> str:
+    return hashlib.sha1(load_lua(name).source.encode()).hexdigest()
+
+
+class Durability:
+    """How many replicas must hold an acknowledged write before its answer (``replicas``,
+    0: off) and how long WAIT may take for them (``timeout_ms``): the store client's one
+    seam for it (see the module's docstring). Counts the writes WAIT found short."""
+
+    def __init__(self, replicas: int = 0, timeout_ms: int = 1000) -> None:
+        if replicas < 0 or (replicas and timeout_ms < 1):
+            raise ValueError("replicas >= 0 and, with replicas, a timeout of 1 ms or more")
+        self.replicas = replicas
+        self.timeout_ms = timeout_ms
+        self.acknowledged_shas = frozenset(_script_sha(n) for n in ACKNOWLEDGED_SCRIPTS)
+        self.short = 0  # writes that reached fewer replicas than asked, since start
+        self._lock = threading.Lock()
+        self._short_unlogged = 0
+        self._logged_at = float("-inf")
+
+    def acknowledged(self, args: tuple[Any, ...]) -> bool:
+        """Whether the command ``args`` is an acknowledged write to confirm (never when off)."""
+        return bool(
+            self.replicas
+            and len(args) > 1
+            and args[0] == "EVALSHA"
+            and str(args[1]) in self.acknowledged_shas
+        )
+
+    def wait_args(self) -> tuple[Any, ...]:
+        """The WAIT command that confirms the connection's writes."""
+        return ("WAIT", self.replicas, self.timeout_ms)
+
+    def confirmed(self, reply: Any) -> None:
+        """Take WAIT's reply (the replicas that have the writes, or its error): fewer than
+        asked are counted and logged, and the write stands."""
+        acked = reply if isinstance(reply, int) else -1
+        if acked >= self.replicas:
+            return
+        with self._lock:
+            self.short += 1
+            self._short_unlogged += 1
+            now = time.monotonic()
+            if now - self._logged_at < SHORT_LOG_EVERY_S:
+                return
+            count, self._short_unlogged, self._logged_at = self._short_unlogged, 0, now
+        shown = f"{acked} replicas" if acked >= 0 else f"an error ({reply})"
+        log.warning(
+            "%d acknowledged writes reached fewer than %d replicas within %d ms (%s on the "
+            "last): they stand on the primary only, and a failover may lose them",
+            count,
+            self.replicas,
+            self.timeout_ms,
+            shown,
+        )
+
+
+# The store's clients unless told otherwise: no WAIT.
+NO_WAIT = Durability()
+
+
 class StorePipeline(redis.client.Pipeline):
-    """A pipeline whose failed ``execute`` raises `StoreUnavailable`."""
+    """A pipeline whose failed ``execute`` raises `StoreUnavailable`; with `Durability`
+    on, one that queued an acknowledged write ends with WAIT on its connection."""
+
+    durability: Durability = NO_WAIT
+    _acknowledged = False
+
+    def pipeline_execute_command(self, *args: Any, **options: Any) -> StorePipeline:
+        """Queue a command, noting an acknowledged write."""
+        if self.durability.acknowledged(args):
+            self._acknowledged = True
+        super().pipeline_execute_command(*args, **options)
+        return self
 
     def execute(self, raise_on_error: bool = True) -> list[Any]:
         """Send the queued commands; a Redis error is raised as `StoreUnavailable`."""
@@ -91,13 +185,46 @@ class StorePipeline(redis.client.Pipeline):
             raise
         except redis.RedisError as exc:
             raise unavailable(exc) from exc
+        finally:
+            self._acknowledged = False
+
+    def _execute_pipeline(self, connection: Any, commands: Any, raise_on_error: bool) -> Any:
+        """The queued commands, then (with an acknowledged write among them) WAIT, in one
+        round trip on one connection."""
+        if not self._acknowledged:
+            return super()._execute_pipeline(connection, commands, raise_on_error)  # type: ignore[no-untyped-call]
+        waited = [*commands, (self.durability.wait_args(), {})]
+        replies = super()._execute_pipeline(connection, waited, False)  # type: ignore[no-untyped-call]
+        self.durability.confirmed(replies.pop())
+        if raise_on_error:
+            self.raise_first_error(commands, replies)  # type: ignore[no-untyped-call]
+        return replies
+
+    def _execute_transaction(self, connection: Any, commands: Any, raise_on_error: bool) -> Any:
+        """A transaction, then (with an acknowledged write in it) WAIT after its EXEC."""
+        replies = super()._execute_transaction(connection, commands, raise_on_error)
+        if self._acknowledged:
+            connection.send_command(*self.durability.wait_args())
+            try:
+                self.durability.confirmed(connection.read_response())
+            except ResponseError as exc:
+                self.durability.confirmed(exc)
+        return replies
 
 
 class _Translating(redis.Redis):
-    """A client whose commands raise `StoreUnavailable` for a Redis error."""
+    """A client whose commands raise `StoreUnavailable` for a Redis error, and whose
+    acknowledged writes are confirmed on replicas by its `Durability` (``durability``)."""
+
+    durability: Durability = NO_WAIT
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
-        """Run one command; a Redis error is raised as `StoreUnavailable`."""
+        """Run one command; a Redis error is raised as `StoreUnavailable`. An acknowledged
+        write goes out with WAIT when `Durability` is on."""
+        if self.durability.acknowledged(args):
+            pipe = self.pipeline(transaction=False)
+            pipe.execute_command(*args, **options)  # type: ignore[no-untyped-call]
+            return pipe.execute()[0]
         try:
             return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
         except _PASSED_THROUGH:
@@ -107,7 +234,9 @@ class _Translating(redis.Redis):
 
     def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> StorePipeline:
         """A pipeline on this client's pool that translates its errors too."""
-        return StorePipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+        pipe = StorePipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+        pipe.durability = self.durability
+        return pipe
 
 
 class StoreRedis(_Translating):
@@ -309,14 +438,21 @@ def blocking_pool(url: str) -> redis.BlockingConnectionPool:
     return pool
 
 
-def connect(url: str, *, fast_paths: bool = True) -> StoreRedis | HeldStoreRedis:
+def connect(
+    url: str, *, fast_paths: bool = True, durability: Durability = NO_WAIT
+) -> StoreRedis | HeldStoreRedis:
     """The store's sync client for ``url``: thread-held connections with ``fast_paths``,
-    redis-py's plain pooled client without (both on a sentinel pool for a sentinel URL)."""
+    redis-py's plain pooled client without (both on a sentinel pool for a sentinel URL);
+    its acknowledged writes confirmed on replicas as ``durability`` says."""
     pool = blocking_pool(url)
     # redis-py types its constructors as returning Redis; they return the class called on.
+    client: StoreRedis | HeldStoreRedis
     if fast_paths:
-        return cast(HeldStoreRedis, HeldStoreRedis.from_pool(pool))
-    return cast(StoreRedis, StoreRedis.from_pool(pool))
+        client = cast(HeldStoreRedis, HeldStoreRedis.from_pool(pool))
+    else:
+        client = cast(StoreRedis, StoreRedis.from_pool(pool))
+    client.durability = durability
+    return client
 
 
 def dedicated_connection(client: redis.Redis) -> redis.Connection:
