@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from switchboard.shared.runtime.leases import keeper_for
+from switchboard.shared.runtime.leases import FENCED, keeper_for
 from switchboard.shared.services import Services
 
 log = logging.getLogger("switchboard.worker")
@@ -35,7 +35,8 @@ DEFAULT_MAX_IN_FLIGHT = 10_000
 # How often a worker at its limit says so.
 FULL_WARNING_EVERY_S = 30.0
 
-Lanes = list[tuple[str, str]]  # (session key, the run holding its lane)
+# (session key, the run holding its lane[, the attempt this process executes it as]).
+Lanes = list[tuple[str, str] | tuple[str, str, int]]
 
 
 class InFlight:
@@ -157,16 +158,28 @@ class InFlight:
 
 def hand_back_runs(svc: Services, lanes: Lanes) -> int:
     """Queue again the runs of ``lanes`` still running and still holding their lane, and
-    send their messages: returns how many."""
+    send their messages: returns how many. A lane given with its attempt is handed back
+    only while the run is at that attempt: a process that was cut off from the store past
+    its lease must not queue again a run another worker took over and executes now."""
     runs = svc.store.runs
     count = 0
-    for session_key, run_id in lanes:
+    for lane in lanes:
+        session_key, run_id = lane[0], lane[1]
+        attempt = lane[2] if len(lane) > 2 else None
         # A run that ended as it was cancelled stays ended, and the lane's next run (taken
         # by some other worker) is not this process's to hand back. (`requeue` answers
         # "queued" for a run already queued too: only a running one is sent again.)
         if runs.lane_holder(session_key) != run_id or runs.status(run_id) != "running":
             continue
-        verdict = runs.requeue(run_id)
+        verdict = runs.requeue(run_id, attempt)
+        if verdict == "moved":
+            log.warning(
+                "%s run %s attempt %s: hand-back refused (another attempt has the run)",
+                FENCED,
+                run_id,
+                attempt,
+                extra={"runId": run_id, "sessionKey": session_key, "fenced": "handback"},
+            )
         if verdict not in ("queued", "parked"):
             continue
         runs.renew_lease(session_key)
@@ -179,7 +192,6 @@ def hand_back_runs(svc: Services, lanes: Lanes) -> int:
 
 
 def held_runs(svc: Services) -> Lanes:
-    """The lanes this process's runs hold now, each with the run holding it."""
-    runs = svc.store.runs
-    pairs = [(key, runs.lane_holder(key)) for key in keeper_for(runs).held()]
-    return [(key, run_id) for key, run_id in pairs if run_id is not None]
+    """The lanes this process's runs hold now, each with the run holding it and the
+    attempt it executes here (holdings the store refused already are left out)."""
+    return list(keeper_for(svc.store.runs).held_runs())

@@ -17,6 +17,10 @@ T = TypeVar("T")
 
 # A cancelled run's error.
 CANCELLED_TEXT = "run cancelled (subagents cancel)"
+# Why a signal fired: a cancel request, or another attempt took the run (the lease keeper
+# found its renewal fenced off): that copy of the run stops and writes nothing.
+CANCELLED = "cancelled"
+SUPERSEDED = "superseded"
 
 
 class RunCancelled(Exception):
@@ -29,11 +33,14 @@ class CancelSignal:
 
     def __init__(self) -> None:
         self.fired = False
+        self.reason = ""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[Any] | None = None
 
-    def fire(self) -> None:
-        """Ask for the work to stop (thread-safe, idempotent)."""
+    def fire(self, reason: str = CANCELLED) -> None:
+        """Ask for the work to stop (thread-safe, idempotent: the first reason stays)."""
+        if not self.fired:
+            self.reason = reason
         self.fired = True
         loop, task = self._loop, self._task
         if loop is not None and task is not None and not task.done():

@@ -29,9 +29,14 @@ from switchboard.shared import keys as sk
 from switchboard.shared.errors import StoreUnavailable, SwitchboardError
 from switchboard.shared.runtime.agent_loop import RunResult, TurnEnded, run_model_loop
 from switchboard.shared.runtime.attachments import with_attachments
-from switchboard.shared.runtime.cancel_signal import CANCELLED_TEXT, CancelSignal, RunCancelled
+from switchboard.shared.runtime.cancel_signal import (
+    CANCELLED_TEXT,
+    SUPERSEDED,
+    CancelSignal,
+    RunCancelled,
+)
 from switchboard.shared.runtime.history_cache import model_history
-from switchboard.shared.runtime.leases import keeper_for
+from switchboard.shared.runtime.leases import FENCED, keeper_for
 from switchboard.shared.runtime.models import resolve_model
 from switchboard.shared.runtime.off_loop import off_loop
 from switchboard.shared.runtime.transcript import to_model_messages, to_transcript
@@ -209,14 +214,25 @@ async def _execute_traced(
             svc, rec, claim, follow_ups, status="timeout", error=_timeout_text(rec), aborted=True
         )
         return
-    # The lane's lease is renewed while the run executes (one keeper per process), and a
-    # cancel request for it (`subagents cancel`) stops it.
+    # The lane's lease is renewed while the run executes (one keeper per process), fenced by
+    # the attempt; a cancel request for it (`subagents cancel`) stops it, and so does the
+    # keeper finding another attempt has it (this worker was cut off past its lease).
     stop = CancelSignal()
-    with keeper_for(svc.store.runs).holding(rec.session_key, rec.run_id, stop.fire):
+    keeper = keeper_for(svc.store.runs)
+    with keeper.holding(
+        rec.session_key,
+        rec.run_id,
+        stop.fire,
+        attempt=claim.attempt,
+        on_superseded=lambda: stop.fire(SUPERSEDED),
+    ):
         try:
             async with asyncio.timeout(remaining_s):
                 result = await stop.run(_run_agent(svc, rec, claim, deferred))
         except RunCancelled:
+            if stop.reason == SUPERSEDED:  # another attempt has it: nothing of ours is kept
+                log.warning("run %s attempt %d stopped: superseded", rec.run_id, claim.attempt)
+                return
             _end_cancelled(svc, rec, claim, follow_ups)
             return
         except TimeoutError:
@@ -415,7 +431,10 @@ def _park(
     verdict = svc.store.runs.park(
         rec.run_id, rec.session_key, claim.attempt, calls=calls, messages=messages
     )
-    log.info("run %s parked on %d call(s): %s", rec.run_id, len(calls), verdict)
+    if verdict == "stale":
+        _log_fenced(rec, claim, "park")
+    else:
+        log.info("run %s parked on %d call(s): %s", rec.run_id, len(calls), verdict)
     if verdict != "stale":
         parked = run_event(rec, waitsOn=[c.target_run_id for c in calls])
         svc.store.events.publish("run.parked", parked)
@@ -460,11 +479,24 @@ def _finish(
         run_fields=run_fields,
     )
     if not res.applied:
-        log.warning("run %s outcome not applied (superseded attempt)", rec.run_id)
+        _log_fenced(rec, claim, f"end ({status})")
         return
     log.info("run %s ended: %s", rec.run_id, status, extra={"status": status, "error": error})
     after_run_end(
         svc, rec.run_id, res.next_run_id, res.waiters, ended=res.run, follow_ups=follow_ups
+    )
+
+
+def _log_fenced(rec: RunRecord, claim: Claim, write: str) -> None:
+    """A write of this run refused by its attempt fence (another attempt has the run, or
+    it ended meanwhile): logged once per refusal, as every fenced write is (`FENCED`)."""
+    log.warning(
+        "%s run %s attempt %d: %s refused (superseded attempt, not applied)",
+        FENCED,
+        rec.run_id,
+        claim.attempt,
+        write,
+        extra={"runId": rec.run_id, "fenced": write.split(" ", 1)[0]},
     )
 
 

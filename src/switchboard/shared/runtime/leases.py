@@ -9,6 +9,12 @@ with a thousand sub-agents in flight would otherwise make a thousand).
 The keeper also carries cancel requests to the runs it keeps: once a second, while it
 holds lanes, it reads the runs `subagents cancel` asked to stop (one read for the whole
 process) and calls the stop callback of each one executing here.
+
+A run held with its attempt is renewed fenced (`RunStore.renew_held`): only while it still
+holds its lane, runs, and is at that attempt. A process cut off from the store for longer
+than the lease finds, once back, that the sweep gave its run to another attempt: the
+renewal is refused (logged as a fenced write, never applied) and the run's superseded
+callback stops it, so the stale copy makes no more model calls or tool calls.
 """
 
 from __future__ import annotations
@@ -29,6 +35,11 @@ log = logging.getLogger("switchboard.run")
 _CHUNK = 1000
 # How often cancel requests are looked for while runs execute here (seconds).
 CANCEL_CHECK_S = 1.0
+# The start of the log line of every write a newer attempt fenced off (tests count them).
+FENCED = "fenced:"
+
+# One holding: (session key, run id or '', attempt or 0).
+Held = tuple[str, str, int]
 
 
 class LeaseKeeper:
@@ -37,7 +48,11 @@ class LeaseKeeper:
     def __init__(self, runs: RunStore) -> None:
         self.runs = runs
         self.interval_s = max(0.5, runs.lease_s / 3)
-        self._held: Counter[str] = Counter()
+        self._held: Counter[Held] = Counter()
+        # Fenced holdings whose renewal was refused: not renewed again.
+        self._refused: set[Held] = set()
+        # Runs executing here stopped when another attempt takes them: (run, attempt) -> stop.
+        self._superseded: dict[tuple[str, int], Callable[[], None]] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._pid = 0
@@ -50,24 +65,34 @@ class LeaseKeeper:
         session_key: str,
         run_id: str | None = None,
         on_cancel: Callable[[], None] | None = None,
+        *,
+        attempt: int | None = None,
+        on_superseded: Callable[[], None] | None = None,
     ) -> Iterator[None]:
         """Keep ``session_key``'s lease renewed while the block runs; with ``run_id`` and
         ``on_cancel``, call ``on_cancel`` (from the keeper's thread) if that run is asked to
-        stop meanwhile."""
+        stop meanwhile. With ``run_id`` and ``attempt`` the renewal is fenced: once it is
+        refused (another attempt has the run) ``on_superseded`` is called, once."""
+        entry: Held = (session_key, run_id or "", attempt or 0)
         with self._lock:
-            self._held[session_key] += 1
+            self._held[entry] += 1
             if run_id is not None and on_cancel is not None:
                 self._stoppable[run_id] = on_cancel
+            if run_id is not None and attempt is not None and on_superseded is not None:
+                self._superseded[(run_id, attempt)] = on_superseded
             self._ensure_thread()
         try:
             yield
         finally:
             with self._lock:
-                self._held[session_key] -= 1
-                if self._held[session_key] <= 0:
-                    del self._held[session_key]
+                self._held[entry] -= 1
+                if self._held[entry] <= 0:
+                    del self._held[entry]
+                    self._refused.discard(entry)
                 if run_id is not None:
                     self._stoppable.pop(run_id, None)
+                    if attempt is not None:
+                        self._superseded.pop((run_id, attempt), None)
 
     def check_cancels(self) -> int:
         """Call the stop callback of every run executing here that was asked to stop;
@@ -88,14 +113,48 @@ class LeaseKeeper:
     def held(self) -> list[str]:
         """The session keys whose lanes are held now."""
         with self._lock:
-            return list(self._held)
+            return list(dict.fromkeys(key for key, _, _ in self._held))
+
+    def held_runs(self) -> list[Held]:
+        """The fenced holdings now: (session key, run id, attempt) of each run held with
+        its attempt whose renewal has not been refused."""
+        with self._lock:
+            return [h for h in self._held if h[1] and h[2] and h not in self._refused]
 
     def renew_now(self) -> int:
-        """Renew every held lease at once; returns how many."""
-        keys = self.held()
-        for start in range(0, len(keys), _CHUNK):
-            self.runs.renew_leases(keys[start : start + _CHUNK])
-        return len(keys)
+        """Renew every held lease at once (fenced where the run's attempt is known);
+        returns how many were renewed. A refused renewal is logged as a fenced write and
+        stops its run (its superseded callback)."""
+        with self._lock:
+            fenced = [h for h in self._held if h[1] and h[2] and h not in self._refused]
+            plain = list(
+                dict.fromkeys(key for key, run_id, att in self._held if not (run_id and att))
+            )
+        for start in range(0, len(plain), _CHUNK):
+            self.runs.renew_leases(plain[start : start + _CHUNK])
+        refused: list[Held] = []
+        for start in range(0, len(fenced), _CHUNK):
+            refused += self.runs.renew_held(fenced[start : start + _CHUNK])
+        for session_key, run_id, attempt in refused:
+            log.warning(
+                "%s run %s attempt %d: lease renewal refused (another attempt has the run); "
+                "stopping it",
+                FENCED,
+                run_id,
+                attempt,
+                extra={"runId": run_id, "sessionKey": session_key, "fenced": "lease"},
+            )
+        with self._lock:
+            self._refused.update(h for h in refused if h in self._held)
+            stops = [self._superseded.pop((r, a), None) for _, r, a in refused]
+        for stop in stops:
+            if stop is None:
+                continue
+            try:
+                stop()
+            except Exception:  # one run's stop must not keep the others running
+                log.exception("stopping a superseded run failed")
+        return len(plain) + len(fenced) - len(refused)
 
     def _ensure_thread(self) -> None:
         # Called under the lock. Started in the process that uses it (a thread does not

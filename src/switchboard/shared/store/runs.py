@@ -511,6 +511,26 @@ class RunStore:
             until = now_ms() + self.lease_s * 1000
             self.redis.zadd(self.ks.lane_leases, dict.fromkeys(session_keys, until), xx=True)
 
+    def renew_held(self, held: Sequence[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+        """Push forward the leases of the lanes these runs hold, each given as (session
+        key, run id, attempt), in one step (renew_held.lua): a lease is renewed only while
+        its run holds the lane, runs, and is at that attempt. Answers the entries refused
+        (their run was taken over, ended or parked: the caller's copy is stale)."""
+        if not held:
+            return []
+        keys: list[str] = []
+        entries: list[str | int] = []
+        for session_key, run_id, attempt in held:
+            keys += [self.ks.lane(session_key), self.ks.run(run_id)]
+            entries += [session_key, run_id, attempt]
+        refused = self._lua["renew_held"](
+            leases=self.ks.lane_leases,
+            held=keys,
+            until_ms=now_ms() + self.lease_s * 1000,
+            entries=entries,
+        )
+        return [held[int(i) - 1] for i in refused]
+
     def finish(
         self,
         run_id: str,

@@ -1,0 +1,145 @@
+"""A worker cut off from the store past its lane lease is fenced once it is back: its lease
+renewal, its hand-back and its run's end or park are refused by the attempt another worker
+took the run as, never applied; and its copy of the run stops."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import threading
+import time
+
+import pytest
+
+from switchboard.shared.gateway.agent import RunRequest, start_run
+from switchboard.shared.runtime.executor import execute_run
+from switchboard.shared.runtime.leases import FENCED, LeaseKeeper, keeper_for
+from switchboard.shared.services import Services
+from switchboard.testing.queues import RecordingQueue
+from switchboard.workers.handback import hand_back_runs
+
+pytestmark = pytest.mark.integration
+
+
+def _lease(svc: Services, key: str) -> float | None:
+    score = svc.store.redis.zscore(svc.store.ks.lane_leases, key)
+    return None if score is None else float(score)
+
+
+def _taken_over(svc: Services, key: str, run_id: str) -> int:
+    """What the sweep and another worker do to a run whose lease lapsed: queued again
+    and claimed again (its attempt moves on); answers the new attempt."""
+    runs = svc.store.runs
+    assert runs.requeue(run_id) == "queued"
+    claimed = runs.claim(run_id, key)
+    assert not isinstance(claimed, str), claimed
+    return claimed.attempt
+
+
+def _claimed(svc: Services, key: str, message: str = "hi") -> tuple[str, int]:
+    run_id = str(start_run(svc, RunRequest(session_key=key, message=message))["runId"])
+    claimed = svc.store.runs.claim(run_id, key)
+    assert not isinstance(claimed, str), claimed
+    return run_id, claimed.attempt
+
+
+def test_a_stale_attempt_does_not_renew_the_lease_its_successor_holds(
+    services: Services, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The lease keeper of the worker that lost the run renews nothing for it: the lease
+    stays where the run's new attempt put it (so the sweep can take the lane back if that
+    worker vanishes too), the refusal is logged as fenced and the old copy is stopped."""
+    key = "agent:main:hook:fence-renew"
+    run_id, first = _claimed(services, key)
+    keeper = LeaseKeeper(services.store.runs)
+    stopped: list[str] = []
+    with keeper.holding(key, run_id, attempt=first, on_superseded=lambda: stopped.append("x")):
+        assert keeper.renew_now() == 1  # its own attempt: renewed
+        second = _taken_over(services, key, run_id)
+        assert second == first + 1
+        lapsed = time.time() * 1000 - 60_000
+        services.store.redis.zadd(services.store.ks.lane_leases, {key: lapsed})
+        with caplog.at_level(logging.WARNING, logger="switchboard.run"):
+            assert keeper.renew_now() == 0
+            assert keeper.renew_now() == 0  # refused once; not tried again
+        assert _lease(services, key) == lapsed
+        assert stopped == ["x"]
+        assert keeper.held_runs() == []  # nothing of its own to hand back either
+    fenced = [r.getMessage() for r in caplog.records if r.getMessage().startswith(FENCED)]
+    assert fenced == [
+        f"{FENCED} run {run_id} attempt {first}: lease renewal refused "
+        "(another attempt has the run); stopping it"
+    ], fenced
+
+
+def test_the_current_attempt_is_renewed_and_an_ended_run_is_not(services: Services) -> None:
+    key = "agent:main:hook:fence-current"
+    run_id, attempt = _claimed(services, key)
+    runs = services.store.runs
+    stale = time.time() * 1000 - 60_000
+    services.store.redis.zadd(services.store.ks.lane_leases, {key: stale})
+    assert runs.renew_held([(key, run_id, attempt)]) == []
+    assert (_lease(services, key) or 0) > time.time() * 1000
+    assert runs.finish(run_id, key, attempt, status="ok", reply="done").applied
+    # The lane is free: no lease to renew, none recreated.
+    assert runs.renew_held([(key, run_id, attempt)]) == [(key, run_id, attempt)]
+    assert _lease(services, key) is None
+
+
+def test_a_stale_worker_does_not_hand_back_a_run_another_worker_executes(
+    services: Services,
+) -> None:
+    """A worker stopped after it was cut off past its lease hands back only the attempt it
+    executed: the run another worker executes now stays running (not queued and sent a
+    second time)."""
+    queue = RecordingQueue()
+    svc = dataclasses.replace(services, queue=queue)
+    key = "agent:main:hook:fence-handback"
+    run_id, first = _claimed(svc, key)
+    _taken_over(svc, key, run_id)
+    queue.runs.clear()
+    assert hand_back_runs(svc, [(key, run_id, first)]) == 0
+    assert svc.store.runs.status(run_id) == "running"
+    assert queue.runs == []
+
+
+def test_a_superseded_run_stops_and_writes_nothing(
+    services: Services, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run executing here whose run another worker took over (as the sweep does once
+    the lease lapsed) is stopped by the lease keeper and ends nothing: no transcript
+    message, no outcome; the new attempt's end is the run's only one."""
+    key = "agent:main:hook:fence-stop"
+    run_id = str(
+        start_run(services, RunRequest(session_key=key, message="/sleep 30\nslow"))["runId"]
+    )
+    loop = asyncio.new_event_loop()
+    done = threading.Event()
+
+    def execute() -> None:
+        try:
+            loop.run_until_complete(execute_run(services, run_id, key))
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=execute)
+    with caplog.at_level(logging.WARNING, logger="switchboard.run"):
+        thread.start()
+        runs = services.store.runs
+        deadline = time.monotonic() + 20
+        while runs.status(run_id) != "running" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        attempt = _taken_over(services, key, run_id)
+        keeper_for(runs).renew_now()  # the keeper's next turn (it runs every lease / 3)
+        assert done.wait(20), "the superseded run did not stop"
+    thread.join(5)
+    loop.close()
+    record = runs.get(run_id)
+    assert record is not None and record.status == "running" and record.attempt == attempt
+    # Only the run's user message (written once, by its first claim): nothing the stopped
+    # copy did was kept.
+    assert [m["role"] for m in services.store.transcripts.all(key)] == ["user"]
+    said = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith(f"{FENCED} run {run_id} attempt 1: lease") for m in said), said
+    assert f"run {run_id} attempt 1 stopped: superseded" in said, said
