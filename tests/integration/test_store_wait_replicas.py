@@ -16,12 +16,13 @@ from typing import Any
 
 import pytest
 
-from switchboard.shared.errors import Unavailable
+from switchboard.shared.errors import StoreUnavailable, Unavailable
 from switchboard.shared.store import Store
 from switchboard.shared.store.client import (
     ACKNOWLEDGED_SCRIPTS,
     Durability,
     HeldStoreRedis,
+    NotReplicated,
     StoreRedis,
 )
 from switchboard.shared.store.lua_scripts import load as load_lua
@@ -153,26 +154,44 @@ def test_off_sends_no_wait(replicated: tuple[RedisServer, RedisServer]) -> None:
 def test_a_replica_that_does_not_answer_leaves_the_write_standing(
     replicated: tuple[RedisServer, RedisServer], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """With the replica stopped (SIGSTOP), WAIT times out: the write is on the primary,
-    the caller gets its answer, and the shortfall is counted and logged once."""
+    """With the replica stopped (SIGSTOP), WAIT times out and the write stands on the
+    primary: an append's caller gets its answer and the shortfall is counted and logged
+    once; a run's accept is refused (`NotReplicated`, a `StoreUnavailable`: the api's 503),
+    and the same idempotency key answers the same run once the replica is back."""
     primary, replica = replicated
     durability = Durability(1, 200)
     store = Store.from_url(primary.url, durability=durability)
     assert replica.pid is not None
     os.kill(replica.pid, signal.SIGSTOP)
+    stopped = True
     try:
         with caplog.at_level(logging.WARNING, logger="switchboard.store"):
             key = "agent:main:short"
             for n in range(3):
                 seq = store.transcripts.append(key, {"role": "user", "content": f"{n}"}, now_ms())
                 assert seq == n + 1
-        assert durability.short == 3
+        assert durability.short == 3 and durability.refused == 0
         warnings = [r for r in caplog.records if "fewer than 1 replicas" in r.getMessage()]
         assert len(warnings) == 1, caplog.text
         with primary.client() as client:
             assert client.xlen(f"sb:t:{key}") == 3
-    finally:
+
+        run = _new_run(20, "agent:main:refused")
+        with pytest.raises(NotReplicated) as refused:
+            store.runs.start(run, on_create={}, idempotency_key="once")
+        assert isinstance(refused.value, StoreUnavailable)
+        assert durability.refused == 1
+        with primary.client() as client:
+            assert client.exists("sb:r:wait-run-20")  # it stands on the primary
+
         os.kill(replica.pid, signal.SIGCONT)
+        stopped = False
+        again = store.runs.start(_new_run(21, run.session_key), idempotency_key="once")
+        assert again.existing_run_id == "wait-run-20"
+        assert durability.refused == 1
+    finally:
+        if stopped:
+            os.kill(replica.pid, signal.SIGCONT)
         store.close()
 
 

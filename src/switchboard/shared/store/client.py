@@ -41,10 +41,19 @@ failover. With ``replicas`` set, each acknowledged write (a script named in
 same connection by ``WAIT replicas timeout_ms`` before its answer goes back: a single call
 goes out as a non-transactional pipeline of EVALSHA + WAIT (one round trip); a pipeline
 that queued one gets WAIT at its end (after EXEC for a transaction). WAIT counts the
-connection's own writes, so it must be that connection. Fewer replicas within the timeout
-leave the write on the primary (it cannot be taken back) and log a WARNING (at most one
-per `SHORT_LOG_EVERY_S`, with the count since): a 503 would invite a retry that starts a
-run twice for a caller without an idempotency key. docs/operations.md says more.
+connection's own writes, so it must be that connection. When fewer replicas have it within
+the timeout the write stands on the primary (it cannot be taken back), and then:
+
+- a run's accept made on its own (`REFUSED_WHEN_SHORT`) raises `NotReplicated`, a
+  `StoreUnavailable`: the api answers 503 with Retry-After and the client was told nothing.
+  A retry with the same idempotency key answers the same run; without one it may start a
+  second run (the first stands unless a failover takes it). This is what closes a planned
+  failover's window, where the old primary takes writes its replicas never see.
+- anything else (a run's end, an append, a spawn's pipeline) logs a WARNING (at most one
+  per `SHORT_LOG_EVERY_S`, with the count since) and goes on: a worker has no client to
+  refuse, and a run whose end a failover loses is run again once its lease lapses.
+
+docs/operations.md ("Replication and acknowledged writes") says more.
 """
 
 from __future__ import annotations
@@ -98,12 +107,19 @@ def unavailable(exc: redis.RedisError) -> StoreUnavailable:
 # run's accept (recorded with its session, or on its own), its end (with the messages it
 # appends) and a transcript append outside a run.
 ACKNOWLEDGED_SCRIPTS = ("start_run", "submit_run", "finish_run", "transcript_append")
+# Of those, the ones whose shortfall is refused (`NotReplicated`) when run on their own.
+REFUSED_WHEN_SHORT = ("start_run", "submit_run")
 # At most one WARNING per this many seconds for writes that WAIT found short of replicas.
 SHORT_LOG_EVERY_S = 10.0
 
 
 def _script_sha(name: str) -> str:
     return hashlib.sha1(load_lua(name).source.encode()).hexdigest()
+
+
+class NotReplicated(StoreUnavailable):
+    """A run's accept is on the primary but WAIT found fewer replicas than asked in time:
+    the client is answered 503 (retry, with the same idempotency key)."""
 
 
 class Durability:
@@ -117,7 +133,9 @@ class Durability:
         self.replicas = replicas
         self.timeout_ms = timeout_ms
         self.acknowledged_shas = frozenset(_script_sha(n) for n in ACKNOWLEDGED_SCRIPTS)
+        self.refused_shas = frozenset(_script_sha(n) for n in REFUSED_WHEN_SHORT)
         self.short = 0  # writes that reached fewer replicas than asked, since start
+        self.refused = 0  # of those, the accepts refused (`NotReplicated`)
         self._lock = threading.Lock()
         self._short_unlogged = 0
         self._logged_at = float("-inf")
@@ -131,32 +149,47 @@ class Durability:
             and str(args[1]) in self.acknowledged_shas
         )
 
+    def refuses(self, args: tuple[Any, ...]) -> bool:
+        """Whether a shortfall of the acknowledged write ``args`` is refused on its own."""
+        return str(args[1]) in self.refused_shas
+
     def wait_args(self) -> tuple[Any, ...]:
         """The WAIT command that confirms the connection's writes."""
         return ("WAIT", self.replicas, self.timeout_ms)
 
-    def confirmed(self, reply: Any) -> None:
+    def confirmed(self, reply: Any, *, refuse: bool = False) -> None:
         """Take WAIT's reply (the replicas that have the writes, or its error): fewer than
-        asked are counted and logged, and the write stands."""
+        asked are counted, then refused (`NotReplicated`) with ``refuse`` or logged; the
+        write stands either way."""
         acked = reply if isinstance(reply, int) else -1
         if acked >= self.replicas:
             return
+        shown = f"{acked} replicas" if acked >= 0 else f"an error ({reply})"
         with self._lock:
             self.short += 1
-            self._short_unlogged += 1
+            if refuse:
+                self.refused += 1
+            else:
+                self._short_unlogged += 1
             now = time.monotonic()
-            if now - self._logged_at < SHORT_LOG_EVERY_S:
-                return
-            count, self._short_unlogged, self._logged_at = self._short_unlogged, 0, now
-        shown = f"{acked} replicas" if acked >= 0 else f"an error ({reply})"
-        log.warning(
-            "%d acknowledged writes reached fewer than %d replicas within %d ms (%s on the "
-            "last): they stand on the primary only, and a failover may lose them",
-            count,
-            self.replicas,
-            self.timeout_ms,
-            shown,
-        )
+            if refuse or now - self._logged_at < SHORT_LOG_EVERY_S:
+                count = 0
+            else:
+                count, self._short_unlogged, self._logged_at = self._short_unlogged, 0, now
+        if refuse:
+            raise NotReplicated(
+                f"the write reached {shown} within {self.timeout_ms} ms, not the "
+                f"{self.replicas} SWITCHBOARD_REDIS_WAIT_REPLICAS asks for"
+            )
+        if count:
+            log.warning(
+                "%d acknowledged writes reached fewer than %d replicas within %d ms (%s on "
+                "the last): they stand on the primary only, and a failover may lose them",
+                count,
+                self.replicas,
+                self.timeout_ms,
+                shown,
+            )
 
 
 # The store's clients unless told otherwise: no WAIT.
@@ -169,6 +202,8 @@ class StorePipeline(redis.client.Pipeline):
 
     durability: Durability = NO_WAIT
     _acknowledged = False
+    # A shortfall raises `NotReplicated` (set for a single refused write, see `_Translating`).
+    refuse_short = False
 
     def pipeline_execute_command(self, *args: Any, **options: Any) -> StorePipeline:
         """Queue a command, noting an acknowledged write."""
@@ -186,7 +221,7 @@ class StorePipeline(redis.client.Pipeline):
         except redis.RedisError as exc:
             raise unavailable(exc) from exc
         finally:
-            self._acknowledged = False
+            self._acknowledged = self.refuse_short = False
 
     def _execute_pipeline(self, connection: Any, commands: Any, raise_on_error: bool) -> Any:
         """The queued commands, then (with an acknowledged write among them) WAIT, in one
@@ -195,9 +230,10 @@ class StorePipeline(redis.client.Pipeline):
             return super()._execute_pipeline(connection, commands, raise_on_error)  # type: ignore[no-untyped-call]
         waited = [*commands, (self.durability.wait_args(), {})]
         replies = super()._execute_pipeline(connection, waited, False)  # type: ignore[no-untyped-call]
-        self.durability.confirmed(replies.pop())
-        if raise_on_error:
+        waited_reply = replies.pop()
+        if raise_on_error:  # a command that failed wrote nothing to confirm: its error first
             self.raise_first_error(commands, replies)  # type: ignore[no-untyped-call]
+        self.durability.confirmed(waited_reply, refuse=self.refuse_short)
         return replies
 
     def _execute_transaction(self, connection: Any, commands: Any, raise_on_error: bool) -> Any:
@@ -223,6 +259,7 @@ class _Translating(redis.Redis):
         write goes out with WAIT when `Durability` is on."""
         if self.durability.acknowledged(args):
             pipe = self.pipeline(transaction=False)
+            pipe.refuse_short = self.durability.refuses(args)
             pipe.execute_command(*args, **options)  # type: ignore[no-untyped-call]
             return pipe.execute()[0]
         try:
