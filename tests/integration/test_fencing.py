@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import threading
 import time
@@ -143,3 +144,30 @@ def test_a_superseded_run_stops_and_writes_nothing(
     said = [r.getMessage() for r in caplog.records]
     assert any(m.startswith(f"{FENCED} run {run_id} attempt 1: lease") for m in said), said
     assert f"run {run_id} attempt 1 stopped: superseded" in said, said
+
+
+def test_a_superseded_run_makes_no_tool_call(
+    services: Services, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stale copy of a run whose model asks for a tool (its answer came while its worker
+    was cut off) checks its attempt first: another attempt has the run, so the tool never
+    runs (no second spawn) and nothing is written."""
+    key = "agent:main:hook:fence-tool"
+    spawn = json.dumps({"task": "child\n/reply child"})
+    run_id = str(
+        start_run(services, RunRequest(session_key=key, message=f"/tool sessions_spawn {spawn}"))[
+            "runId"
+        ]
+    )
+    stale = services.store.runs.claim(run_id, key, history=50)
+    assert not isinstance(stale, str), stale
+    attempt = _taken_over(services, key, run_id)
+    with caplog.at_level(logging.WARNING, logger="switchboard.run"):
+        asyncio.run(execute_run(services, run_id, key, claim=stale))
+    assert services.store.sessions.children(key) == []  # no sub-agent spawned
+    record = services.store.runs.get(run_id)
+    assert record is not None and record.status == "running" and record.attempt == attempt
+    assert [m["role"] for m in services.store.transcripts.all(key)] == ["user"]
+    said = [r.getMessage() for r in caplog.records]
+    expected = f"{FENCED} run {run_id} attempt {stale.attempt}: tool calls refused"
+    assert any(m.startswith(expected) for m in said), said

@@ -124,10 +124,13 @@ async def run_model_loop(
     instructions: str | None,
     defer: DeferralOf,
     tool_results: Sequence[ToolReturnPart] = (),
+    before_tools: Callable[[], None] | None = None,
 ) -> RunResult:
     """Run the model on ``history`` with these tools until it answers without tool calls.
 
-    ``tool_results`` resume a run that deferred calls: they answer those calls first."""
+    ``tool_results`` resume a run that deferred calls: they answer those calls first.
+    ``before_tools`` is called before each answer's tool calls execute (it raises to stop
+    the run there: the executor's attempt fence)."""
     tools = _toolbox(specs)
     messages = list(history)
     new: list[ModelMessage] = []
@@ -161,6 +164,8 @@ async def run_model_loop(
                 return RunResult(output=response.text, messages=new, usage=usage)
             request = ModelRequest(parts=[_no_output_feedback(retries)], instructions=instructions)
         else:
+            if before_tools is not None:
+                before_tools()
             parts, deferred, ended = _call_tools(tools, ctx, calls, retries, defer, usage)
             if deferred.calls or ended is not None:
                 if parts:

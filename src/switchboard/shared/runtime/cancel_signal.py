@@ -27,6 +27,11 @@ class RunCancelled(Exception):
     """The run's work was stopped by a cancel request."""
 
 
+class RunSuperseded(Exception):
+    """Another attempt has the run (this worker was cut off past its lease): its work
+    stops before a tool call, and nothing of it is written."""
+
+
 class CancelSignal:
     """Fired (from any thread) to stop the work `run` is awaiting; `run` then raises
     `RunCancelled`. A signal fired before `run` starts stops the work at once."""

@@ -34,6 +34,7 @@ from switchboard.shared.runtime.cancel_signal import (
     SUPERSEDED,
     CancelSignal,
     RunCancelled,
+    RunSuperseded,
 )
 from switchboard.shared.runtime.history_cache import model_history
 from switchboard.shared.runtime.leases import FENCED, keeper_for
@@ -235,6 +236,10 @@ async def _execute_traced(
                 return
             _end_cancelled(svc, rec, claim, follow_ups)
             return
+        except RunSuperseded:  # found before a tool call: no tool ran, nothing is written
+            _log_fenced(rec, claim, "tool calls")
+            log.warning("run %s attempt %d stopped: superseded", rec.run_id, claim.attempt)
+            return
         except TimeoutError:
             _finish(
                 svc,
@@ -304,9 +309,21 @@ async def _run_agent(
         instructions=_instructions(svc, agent_id, rec),
         defer=_parking_metadata,
         tool_results=deferred or (),
+        before_tools=lambda: _fence_tools(svc, rec, claim),
     )
     telemetry.record_usage(model_ref, result.usage)
     return result
+
+
+def _fence_tools(svc: Services, rec: RunRecord, claim: Claim) -> None:
+    """Before a model answer's tool calls run: stop if another attempt has the run. A
+    worker cut off from the store past its lease (whose model answered meanwhile) would
+    otherwise send, spawn or cancel a second time what the run's new attempt does: the
+    check's answer comes after the heal, so it sees the takeover. (A cut landing between
+    this check and the tool's own writes still lets them through: tool side effects stay
+    at-least-once.)"""
+    if not svc.store.runs.is_current(rec.run_id, claim.attempt):
+        raise RunSuperseded(rec.run_id)
 
 
 def _parking_metadata(wait: WaitFor) -> dict[str, Any]:

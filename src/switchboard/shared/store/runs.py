@@ -511,6 +511,11 @@ class RunStore:
             until = now_ms() + self.lease_s * 1000
             self.redis.zadd(self.ks.lane_leases, dict.fromkeys(session_keys, until), xx=True)
 
+    def is_current(self, run_id: str, attempt: int) -> bool:
+        """The run is running at this attempt (no other attempt has taken it over)."""
+        status, current = self.redis.hmget(self.ks.run(run_id), ["status", "attempt"])
+        return as_text(status) == "running" and as_text(current) == str(attempt)
+
     def renew_held(self, held: Sequence[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
         """Push forward the leases of the lanes these runs hold, each given as (session
         key, run id, attempt), in one step (renew_held.lua): a lease is renewed only while
