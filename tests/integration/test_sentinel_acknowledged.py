@@ -32,7 +32,10 @@ import pytest
 import redis
 from test_sentinel import MASTER, _DataNode, _SentinelNode
 
-from switchboard.shared.errors import Unavailable
+from switchboard.shared.errors import StoreUnavailable, Unavailable
+from switchboard.shared.store import Store
+from switchboard.shared.store.client import Durability
+from switchboard.shared.store.runs import NewRun, now_ms
 from switchboard.supervisor.redis_server import RedisServer, find_redis_server
 from switchboard.testing.webhook_receiver import WebhookReceiver
 
@@ -308,3 +311,83 @@ def test_wait_replicas_keeps_every_acknowledged_send_through_a_planned_failover(
         assert outcome.acknowledged_at_kill >= KILL_AT
         if outcome.wait_replicas:
             assert not outcome.lost, f"acknowledged sends lost with WAIT: {outcome.lost[:10]}"
+
+
+# The store alone: accepts (`RunStore.start`) from 32 threads of this process, the primary
+# killed after STORE_KILL_AT of them (a denser stream than the api's, for a wider window).
+STORE_THREADS = 32
+STORE_KILL_AT = 20_000
+
+
+def store_try(where: Path, wait_replicas: int) -> Outcome:
+    """One stream of store accepts with the primary killed mid-stream (two replicas)."""
+    outcome = Outcome(wait_replicas)
+    with started_group(where / "group", replicas=2) as group:
+        store = Store.from_url(group.url, durability=Durability(wait_replicas, 1000))
+        lock = threading.Lock()
+        stop = threading.Event()
+
+        def accept(n: int) -> None:
+            i = 0
+            while not stop.is_set():
+                i += 1
+                run_id = f"store-{n}-{i}"
+                message = {"role": "user", "content": "hi", "timestamp": now_ms()}
+                try:
+                    store.runs.start(NewRun(run_id, f"agent:main:{run_id}", message, 60))
+                except StoreUnavailable:
+                    with lock:
+                        outcome.refused += 1
+                    time.sleep(0.05)
+                    continue
+                with lock:
+                    outcome.acknowledged.append(run_id)
+
+        def count() -> int:
+            with lock:
+                return len(outcome.acknowledged)
+
+        threads = [threading.Thread(target=accept, args=(n,)) for n in range(STORE_THREADS)]
+        started = time.monotonic()
+        try:
+            for thread in threads:
+                thread.start()
+            wait_until(lambda: count() >= STORE_KILL_AT, 60, "accepts before the kill", 0.002)
+            assert group.primary.pid is not None
+            os.kill(group.primary.pid, signal.SIGKILL)
+            fault_at = time.monotonic()
+            outcome.acknowledged_at_kill = count()
+            outcome.sends_per_s = outcome.acknowledged_at_kill / (fault_at - started)
+            replicas = {r.port for r in group.replicas}
+            wait_until(lambda: group.named_primary() < replicas, 30, "a replica promoted", 0.1)
+            outcome.promoted_s = time.monotonic() - fault_at
+            at = outcome.acknowledged_at_kill + 1000
+            wait_until(lambda: count() >= at, 60, "accepts on the new primary", 0.1)
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(REQUEST_TIMEOUT_S)
+            store.close()
+        (promoted_port,) = group.named_primary()
+        with redis.Redis(port=promoted_port) as promoted:
+            pipe = promoted.pipeline(transaction=False)
+            for run_id in outcome.acknowledged:
+                pipe.exists(f"sb:r:{run_id}")
+            found = pipe.execute()
+        outcome.lost = [r for r, n in zip(outcome.acknowledged, found, strict=True) if not n]
+    return outcome
+
+
+@pytest.mark.faults
+def test_wait_replicas_keeps_every_store_accept_through_a_failover(tmp_path: Path) -> None:
+    """kill -9 of the primary under the store's own accepts, thousands a second."""
+    for wait_replicas in (0, 1):
+        lost = []
+        for n in range(TRIES):
+            outcome = store_try(tmp_path / f"store{wait_replicas}-{n}", wait_replicas)
+            print(f"\nstore accepts, {outcome.line()}")
+            lost.append(len(outcome.lost))
+            assert outcome.acknowledged_at_kill >= STORE_KILL_AT
+            if wait_replicas:
+                assert not outcome.lost, f"accepts lost with WAIT: {outcome.lost[:10]}"
+        print(f"\n  store accepts, WAIT replicas={wait_replicas}: lost per try {lost}")
