@@ -10,14 +10,17 @@ import json
 import logging
 import threading
 import time
+from typing import Any
 
 import pytest
 
+from switchboard.shared.delivery import Target, dispatch, records
 from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.shared.runtime.executor import execute_run
 from switchboard.shared.runtime.leases import FENCED, LeaseKeeper, keeper_for
 from switchboard.shared.services import Services
 from switchboard.testing.queues import RecordingQueue
+from switchboard.testing.webhook_receiver import WebhookReceiver
 from switchboard.workers.handback import hand_back_runs
 
 pytestmark = pytest.mark.integration
@@ -171,3 +174,34 @@ def test_a_superseded_run_makes_no_tool_call(
     said = [r.getMessage() for r in caplog.records]
     expected = f"{FENCED} run {run_id} attempt {stale.attempt}: tool calls refused"
     assert any(m.startswith(expected) for m in said), said
+
+
+@pytest.fixture
+def config_data(webhook: WebhookReceiver) -> dict[str, Any]:
+    """The `relay` channel bridged to the test's webhook receiver."""
+    return {"channels": {"relay": {"webhook": {"url": webhook.url}}}}
+
+
+def test_a_stale_delivery_attempt_does_not_post(
+    services: Services, webhook: WebhookReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A delivery step whose claim answered late (its worker was cut off past the
+    attempt's lease, and the sweep gave the delivery to another attempt meanwhile) reads
+    the delivery, finds the other attempt holds it, and posts nothing."""
+    target = Target(channel="relay", to="group:room1")
+    out = records.Outgoing(target, "once", "agent:main:relay:group:room1", "idem-fence", {})
+    delivery_id, created = records.create(services, out)
+    assert created
+    stale = records.claim(services, delivery_id, 0)  # a lease that has lapsed at once
+    assert stale.verdict == "ok" and stale.attempt == 1
+    current = records.claim(services, delivery_id, 60_000)
+    assert current.verdict == "ok" and current.attempt == 2
+    found = records.get(services, delivery_id)
+    assert found is not None
+    with caplog.at_level(logging.WARNING, logger="switchboard.delivery"):
+        dispatch._attempt(services, found, stale.attempt)
+    time.sleep(0.5)
+    assert webhook.received == []
+    assert records.get(services, delivery_id)["status"] == "sending"  # type: ignore[index]
+    said = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith(f"{FENCED} delivery {delivery_id} attempt 1: send") for m in said)

@@ -124,6 +124,19 @@ def deliver(svc: Services, delivery_id: str) -> None:
 
 def _attempt(svc: Services, delivery: Mapping[str, Any], attempt: int) -> None:
     delivery_id = str(delivery["deliveryId"])
+    if delivery.get("status") != "sending" or str(delivery.get("attempts")) != str(attempt):
+        # Read after the claim answered: a worker cut off from the store past the attempt's
+        # lease, whose claim's answer came after the heal, finds another attempt has the
+        # delivery (or settled it): it must not post it a second time.
+        log.warning(
+            "fenced: delivery %s attempt %d: send refused (attempt %s holds it, %s)",
+            delivery_id,
+            attempt,
+            delivery.get("attempts"),
+            delivery.get("status"),
+            extra={"deliveryId": delivery_id, "fenced": "delivery"},
+        )
+        return
     max_attempts = svc.config.delivery.max_attempts
     if attempt > max_attempts:  # earlier attempts died mid-send
         _settle(svc, delivery, attempt, "failed", f"gave up after {max_attempts} attempts")
