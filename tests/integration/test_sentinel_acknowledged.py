@@ -7,7 +7,9 @@ Here a stream of sends (the `agent` method through the real api, 16 clients at f
 each send a new session) runs against a private primary + replicas + 3 sentinels; mid-stream
 the primary is killed (kill -9; two replicas) or failed over on purpose (SENTINEL FAILOVER;
 one replica), the sentinels promote a replica, and every send the api answered 200 is
-looked for on the promoted node (its run record; the user's message is in it).
+looked for on the promoted node (its run record; the user's message is in it). A third
+test streams the store's own accepts (`RunStore.start` from 32 threads, no api) through a
+kill -9, for a denser stream.
 
 With ``SWITCHBOARD_REDIS_WAIT_REPLICAS=1`` none may be missing. Without it the count is
 printed, not asserted (after a kill -9 on loopback it is usually 0: the window is
