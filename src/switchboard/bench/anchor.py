@@ -7,7 +7,9 @@ set. Two anchor workers run it side by side, each as its own deployment on its o
 database (its own default queue, so the client calls plain `.delay()`): Celery as a plain
 user gets it (`celery -A switchboard.bench.anchor worker`: the prefork pool, one process per
 core) and Celery in the product's own pool shape (`-P threads -c 64`); each target is
-judged against the faster of the two. A worker finds its database in ``ANCHOR_URL``.
+judged against the faster of the two. A worker finds its database in ``ANCHOR_URL``, and
+its broker there too unless ``ANCHOR_BROKER_URL`` names another (RabbitMQ, for the anchor
+on the broker the product runs on in the `scale` scenario).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from celery import Celery
 
 NOOP = "anchor.noop"
 URL_ENV = "ANCHOR_URL"
+BROKER_ENV = "ANCHOR_BROKER_URL"
 
 
 @dataclass(frozen=True)
@@ -55,10 +58,11 @@ def shapes(threads: int) -> tuple[AnchorShape, AnchorShape]:
     )
 
 
-def create_app(url: str) -> Celery:
-    """A Celery app at Celery's defaults, with Redis at ``url`` as broker and result backend."""
+def create_app(url: str, broker: str | None = None) -> Celery:
+    """A Celery app at Celery's defaults, with Redis at ``url`` as result backend and as
+    broker (unless ``broker`` names another)."""
     # Not set as the current app: the bench process also holds the product's Celery app.
-    app = Celery("anchor", broker=url, backend=url, set_as_current=False)
+    app = Celery("anchor", broker=broker or url, backend=url, set_as_current=False)
 
     @app.task(name=NOOP, shared=False)  # type: ignore[untyped-decorator]
     def noop() -> None:
@@ -67,4 +71,6 @@ def create_app(url: str) -> Celery:
     return app
 
 
-app = create_app(os.environ.get(URL_ENV, "redis://127.0.0.1:6379/1"))
+app = create_app(
+    os.environ.get(URL_ENV, "redis://127.0.0.1:6379/1"), os.environ.get(BROKER_ENV) or None
+)

@@ -64,6 +64,8 @@ class Stack:
     config_path: Path | None = None
     fast_paths: bool = True
     worker_concurrency: int = WORKER_CONCURRENCY
+    # The Celery broker when it is not the stack's Redis (RabbitMQ: ``amqp://…/<vhost>``).
+    broker_url: str | None = None
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # Set when a scenario failed on this stack: its work dir (logs) is kept.
     keep_logs: bool = False
@@ -141,6 +143,7 @@ class Stack:
             config=self.config_path,
             log_level="WARNING",
             fast_paths=self.fast_paths,
+            broker_url=self.broker_url,
         )
 
     def process_tree(self, names: Sequence[str]) -> list[psutil.Process]:
@@ -166,7 +169,10 @@ class Stack:
 
     def anchor_apps(self) -> dict[str, Celery]:
         """A client of each anchor worker's app (shape name → app), as its user would hold."""
-        return {s.name: anchor.create_app(s.url(self.redis.url)) for s in self.anchors()}
+        return {
+            s.name: anchor.create_app(s.url(self.redis.url), broker=self.broker_url)
+            for s in self.anchors()
+        }
 
     def anchors(self) -> tuple[anchor.AnchorShape, ...]:
         """The anchor workers this stack runs (both shapes, or none)."""
@@ -270,14 +276,22 @@ def stack(
     config: Mapping[str, Any] | None = None,
     worker_concurrency: int = 64,
     workers: int = 1,
-    anchors: bool = False,
+    anchors: bool | tuple[str, ...] = False,
     beat: bool = False,
     fast_paths: bool = True,
     keep: bool = False,
+    apis: int = 1,
+    broker_url: str | None = None,
 ) -> Iterator[Stack]:
-    """Private Redis + api + worker(s) (+ beat, + the anchor workers), torn down afterwards.
+    """Private Redis + api(s) + worker(s) (+ beat, + the anchor workers), torn down afterwards.
 
-    ``anchors`` starts both anchor workers (`anchor.shapes`); ``workers`` 0 starts none.
+    ``anchors`` starts both anchor workers (`anchor.shapes`), or those named (``("prefork",)``);
+    ``workers`` 0 starts none; several (or any, with ``broker_url``) get node names of
+    their own (``worker1@%h``, …).
+    Several ``apis`` (processes ``api``, ``api1``, …) share the stack's one port with
+    SO_REUSEPORT, as `switchboard up --apis N` runs them. ``broker_url`` puts the product's
+    and the anchors' Celery broker there (RabbitMQ); the state and the anchors' results stay
+    on the private Redis.
     Beat (the recovery sweep) is off by default: nothing fails on purpose in a benchmark.
     ``fast_paths`` is handed to every product process as ``SWITCHBOARD_FAST_PATHS`` (the
     bench's own environment is not: a stack runs exactly the mode it was asked for).
@@ -287,6 +301,8 @@ def stack(
     redis_server.start()
     port = redis_free_port()
     env = stack_env(os.environ, redis_server.url, workdir, fast_paths=fast_paths)
+    if broker_url is not None:
+        env["SWITCHBOARD_BROKER_URL"] = broker_url
     config_path = None
     if config is not None:
         config_path = workdir / "switchboard.json5"
@@ -300,17 +316,25 @@ def stack(
         config_path=config_path,
         fast_paths=fast_paths,
         worker_concurrency=worker_concurrency,
+        broker_url=broker_url,
     )
     me = [sys.executable, "-m", "switchboard"]
     ok = False
     try:
-        st.spawn("api", [*me, "api", "--port", str(port)])
+        serve = [*me, "api", "--port", str(port)]
+        for i in range(apis):
+            st.spawn(f"api{i or ''}", [*serve, "--reuse-port"] if apis > 1 else serve)
+        work = [*me, "worker", "--concurrency", str(worker_concurrency)]
+        # Node names of their own when several, or when the anchor shares a RabbitMQ vhost
+        # (its default `celery@%h` would collide with a worker's there).
+        named = workers > 1 or broker_url is not None
         for i in range(workers):
-            st.spawn(f"worker{i}", [*me, "worker", "--concurrency", str(worker_concurrency)])
+            st.spawn(f"worker{i}", [*work, "--node", f"worker{i + 1}@%h"] if named else work)
         if beat:
             st.spawn("beat", [*me, "beat"])
-        for shape in anchor.shapes(worker_concurrency) if anchors else ():
-            st.spawn(shape.process, _anchor_argv(shape), {anchor.URL_ENV: shape.url(st.redis.url)})
+        for shape in anchor.shapes(worker_concurrency):
+            if anchors is True or (anchors and shape.name in anchors):
+                st.spawn(shape.process, _anchor_argv(shape), _anchor_env(st, shape))
         _wait_http(st, f"{st.api_url}/healthz", START_TIMEOUT_S)
         yield st
         ok = True
@@ -365,6 +389,13 @@ def _anchor_argv(shape: anchor.AnchorShape) -> list[str]:
         "worker",
         *shape.pool_argv,
     ]
+
+
+def _anchor_env(st: Stack, shape: anchor.AnchorShape) -> dict[str, str]:
+    env = {anchor.URL_ENV: shape.url(st.redis.url)}
+    if st.broker_url is not None:
+        env[anchor.BROKER_ENV] = st.broker_url
+    return env
 
 
 def _answers(url: str) -> bool:

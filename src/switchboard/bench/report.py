@@ -149,7 +149,7 @@ def _git_commit() -> str | None:
 
 TABLE_START = "<!-- bench:tables (written by switchboard bench) -->"
 TABLE_END = "<!-- /bench:tables -->"
-_ORDER = ("latency", "throughput", "listing", "history", "fanout", "parked")
+_ORDER = ("latency", "throughput", "listing", "history", "fanout", "parked", "scale")
 
 
 def write_readme(out_dir: Path) -> Path:
@@ -188,6 +188,7 @@ def results_markdown(docs: Sequence[dict[str, Any]]) -> str:
             f"| {_ratio_cell(d['ratio'])} | {d['target']} | {verdict} |"
         )
     lines += _drain_lines(docs)
+    lines += _shape_lines(docs)
     costs = [(d["scenario"], name, c) for d in docs for name, c in d.get("costs", {}).items()]
     if costs:
         lines += [
@@ -230,6 +231,39 @@ def _drain_lines(docs: Sequence[dict[str, Any]]) -> list[str]:
             f"spawn call (first {'—' if first is None else first} s; spawn call "
             f"{drain['spawnCallS']} s; {drain['agentsWaitCalls']} agents_wait calls).",
         ]
+    return out
+
+
+def _shape_lines(docs: Sequence[dict[str, Any]]) -> list[str]:
+    """The scale scenario's shapes, one row each, its anchor on the same broker beside."""
+    out = []
+    for d in docs:
+        shapes = d.get("figure", {}).get("shapes")
+        if not shapes:
+            continue
+        out += [
+            "",
+            f"{d['scenario']}, by shape (apis x workers):",
+            "",
+            "| broker | state | apis x workers | runs/s | send+wait p50 | anchor tasks/s "
+            "| anchor p50 | runs/s / anchor | Redis commands per run "
+            "| CPU ms per run: api / worker / redis |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in shapes:
+            if "skipped" in r:
+                out.append(f"| {r['broker']} | {r['store']} | — | {r['skipped']} |||||||")
+                continue
+            a, c = r["anchor"], r["costs"]
+            ms = r.get("cpuMsPerRun", {})
+            cpu = " / ".join(f"{ms.get(role) or 0:.2f}" for role in ("api", "worker", "redis"))
+            out.append(
+                f"| {r['broker']} | {r['store']} | {r['apis']}x{r['workers']} "
+                f"| {r['runsPerS']:,.0f} | {r['sendWait']['p50_ms']:.1f} ms "
+                f"| {a['tasksPerS']:,.0f} | {a['roundTrip']['p50_ms']:.1f} ms "
+                f"| {_ratio_cell(r['runsPerSToAnchor'])} | {c.get('redisCommands', '—')} "
+                f"| {cpu} |"
+            )
     return out
 
 

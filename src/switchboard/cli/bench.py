@@ -26,8 +26,8 @@ def bench(
         typer.Option(
             "--scenario",
             "-s",
-            help="Scenario to run, repeatable (default all): latency, throughput, listing, "
-            "history, fanout, parked.",
+            help="Scenario to run, repeatable (default all but scale): latency, throughput, "
+            "listing, history, fanout, parked, scale (apis x workers on Redis and RabbitMQ).",
         ),
     ] = None,
     quick: Annotated[
@@ -54,13 +54,13 @@ def bench(
     ] = None,
 ) -> None:
     """Benchmark the product against its anchors, side by side in one run."""
-    from switchboard.bench import SCENARIOS, run_bench
+    from switchboard.bench import ON_REQUEST, SCENARIOS, run_bench
 
     if fast_paths not in (None, "on", "off"):
         _fail("--fast-paths must be on or off", f"not {fast_paths!r}", EXIT_USAGE)
     fast = get_settings().fast_paths if fast_paths is None else fast_paths == "on"
 
-    names = scenario or list(SCENARIOS)
+    names = scenario or [name for name in SCENARIOS if name not in ON_REQUEST]
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         known = ", ".join(SCENARIOS)
