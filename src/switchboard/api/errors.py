@@ -11,6 +11,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from switchboard.shared.errors import (
+    BrokerUnavailable,
     Conflict,
     Forbidden,
     InvalidInput,
@@ -62,10 +63,13 @@ def install_error_handlers(app: FastAPI) -> None:
         headers = None
         if isinstance(exc, Unavailable):
             headers = {"Retry-After": str(exc.retry_after_s)}
-        if isinstance(exc, StoreUnavailable):
+        if isinstance(exc, StoreUnavailable | BrokerUnavailable):
             # An expected condition: one line, no traceback (the client is told to retry).
-            url = request.url.path
-            log.warning("%s %s: 503, Redis unavailable: %s", request.method, url, exc.__cause__)
+            what = "Redis" if isinstance(exc, StoreUnavailable) else "the broker"
+            cause = exc.__cause__ or exc.fields.get("detail") or exc.message
+            log.warning(
+                "%s %s: 503, %s unavailable: %s", request.method, request.url.path, what, cause
+            )
         return error_response(status, exc.kind, exc.message, headers)
 
     @app.exception_handler(RequestValidationError)

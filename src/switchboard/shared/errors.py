@@ -62,6 +62,14 @@ class Unavailable(SwitchboardError):
         self.retry_after_s = retry_after_s
 
 
+class BrokerUnavailable(Unavailable):
+    """The broker refused a message (down, failing over, or a batch publish whose outcome
+    is uncertain): the task queue raises it, from the broker library's error."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("task queue unavailable, retry shortly", retry_after_s=2, detail=detail)
+
+
 class StoreUnavailable(Unavailable):
     """Redis failed a command (down, loading, timed out, refused it): the store's client
     raises it, from the redis-py error, for every command and pipeline (`store.client`)."""

@@ -10,13 +10,18 @@ in place knows about the run it follows).
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from switchboard.shared.errors import BrokerUnavailable
+
 if TYPE_CHECKING:
     from switchboard.shared.store.runs import Claim, RunRecord
+
+log = logging.getLogger("switchboard.queue")
 
 
 class TaskQueue(Protocol):
@@ -33,6 +38,24 @@ class TaskQueue(Protocol):
 
     def enqueue(self, task: str, *args: str, countdown_s: float | None = None) -> None:
         """Any other named follow-up task (flows, announces, deliveries)."""
+
+
+def enqueue_recorded(enqueue: Callable[[], None], runs: int = 1) -> bool:
+    """Queue runs that are recorded already, each holding its lane with a lease (``enqueue``
+    sends their messages). A broker that refuses the message loses nothing: the lease
+    lapses and the sweep queues the run again, so the caller answers as if it had been
+    sent; one WARNING says so. False when it was refused."""
+    try:
+        enqueue()
+    except BrokerUnavailable as exc:
+        log.warning(
+            "%d run(s) recorded but not queued, the broker refused them (%s): the sweep "
+            "queues them once their lane lease lapses",
+            runs,
+            exc.fields.get("detail", exc),
+        )
+        return False
+    return True
 
 
 class ForwardingQueue:

@@ -9,11 +9,13 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from celery import Celery
+from kombu.exceptions import KombuError
 
+from switchboard.shared.errors import BrokerUnavailable
 from switchboard.workers.routing import FLOWS_QUEUE, RUNS_QUEUE
 
 # Runs of a batch per message (see `CeleryQueue.enqueue_runs`).
@@ -97,8 +99,21 @@ class GroupCommit(Generic[T]):
             raise batch.error
 
 
+@contextlib.contextmanager
+def _broker_errors() -> Iterator[None]:
+    """The broker library's errors as the domain's `BrokerUnavailable`: kombu's (a broker
+    that is down, or a batch publish whose outcome is uncertain, as when Redis fails over
+    mid-publish; kombu raises a transport's connection errors as its own), and socket
+    errors."""
+    try:
+        yield
+    except (KombuError, OSError) as exc:
+        raise BrokerUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+
 class CeleryQueue:
-    """Sends tasks by name with ids only; results are never stored.
+    """Sends tasks by name with ids only; results are never stored. A message the broker
+    refuses raises `BrokerUnavailable`.
 
     ``fast_paths``: group the runs enqueued at once into shared messages (`GroupCommit`);
     by default as the app was configured (`create_celery_app` from ``Settings``)."""
@@ -116,10 +131,11 @@ class CeleryQueue:
     def enqueue_run(self, run_id: str, session_key: str) -> None:
         """Execute a run that holds its session lane: a message of its own, or (fast paths
         on) a share of one with the runs enqueued from other threads at the same time."""
-        if self.group_commit is None:
-            self._send("switchboard.run", [run_id, session_key], RUNS_QUEUE)
-            return
-        self.group_commit.add((run_id, session_key))
+        with _broker_errors():
+            if self.group_commit is None:
+                self._send("switchboard.run", [run_id, session_key], RUNS_QUEUE)
+            else:
+                self.group_commit.add((run_id, session_key))
 
     def _publish_runs(self, runs: list[tuple[str, str]]) -> None:
         if len(runs) == 1:
@@ -132,7 +148,7 @@ class CeleryQueue:
         takes in a thousand sub-agents as fifty messages, not a thousand, and runs each
         message's runs together. The messages go over one broker connection; where kombu
         batches publishes (5.7+), in one pipelined round trip."""
-        with self.app.producer_or_acquire() as producer:
+        with _broker_errors(), self.app.producer_or_acquire() as producer:
             batch = getattr(producer, "batch", None)
             with batch() if batch is not None else contextlib.nullcontext():
                 for start in range(0, len(runs), RUNS_PER_MESSAGE):
@@ -157,11 +173,13 @@ class CeleryQueue:
 
     def enqueue_resume(self, run_id: str, session_key: str) -> None:
         """Continue a parked run."""
-        self._send("switchboard.resume", [run_id, session_key], RUNS_QUEUE)
+        with _broker_errors():
+            self._send("switchboard.resume", [run_id, session_key], RUNS_QUEUE)
 
     def enqueue(self, task: str, *args: str, countdown_s: float | None = None) -> None:
         """Any other named follow-up task."""
-        self._send(task, list(args), FLOWS_QUEUE, countdown_s=countdown_s)
+        with _broker_errors():
+            self._send(task, list(args), FLOWS_QUEUE, countdown_s=countdown_s)
 
     def _send(
         self,

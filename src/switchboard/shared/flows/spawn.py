@@ -26,6 +26,7 @@ from switchboard.shared.flows.subagent_prompts import (
 from switchboard.shared.gateway.agent import SendBlocked
 from switchboard.shared.policy.send_policy import SEND_BLOCKED, resolve_send_policy
 from switchboard.shared.policy.tool_policy import subagent_role
+from switchboard.shared.queue import enqueue_recorded
 from switchboard.shared.runtime.attachments import Attachment
 from switchboard.shared.services import Services, ToolContext
 from switchboard.shared.store import Pipeline
@@ -160,8 +161,8 @@ def start_child(
     start = _prepare(svc, req, child, mode, None)
     if not start.allowed:
         raise SendBlocked(SEND_BLOCKED, field="sessionKey")
-    for run_id, key in _record(svc, records, req, [start], [now_ms()]):
-        svc.queue.enqueue_run(run_id, key)
+    recorded = _record(svc, records, req, [start], [now_ms()])
+    enqueue_recorded(lambda: svc.queue.enqueue_runs(recorded), len(recorded))
     return {"runId": start.run.run_id, "childSessionKey": child.key}
 
 
@@ -196,9 +197,12 @@ def start_batch(
     allowed = [s for s in starts if s.allowed]
     base = now_ms()
     scores = [base + index * _ORDER_STEP_MS for index in range(len(allowed))]
+    queued = True  # once the broker refused a chunk, the rest are left to the sweep too
     for first in range(0, len(allowed), _CHUNK):
         chunk = slice(first, first + _CHUNK)
-        svc.queue.enqueue_runs(_record(svc, records, req, allowed[chunk], scores[chunk]))
+        recorded = _record(svc, records, req, allowed[chunk], scores[chunk])
+        if queued:
+            queued = enqueue_recorded(lambda: svc.queue.enqueue_runs(recorded), len(recorded))  # noqa: B023
     runs = []
     for start in starts:
         key = start.child.key

@@ -17,6 +17,7 @@ from switchboard.shared.policy.send_policy import (
     parse_send_command,
     session_send_decision,
 )
+from switchboard.shared.queue import enqueue_recorded
 from switchboard.shared.runtime.models import validate_model_ref
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import (
@@ -138,7 +139,7 @@ def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
     if existing is not None:
         return {"runId": existing, "status": "accepted", "deduplicated": True}
     if took_lane:
-        svc.queue.enqueue_run(run_id, key)
+        enqueue_recorded(lambda: svc.queue.enqueue_run(run_id, key))
     return {"runId": run_id, "status": "accepted", "acceptedAt": now_ms()}
 
 
