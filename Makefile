@@ -58,8 +58,20 @@ browser: ## install Debian's Chromium (the console tests drive it) unless it is 
 up: venv ## run everything on this machine (embedded Redis, api, worker, beat)
 	$(BIN)/switchboard up
 
-test: venv browser ## run every test layer
-	$(BIN)/pytest -q
+# `make test` runs the multi-process suites (scale, faults: mostly waiting on processes they
+# start, each on ports and dirs of its own) beside the other layers, in a second pytest.
+SLOW_SUITES = scale or faults
+
+test: venv browser ## run every test layer (the scale and fault suites beside the others)
+	@tmp=$$(mktemp -d /tmp/switchboard-test.XXXXXX); \
+	echo "==> the $(SLOW_SUITES) suites run beside the others; their log: $$tmp/slow.log"; \
+	$(BIN)/pytest -q -p no:cacheprovider -m "$(SLOW_SUITES)" --basetemp=$$tmp/slow \
+		> $$tmp/slow.log 2>&1 & slow=$$!; \
+	$(BIN)/pytest -q -m "not ($(SLOW_SUITES))" --basetemp=$$tmp/rest; rest=$$?; \
+	echo "==> waiting for the $(SLOW_SUITES) suites"; wait $$slow; slowrc=$$?; \
+	cat $$tmp/slow.log; rm -rf $$tmp; \
+	echo "==> other layers: exit $$rest; $(SLOW_SUITES): exit $$slowrc"; \
+	test $$rest -eq 0 && test $$slowrc -eq 0
 
 test-unit: venv ## run the unit layer only (seconds)
 	$(BIN)/pytest -q -m unit
