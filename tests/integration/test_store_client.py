@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import redis
@@ -16,6 +18,9 @@ from switchboard.shared.config import Settings, SwitchboardConfig
 from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store import Keyspace, Store
 from switchboard.shared.store.aio import AsyncStore
+from switchboard.shared.store.client import connect
+from switchboard.shared.store.lua_scripts import LuaScripts
+from switchboard.supervisor.redis_server import RedisServer
 from switchboard.wiring import build_services
 from switchboard.workers.app import create_celery_app
 from switchboard.workers.queue import CeleryQueue
@@ -120,3 +125,58 @@ def test_the_api_answers_503_with_retry_after_while_redis_is_down(
     assert openai.headers["retry-after"] == "2"
     assert openai.json()["error"]["code"] == "unavailable"
     svc.store.close()
+
+
+# ---- scripts in pipelines ------------------------------------------------------------------
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[redis.Redis]:
+    """A Redis server of this test alone (it flushes the script cache and resets stats)."""
+    with RedisServer(tmp_path, appendonly=False) as server:
+        raw = redis.Redis.from_url(server.url)
+        yield raw
+        raw.close()
+
+
+def _script_pipeline(client: redis.Redis, scripts: LuaScripts) -> list[Any]:
+    pipe = client.pipeline(transaction=False)
+    pipe.set("sb-test:x", 1)
+    scripts["spawn_cas"](record="sb-test:h", field="f", expected="", new="a", client=pipe)
+    return cast(list[Any], pipe.execute())
+
+
+def _script_checks(raw: redis.Redis) -> int:
+    stats = raw.info("commandstats")
+    return int(stats.get("cmdstat_script|exists", {}).get("calls", 0))
+
+
+@pytest.mark.parametrize(("fast_paths", "checks"), [(True, 1), (False, 5)])
+def test_pipelines_check_their_scripts_once_on_the_fast_path(
+    own_redis: redis.Redis, fast_paths: bool, checks: int
+) -> None:
+    """redis-py asks `SCRIPT EXISTS` before every pipeline that runs a script; the fast-path
+    client asks once and remembers, the plain one asks every time."""
+    url = own_redis.connection_pool.connection_kwargs
+    client = connect(f"redis://{url['host']}:{url['port']}/0", fast_paths=fast_paths)
+    scripts = LuaScripts(client)
+    own_redis.config_resetstat()
+    for _ in range(5):
+        assert _script_pipeline(client, scripts) == [True, 0]
+    assert _script_checks(own_redis) == checks
+    assert own_redis.info("commandstats")["cmdstat_evalsha"]["calls"] == 5
+
+
+def test_a_flushed_script_cache_fails_one_pipeline_then_loads_again(own_redis: redis.Redis) -> None:
+    """After `SCRIPT FLUSH` the fast path's first pipeline raises `StoreUnavailable` (a
+    retried step), forgets what it knew, and the next one loads the script and runs."""
+    url = own_redis.connection_pool.connection_kwargs
+    client = connect(f"redis://{url['host']}:{url['port']}/0", fast_paths=True)
+    scripts = LuaScripts(client)
+    _script_pipeline(client, scripts)
+    own_redis.script_flush()
+    with pytest.raises(StoreUnavailable) as raised:
+        _script_pipeline(client, scripts)
+    assert isinstance(raised.value.__cause__, redis.exceptions.NoScriptError)
+    assert _script_pipeline(client, scripts) == [True, 0]
+    assert own_redis.hget("sb-test:h", "f") is None  # no hash: the script answered 0

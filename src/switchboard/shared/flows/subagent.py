@@ -78,20 +78,23 @@ def subagent_announce(svc: Services, spawn_id: str) -> None:
             return  # the wake run is not recorded yet: its end enqueues this step again
     if ctx.run is not None and not ctx.run.terminal:
         return  # an early duplicate: the run's end enqueues this step again
-    spawn = _freeze_outcome(svc, records, spawn, ctx.run, ctx.child_session_id)
-    if spawn.get("collect"):  # a collector: into the requester's completion log, no announce
-        collect.record_completion(svc, spawn)
-        finish_child(
-            svc, records, spawn, joins_all=False, child_exists=ctx.child_session_id is not None
-        )
+    if spawn.get("collect") or ctx.join == "all":
+        spawn = _freeze_outcome(svc, records, spawn, ctx.run, ctx.child_session_id)
+        if spawn.get("collect"):  # a collector: into the requester's completion log
+            collect.record_completion(svc, spawn)
+            finish_child(
+                svc, records, spawn, joins_all=False, child_exists=ctx.child_session_id is not None
+            )
+        else:
+            _count_towards_batch(svc, records, spawn)
         return
-    if ctx.join == "all":
-        _count_towards_batch(svc, records, spawn)
-        return
+    # The outcome is frozen on the announce's first round trip (`_freeze_outcome`).
+    pipe = svc.store.pipeline()
+    spawn = _freeze_outcome(svc, records, spawn, ctx.run, ctx.child_session_id, pipe=pipe)
     if _should_wait_for_requester(svc, spawn, ctx.lane_holder):
+        pipe.execute()
         svc.queue.enqueue(ANNOUNCE_STEP, spawn_id, countdown_s=_BUSY_RETRY_S)
         return
-    pipe = svc.store.pipeline()
     _announce_one(svc, records, spawn, ctx, pipe)
     finish_child(
         svc,
@@ -161,8 +164,14 @@ def _freeze_outcome(
     spawn: SpawnRecord,
     run: RunRecord | None,
     child_session_id: str | None,
+    pipe: Pipeline | None = None,
 ) -> SpawnRecord:
-    """Record the child's outcome and result once; later calls read what was recorded."""
+    """Record the child's outcome and result once; later calls read what was recorded.
+
+    On ``pipe`` the freeze is queued, and the outcome answered is the one computed here:
+    a copy of this step racing another computes the same one from the same ended run
+    (but for the times of a run record that expired), and the announce it makes lands
+    only if it wins the announce's own once-only move."""
     if spawn.get("outcome"):
         return spawn
     child = str(spawn["childKey"])
@@ -187,6 +196,9 @@ def _freeze_outcome(
         "endedAt": (run.ended_at_ms if run is not None else None) or now_ms(),
         "sessionId": child_session_id,
     }
+    if pipe is not None:
+        records.freeze(spawn.id, fields, client=pipe)
+        return spawn.with_fields(fields)
     if records.freeze(spawn.id, fields):
         return spawn.with_fields(fields)  # exactly what the hash now holds
     return records.get(spawn.id) or spawn  # frozen by another step first
@@ -206,7 +218,8 @@ def is_silent(spawn: SpawnRecord) -> bool:
 def _announce_one(
     svc: Services, records: SpawnStore, spawn: SpawnRecord, ctx: AnnounceReads, pipe: Pipeline
 ) -> None:
-    """Append and deliver one child's announce; the last state change goes on ``pipe``."""
+    """Append and deliver one child's announce. What is queued on ``pipe`` (the frozen
+    outcome) goes out with the append, or first; the last state change goes on ``pipe``."""
     spawn_key = svc.store.ks.spawn(spawn.id)
     requester = str(spawn["requesterKey"])
     if spawn.get("announce") in _SETTLED:
@@ -219,6 +232,7 @@ def _announce_one(
         return
     text = announce_text(svc, spawn)
     if spawn.get("completionTarget") == "parent":  # a private turn, no channel delivery
+        pipe.execute()
         child = str(spawn["childKey"])
         if _append_once(
             svc, records, spawn_key, requester, text, source_key=child, only_yielded=True
@@ -234,7 +248,9 @@ def _announce_one(
         expected = "appended" if run_id is None else ""
         _settle_announce(svc, records, spawn_key, expected, "delivered", pipe)
         return
-    _append_once(svc, records, spawn_key, requester, text, source_key=str(spawn["childKey"]))
+    _append_once(
+        svc, records, spawn_key, requester, text, source_key=str(spawn["childKey"]), pipe=pipe
+    )
     delivery_id = enqueue_delivery(
         svc,
         target=_target(svc, spawn, ctx.requester_entry),
@@ -300,11 +316,13 @@ def _append_once(
     *,
     source_key: str,
     only_yielded: bool = False,
+    pipe: Pipeline | None = None,
 ) -> bool:
     """Append the announce to the requester's transcript unless this flow already did,
-    creating or touching the requester's entry first, in one round trip; a requester
-    that yielded its turn gets it as its next run instead (`yield_wake`). With
-    ``only_yielded`` only that: False (nothing written) when the requester is not yielded."""
+    creating or touching the requester's entry first, in one round trip (with what is
+    queued on ``pipe``); a requester that yielded its turn gets it as its next run instead
+    (`yield_wake`). With ``only_yielded`` only that: False (nothing written) when the
+    requester is not yielded."""
     message = {
         "role": "user",
         "content": text,
@@ -317,7 +335,13 @@ def _append_once(
         },
     }
     return append_announce(
-        svc, hash_key, requester, message, source_key=source_key, only_yielded=only_yielded
+        svc,
+        hash_key,
+        requester,
+        message,
+        source_key=source_key,
+        only_yielded=only_yielded,
+        pipe=pipe,
     )
 
 

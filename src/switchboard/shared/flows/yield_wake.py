@@ -33,6 +33,7 @@ from switchboard.shared import keys as sk
 from switchboard.shared.flows.steps import flow_step
 from switchboard.shared.gateway.agent import RunRequest, SendBlocked, start_run
 from switchboard.shared.services import Services
+from switchboard.shared.store import Pipeline
 from switchboard.shared.store.runs import RunRecord, now_ms
 from switchboard.shared.store.yields import WakeTake, YieldStore
 
@@ -54,14 +55,16 @@ def append_announce(
     *,
     source_key: str,
     only_yielded: bool = False,
+    pipe: Pipeline | None = None,
 ) -> bool:
     """Land an announce once (moving ``announce`` "" → "appended" on ``hash_key``): in the
     requester's yield inbox when it is yielded (opening a wake if none is open), else in
     its transcript, or with ``only_yielded`` nowhere (False: the caller announces its own
-    way). The requester's entry is created or touched first, in the same round trip."""
+    way). The requester's entry is created or touched first, in the same round trip: on
+    ``pipe`` after what is queued there already, when given."""
     now = now_ms()
     entry = {"childKey": source_key, "text": message["content"], "at": now}
-    pipe = svc.store.pipeline()
+    pipe = pipe if pipe is not None else svc.store.pipeline()
     svc.store.sessions.touch(requester, client=pipe)
     svc.store.yields.append_announce(
         hash_key,

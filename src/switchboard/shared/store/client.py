@@ -196,11 +196,46 @@ class Durability:
 NO_WAIT = Durability()
 
 
+class LoadedScripts:
+    """The scripts a client's pipelines found loaded on its server (a fast path).
+
+    Before a pipeline that runs a script, redis-py asks the server whether its scripts are
+    loaded (``SCRIPT EXISTS``): a round trip of its own in front of every such pipeline,
+    as many as the pipelines themselves in a sub-agent's announce. A fast-path client
+    (`HeldStoreRedis`) asks once per script and remembers the answer. What it remembers is
+    forgotten when a pipeline fails: a Redis error (the server went away, perhaps for a
+    promoted replica without the scripts) or a ``NOSCRIPT`` (a ``SCRIPT FLUSH``). The
+    ``NOSCRIPT`` pipeline raises `StoreUnavailable` (its other commands have run; the
+    store's steps are retried and idempotent) and the next one asks the server again."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._shas: frozenset[str] = frozenset()
+
+    def cover(self, shas: list[str]) -> bool:
+        """Whether every one of ``shas`` was found loaded (and not forgotten since)."""
+        known = self._shas
+        return all(sha in known for sha in shas)
+
+    def add(self, shas: list[str]) -> None:
+        """Remember ``shas`` as loaded."""
+        with self._lock:
+            self._shas = self._shas.union(shas)
+
+    def forget(self) -> None:
+        """Forget them all: the next pipeline asks the server again."""
+        with self._lock:
+            self._shas = frozenset()
+
+
 class StorePipeline(redis.client.Pipeline):
     """A pipeline whose failed ``execute`` raises `StoreUnavailable`; with `Durability`
-    on, one that queued an acknowledged write ends with WAIT on its connection."""
+    on, one that queued an acknowledged write ends with WAIT on its connection; given
+    `LoadedScripts` (``loaded``), it asks whether its scripts are loaded only about those
+    not known to be."""
 
     durability: Durability = NO_WAIT
+    loaded: LoadedScripts | None = None
     _acknowledged = False
     # A shortfall raises `NotReplicated` (set for a single refused write, see `_Translating`).
     refuse_short = False
@@ -212,13 +247,29 @@ class StorePipeline(redis.client.Pipeline):
         super().pipeline_execute_command(*args, **options)
         return self
 
+    def load_scripts(self) -> None:
+        """redis-py's check and load of this pipeline's scripts, unless all are known."""
+        loaded = self.loaded
+        if loaded is not None and loaded.cover([s.sha for s in self.scripts]):
+            return
+        super().load_scripts()  # type: ignore[no-untyped-call]
+        if loaded is not None:
+            loaded.add([s.sha for s in self.scripts])
+
     def execute(self, raise_on_error: bool = True) -> list[Any]:
         """Send the queued commands; a Redis error is raised as `StoreUnavailable`."""
         try:
             return super().execute(raise_on_error)
-        except _PASSED_THROUGH:
+        except NoScriptError as exc:
+            if self.loaded is None:
+                raise
+            self.loaded.forget()
+            raise unavailable(exc) from exc
+        except WatchError:
             raise
         except redis.RedisError as exc:
+            if self.loaded is not None:
+                self.loaded.forget()
             raise unavailable(exc) from exc
         finally:
             self._acknowledged = self.refuse_short = False
@@ -253,6 +304,8 @@ class _Translating(redis.Redis):
     acknowledged writes are confirmed on replicas by its `Durability` (``durability``)."""
 
     durability: Durability = NO_WAIT
+    # The scripts its pipelines found loaded, on the fast-path client only.
+    loaded_scripts: LoadedScripts | None = None
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         """Run one command; a Redis error is raised as `StoreUnavailable`. An acknowledged
@@ -273,6 +326,7 @@ class _Translating(redis.Redis):
         """A pipeline on this client's pool that translates its errors too."""
         pipe = StorePipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
         pipe.durability = self.durability
+        pipe.loaded = self.loaded_scripts
         return pipe
 
 
@@ -281,7 +335,12 @@ class StoreRedis(_Translating):
 
 
 class HeldStoreRedis(_Translating, ThreadHeldRedis):
-    """The fast-path store client: each thread's commands on its own connection."""
+    """The fast-path store client: each thread's commands on its own connection, and its
+    pipelines check that their scripts are loaded once (`LoadedScripts`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.loaded_scripts = LoadedScripts()
 
 
 class SentinelBlockingPool(SentinelConnectionPool, redis.BlockingConnectionPool):

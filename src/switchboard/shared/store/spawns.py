@@ -165,12 +165,23 @@ class SpawnStore:
         """Keep a finished spawn for ``runs.retentionHours``."""
         self._on(client).expire(self.ks.spawn(spawn_id), self.retention_s)
 
-    def freeze(self, spawn_id: str, fields: Mapping[str, Any], guard: str = "outcome") -> bool:
-        """Record the outcome once; False when it was already recorded."""
+    def freeze(
+        self,
+        spawn_id: str,
+        fields: Mapping[str, Any],
+        guard: str = "outcome",
+        *,
+        client: Pipeline | None = None,
+    ) -> bool:
+        """Record the outcome once; False when it was already recorded (True when queued
+        on ``client``: its answer is that pipeline's)."""
         res = self._lua["spawn_freeze"](
-            spawn=self.ks.spawn(spawn_id), guard=guard, fields=codec.dumps(encode(fields))
+            spawn=self.ks.spawn(spawn_id),
+            guard=guard,
+            fields=codec.dumps(encode(fields)),
+            client=client,
         )
-        return bool(int(res))
+        return True if client is not None else bool(int(res))
 
     def cas(self, hash_key: str, field: str, expected: str, new: str) -> bool:
         """Move ``field`` of an existing spawn or batch hash from ``expected`` to ``new``
