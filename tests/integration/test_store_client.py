@@ -180,3 +180,15 @@ def test_a_flushed_script_cache_fails_one_pipeline_then_loads_again(own_redis: r
     assert isinstance(raised.value.__cause__, redis.exceptions.NoScriptError)
     assert _script_pipeline(client, scripts) == [True, 0]
     assert own_redis.hget("sb-test:h", "f") is None  # no hash: the script answered 0
+
+
+def test_a_script_called_alone_is_still_loaded_by_redis_py(own_redis: redis.Redis) -> None:
+    """Outside a pipeline nothing is taken as loaded: after `SCRIPT FLUSH`, redis-py's
+    `Script` meets NOSCRIPT, loads the script and runs it again, on the fast path too."""
+    url = own_redis.connection_pool.connection_kwargs
+    client = connect(f"redis://{url['host']}:{url['port']}/0", fast_paths=True)
+    scripts = LuaScripts(client)
+    _script_pipeline(client, scripts)
+    own_redis.script_flush()
+    assert scripts["spawn_cas"](record="sb-test:h", field="f", expected="", new="a") == 0
+    assert _script_pipeline(client, scripts) == [True, 0]  # known again: it was loaded

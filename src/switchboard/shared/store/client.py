@@ -236,6 +236,7 @@ class StorePipeline(redis.client.Pipeline):
 
     durability: Durability = NO_WAIT
     loaded: LoadedScripts | None = None
+    _unchecked = False  # its scripts were taken as loaded, unasked
     _acknowledged = False
     # A shortfall raises `NotReplicated` (set for a single refused write, see `_Translating`).
     refuse_short = False
@@ -251,6 +252,7 @@ class StorePipeline(redis.client.Pipeline):
         """redis-py's check and load of this pipeline's scripts, unless all are known."""
         loaded = self.loaded
         if loaded is not None and loaded.cover([s.sha for s in self.scripts]):
+            self._unchecked = True
             return
         super().load_scripts()  # type: ignore[no-untyped-call]
         if loaded is not None:
@@ -261,8 +263,8 @@ class StorePipeline(redis.client.Pipeline):
         try:
             return super().execute(raise_on_error)
         except NoScriptError as exc:
-            if self.loaded is None:
-                raise
+            if self.loaded is None or not self._unchecked:
+                raise  # not one this pipeline took as loaded: redis-py's `Script` loads it
             self.loaded.forget()
             raise unavailable(exc) from exc
         except WatchError:
@@ -272,7 +274,7 @@ class StorePipeline(redis.client.Pipeline):
                 self.loaded.forget()
             raise unavailable(exc) from exc
         finally:
-            self._acknowledged = self.refuse_short = False
+            self._acknowledged = self.refuse_short = self._unchecked = False
 
     def _execute_pipeline(self, connection: Any, commands: Any, raise_on_error: bool) -> Any:
         """The queued commands, then (with an acknowledged write among them) WAIT, in one
