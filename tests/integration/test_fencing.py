@@ -205,3 +205,23 @@ def test_a_stale_delivery_attempt_does_not_post(
     assert records.get(services, delivery_id)["status"] == "sending"  # type: ignore[index]
     said = [r.getMessage() for r in caplog.records]
     assert any(m.startswith(f"{FENCED} delivery {delivery_id} attempt 1: send") for m in said)
+
+
+def test_a_stale_copy_leaves_a_cancel_request_to_the_current_attempt(
+    services: Services,
+) -> None:
+    """A cancel request reaches every worker holding the run, the stale copy too: its
+    cancelled end is refused, and the request stays for the attempt that has the run (its
+    worker stops it), instead of being marked done by the copy."""
+    key = "agent:main:hook:fence-cancel"
+    run_id = str(
+        start_run(services, RunRequest(session_key=key, message="/sleep 30\nslow"))["runId"]
+    )
+    runs = services.store.runs
+    stale = runs.claim(run_id, key, history=50)
+    assert not isinstance(stale, str), stale
+    _taken_over(services, key, run_id)
+    assert runs.cancel(run_id, key, error="stop").verdict == "requested"
+    asyncio.run(asyncio.wait_for(execute_run(services, run_id, key, claim=stale), 20))
+    assert runs.status(run_id) == "running"
+    assert run_id in runs.cancel_requests()

@@ -278,8 +278,10 @@ async def _execute_traced(
 
 
 def _end_cancelled(svc: Services, rec: RunRecord, claim: Claim, follow_ups: FollowUps) -> None:
-    _finish(svc, rec, claim, follow_ups, status="cancelled", error=CANCELLED_TEXT, aborted=True)
-    svc.store.runs.cancel_done(rec.run_id)
+    # A stale copy (another attempt has the run) leaves the request for that attempt's
+    # worker to carry out: its end was refused, the run goes on there.
+    if _finish(svc, rec, claim, follow_ups, status="cancelled", error=CANCELLED_TEXT, aborted=True):
+        svc.store.runs.cancel_done(rec.run_id)
 
 
 def _timeout_text(rec: RunRecord) -> str:
@@ -476,7 +478,8 @@ def _finish(
     session_incr: Mapping[str, int] | None = None,
     aborted: bool = False,
     run_fields: Mapping[str, Any] | None = None,
-) -> None:
+) -> bool:
+    """End the run (its end step); False when the attempt fence refused it."""
     fields = {"abortedLastRun": aborted, **(session_fields or {})}
     # The run.ended event is written by the end step itself (only when it applies).
     ended = run_event(rec, status=status, reply=reply, error=error, messages=len(messages))
@@ -497,11 +500,12 @@ def _finish(
     )
     if not res.applied:
         _log_fenced(rec, claim, f"end ({status})")
-        return
+        return False
     log.info("run %s ended: %s", rec.run_id, status, extra={"status": status, "error": error})
     after_run_end(
         svc, rec.run_id, res.next_run_id, res.waiters, ended=res.run, follow_ups=follow_ups
     )
+    return True
 
 
 def _log_fenced(rec: RunRecord, claim: Claim, write: str) -> None:
