@@ -131,64 +131,83 @@ def test_the_api_answers_503_with_retry_after_while_redis_is_down(
 
 
 @pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[redis.Redis]:
-    """A Redis server of this test alone (it flushes the script cache and resets stats)."""
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A Redis server of this test alone (it flushes the script cache and restarts)."""
     with RedisServer(tmp_path, appendonly=False) as server:
-        raw = redis.Redis.from_url(server.url)
-        yield raw
-        raw.close()
+        yield server
 
 
 def _script_pipeline(client: redis.Redis, scripts: LuaScripts) -> list[Any]:
+    """One pipeline: a counter bumped, then a script (0: the hash does not exist)."""
     pipe = client.pipeline(transaction=False)
-    pipe.set("sb-test:x", 1)
+    pipe.incr("sb-test:pipelines")
     scripts["spawn_cas"](record="sb-test:h", field="f", expected="", new="a", client=pipe)
     return cast(list[Any], pipe.execute())
 
 
-def _script_checks(raw: redis.Redis) -> int:
-    stats = raw.info("commandstats")
-    return int(stats.get("cmdstat_script|exists", {}).get("calls", 0))
+def _calls(raw: redis.Redis, command: str) -> int:
+    return int(raw.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
 
 
-@pytest.mark.parametrize(("fast_paths", "checks"), [(True, 1), (False, 5)])
-def test_pipelines_check_their_scripts_once_on_the_fast_path(
-    own_redis: redis.Redis, fast_paths: bool, checks: int
+@pytest.mark.parametrize(("fast_paths", "checks"), [(True, 0), (False, 5)])
+def test_pipelines_ask_for_their_scripts_only_on_the_plain_path(
+    own_redis: RedisServer, fast_paths: bool, checks: int
 ) -> None:
     """redis-py asks `SCRIPT EXISTS` before every pipeline that runs a script; the fast-path
-    client asks once and remembers, the plain one asks every time."""
-    url = own_redis.connection_pool.connection_kwargs
-    client = connect(f"redis://{url['host']}:{url['port']}/0", fast_paths=fast_paths)
+    client's connections load every script as they connect, so it never asks."""
+    raw = redis.Redis.from_url(own_redis.url)
+    client = connect(own_redis.url, fast_paths=fast_paths)
     scripts = LuaScripts(client)
-    own_redis.config_resetstat()
-    for _ in range(5):
-        assert _script_pipeline(client, scripts) == [True, 0]
-    assert _script_checks(own_redis) == checks
-    assert own_redis.info("commandstats")["cmdstat_evalsha"]["calls"] == 5
+    raw.config_resetstat()
+    for n in range(1, 6):
+        assert _script_pipeline(client, scripts) == [n, 0]
+    assert _calls(raw, "script|exists") == checks
+    assert _calls(raw, "evalsha") == 5
 
 
-def test_a_flushed_script_cache_fails_one_pipeline_then_loads_again(own_redis: redis.Redis) -> None:
-    """After `SCRIPT FLUSH` the fast path's first pipeline raises `StoreUnavailable` (a
-    retried step), forgets what it knew, and the next one loads the script and runs."""
-    url = own_redis.connection_pool.connection_kwargs
-    client = connect(f"redis://{url['host']}:{url['port']}/0", fast_paths=True)
+def test_after_a_restart_the_fast_path_reconnects_with_its_scripts(
+    own_redis: RedisServer,
+) -> None:
+    """A restarted Redis has no scripts: the fast path's connections load them again as
+    they reconnect, so no pipeline runs partway (the counter counts whole pipelines)."""
+    client = connect(own_redis.url, fast_paths=True)
+    scripts = LuaScripts(client)
+    assert _script_pipeline(client, scripts) == [1, 0]
+    own_redis.restart()  # no persistence: data and scripts are gone
+    done = 0
+    for _ in range(3):
+        try:
+            assert _script_pipeline(client, scripts) == [done + 1, 0]
+            done += 1
+        except StoreUnavailable as exc:  # the old connection's error, nothing sent
+            assert not isinstance(exc.__cause__, redis.exceptions.NoScriptError)
+    assert done >= 2
+    assert redis.Redis.from_url(own_redis.url).get("sb-test:pipelines") == str(done).encode()
+
+
+def test_a_flushed_script_cache_fails_one_pipeline_then_loads_again(
+    own_redis: RedisServer,
+) -> None:
+    """`SCRIPT FLUSH` on a live server: the fast path's next pipeline raises
+    `StoreUnavailable` (a retried step) and drops its connections; the next one
+    reconnects, loading the scripts, and runs."""
+    raw = redis.Redis.from_url(own_redis.url)
+    client = connect(own_redis.url, fast_paths=True)
     scripts = LuaScripts(client)
     _script_pipeline(client, scripts)
-    own_redis.script_flush()
+    raw.script_flush()
     with pytest.raises(StoreUnavailable) as raised:
         _script_pipeline(client, scripts)
     assert isinstance(raised.value.__cause__, redis.exceptions.NoScriptError)
-    assert _script_pipeline(client, scripts) == [True, 0]
-    assert own_redis.hget("sb-test:h", "f") is None  # no hash: the script answered 0
+    assert _script_pipeline(client, scripts)[1] == 0
 
 
-def test_a_script_called_alone_is_still_loaded_by_redis_py(own_redis: redis.Redis) -> None:
-    """Outside a pipeline nothing is taken as loaded: after `SCRIPT FLUSH`, redis-py's
-    `Script` meets NOSCRIPT, loads the script and runs it again, on the fast path too."""
-    url = own_redis.connection_pool.connection_kwargs
-    client = connect(f"redis://{url['host']}:{url['port']}/0", fast_paths=True)
+def test_a_script_called_alone_is_still_loaded_by_redis_py(own_redis: RedisServer) -> None:
+    """Outside a pipeline redis-py's own path stands: after `SCRIPT FLUSH` its `Script`
+    meets NOSCRIPT, loads the script and runs it again, on the fast path too."""
+    raw = redis.Redis.from_url(own_redis.url)
+    client = connect(own_redis.url, fast_paths=True)
     scripts = LuaScripts(client)
     _script_pipeline(client, scripts)
-    own_redis.script_flush()
+    raw.script_flush()
     assert scripts["spawn_cas"](record="sb-test:h", field="f", expected="", new="a") == 0
-    assert _script_pipeline(client, scripts) == [True, 0]  # known again: it was loaded

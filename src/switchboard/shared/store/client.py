@@ -59,6 +59,7 @@ docs/operations.md ("Replication and acknowledged writes") says more.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import socket
@@ -79,6 +80,7 @@ from redis.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
 
 from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store.lua_scripts import load as load_lua
+from switchboard.shared.store.lua_scripts import script_names
 from switchboard.shared.store.thread_held import ThreadHeldRedis
 from switchboard.shared.store.urls import SentinelUrl, parse_redis_url
 
@@ -196,47 +198,41 @@ class Durability:
 NO_WAIT = Durability()
 
 
-class LoadedScripts:
-    """The scripts a client's pipelines found loaded on its server (a fast path).
+def load_scripts_on_connect(conn: redis.connection.AbstractConnection) -> None:
+    """redis-py's connect handshake, then every store script loaded on the connection's
+    server (pipelined: one round trip). A fast-path pool connects with it, so a store
+    pipeline may run scripts without asking first (`StorePipeline.scripts_loaded`):
+    whatever server a connection reaches (after a restart, a failover), it reaches it with
+    the scripts loaded."""
+    conn.on_connect()  # type: ignore[no-untyped-call]
+    sources = _script_sources()
+    for source in sources:
+        conn.send_command("SCRIPT", "LOAD", source)  # type: ignore[no-untyped-call]
+    for _ in sources:
+        conn.read_response()
 
-    Before a pipeline that runs a script, redis-py asks the server whether its scripts are
-    loaded (``SCRIPT EXISTS``): a round trip of its own in front of every such pipeline,
-    as many as the pipelines themselves in a sub-agent's announce. A fast-path client
-    (`HeldStoreRedis`) asks once per script and remembers the answer. What it remembers is
-    forgotten when a pipeline fails: a Redis error (the server went away, perhaps for a
-    promoted replica without the scripts) or a ``NOSCRIPT`` (a ``SCRIPT FLUSH``). The
-    ``NOSCRIPT`` pipeline raises `StoreUnavailable` (its other commands have run; the
-    store's steps are retried and idempotent) and the next one asks the server again."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._shas: frozenset[str] = frozenset()
-
-    def cover(self, shas: list[str]) -> bool:
-        """Whether every one of ``shas`` was found loaded (and not forgotten since)."""
-        known = self._shas
-        return all(sha in known for sha in shas)
-
-    def add(self, shas: list[str]) -> None:
-        """Remember ``shas`` as loaded."""
-        with self._lock:
-            self._shas = self._shas.union(shas)
-
-    def forget(self) -> None:
-        """Forget them all: the next pipeline asks the server again."""
-        with self._lock:
-            self._shas = frozenset()
+@functools.cache
+def _script_sources() -> tuple[str, ...]:
+    """Every store script's source, as `lua_scripts` registers it (the same SHA)."""
+    return tuple(load_lua(name).source for name in script_names())
 
 
 class StorePipeline(redis.client.Pipeline):
     """A pipeline whose failed ``execute`` raises `StoreUnavailable`; with `Durability`
-    on, one that queued an acknowledged write ends with WAIT on its connection; given
-    `LoadedScripts` (``loaded``), it asks whether its scripts are loaded only about those
-    not known to be."""
+    on, one that queued an acknowledged write ends with WAIT on its connection.
+
+    redis-py asks the server whether a pipeline's scripts are loaded (``SCRIPT EXISTS``)
+    before every pipeline that runs one: a round trip of its own, as many as the pipelines
+    in a sub-agent's announce. On a pool whose connections load every script as they
+    connect (`load_scripts_on_connect`, the fast path) ``scripts_loaded`` skips it. A
+    ``NOSCRIPT`` can then come only from a ``SCRIPT FLUSH`` on a live server: the pool's
+    connections are dropped (each reconnects and loads the scripts again) and the pipeline
+    raises `StoreUnavailable`; its other commands may have run, and the store's steps are
+    retried and idempotent."""
 
     durability: Durability = NO_WAIT
-    loaded: LoadedScripts | None = None
-    _unchecked = False  # its scripts were taken as loaded, unasked
+    scripts_loaded = False
     _acknowledged = False
     # A shortfall raises `NotReplicated` (set for a single refused write, see `_Translating`).
     refuse_short = False
@@ -249,32 +245,27 @@ class StorePipeline(redis.client.Pipeline):
         return self
 
     def load_scripts(self) -> None:
-        """redis-py's check and load of this pipeline's scripts, unless all are known."""
-        loaded = self.loaded
-        if loaded is not None and loaded.cover([s.sha for s in self.scripts]):
-            self._unchecked = True
-            return
-        super().load_scripts()  # type: ignore[no-untyped-call]
-        if loaded is not None:
-            loaded.add([s.sha for s in self.scripts])
+        """redis-py's check and load of this pipeline's scripts, unless its connections
+        loaded every script as they connected."""
+        if not self.scripts_loaded:
+            super().load_scripts()  # type: ignore[no-untyped-call]
 
     def execute(self, raise_on_error: bool = True) -> list[Any]:
         """Send the queued commands; a Redis error is raised as `StoreUnavailable`."""
+        unasked = self.scripts_loaded and bool(self.scripts)  # scripts run without asking
         try:
             return super().execute(raise_on_error)
         except NoScriptError as exc:
-            if self.loaded is None or not self._unchecked:
-                raise  # not one this pipeline took as loaded: redis-py's `Script` loads it
-            self.loaded.forget()
+            if not unasked:
+                raise  # redis-py's own path: `Script` loads it and runs it again
+            self.connection_pool.disconnect()  # flushed: reconnect, loading them again
             raise unavailable(exc) from exc
-        except WatchError:
+        except _PASSED_THROUGH:
             raise
         except redis.RedisError as exc:
-            if self.loaded is not None:
-                self.loaded.forget()
             raise unavailable(exc) from exc
         finally:
-            self._acknowledged = self.refuse_short = self._unchecked = False
+            self._acknowledged = self.refuse_short = False
 
     def _execute_pipeline(self, connection: Any, commands: Any, raise_on_error: bool) -> Any:
         """The queued commands, then (with an acknowledged write among them) WAIT, in one
@@ -306,8 +297,8 @@ class _Translating(redis.Redis):
     acknowledged writes are confirmed on replicas by its `Durability` (``durability``)."""
 
     durability: Durability = NO_WAIT
-    # The scripts its pipelines found loaded, on the fast-path client only.
-    loaded_scripts: LoadedScripts | None = None
+    # Its pool's connections load every script as they connect (the fast path).
+    scripts_loaded = False
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         """Run one command; a Redis error is raised as `StoreUnavailable`. An acknowledged
@@ -328,7 +319,7 @@ class _Translating(redis.Redis):
         """A pipeline on this client's pool that translates its errors too."""
         pipe = StorePipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
         pipe.durability = self.durability
-        pipe.loaded = self.loaded_scripts
+        pipe.scripts_loaded = self.scripts_loaded
         return pipe
 
 
@@ -337,12 +328,10 @@ class StoreRedis(_Translating):
 
 
 class HeldStoreRedis(_Translating, ThreadHeldRedis):
-    """The fast-path store client: each thread's commands on its own connection, and its
-    pipelines check that their scripts are loaded once (`LoadedScripts`)."""
+    """The fast-path store client: each thread's commands on its own connection; its
+    connections load every script as they connect, so its pipelines never ask first."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.loaded_scripts = LoadedScripts()
+    scripts_loaded = True
 
 
 class SentinelBlockingPool(SentinelConnectionPool, redis.BlockingConnectionPool):
@@ -521,16 +510,21 @@ _POOL_OPTIONS: dict[str, Any] = {
 }
 
 
-def blocking_pool(url: str) -> redis.BlockingConnectionPool:
+def blocking_pool(url: str, *, scripts_on_connect: bool = False) -> redis.BlockingConnectionPool:
     """A pool with keepalive and health checks for the store's client.
 
     With every connection in use (a worker with more threads than the pool holds, all
     calling at once), a caller waits up to 20 s for one instead of failing. For a
-    ``redis+sentinel://`` URL the pool's connections go to the primary the sentinels name."""
+    ``redis+sentinel://`` URL the pool's connections go to the primary the sentinels name.
+    With ``scripts_on_connect`` each connection loads every store script as it connects
+    (`load_scripts_on_connect`)."""
+    pool_options = dict(_POOL_OPTIONS)
+    if scripts_on_connect:
+        pool_options["redis_connect_func"] = load_scripts_on_connect
     parsed = parse_redis_url(url)
     if parsed is None:
-        return redis.BlockingConnectionPool.from_url(url, **_POOL_OPTIONS)
-    options = {**parsed.connection_kwargs(), **_POOL_OPTIONS, "is_master": True}
+        return redis.BlockingConnectionPool.from_url(url, **pool_options)
+    options = {**parsed.connection_kwargs(), **pool_options, "is_master": True}
     pool = SentinelBlockingPool(parsed.master, _sentinels(parsed), **options)  # type: ignore[no-untyped-call]
     follow_primary(pool)
     return pool
@@ -542,7 +536,7 @@ def connect(
     """The store's sync client for ``url``: thread-held connections with ``fast_paths``,
     redis-py's plain pooled client without (both on a sentinel pool for a sentinel URL);
     its acknowledged writes confirmed on replicas as ``durability`` says."""
-    pool = blocking_pool(url)
+    pool = blocking_pool(url, scripts_on_connect=fast_paths)
     # redis-py types its constructors as returning Redis; they return the class called on.
     client: StoreRedis | HeldStoreRedis
     if fast_paths:
