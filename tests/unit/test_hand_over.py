@@ -1,4 +1,4 @@
-"""The worker's hand-over (`workers.tasks.hand_over`): a message's task returns once its
+"""The worker's hand-over (`RunHost.hand_over`): a message's task returns once its
 runs are claimed while the runs go on; a failure before the claim is the task's (its
 message is retried); the process's limit of runs in flight makes the next message wait."""
 
@@ -19,15 +19,23 @@ pytestmark = pytest.mark.unit
 
 
 @pytest.fixture
-def in_flight(monkeypatch: pytest.MonkeyPatch) -> Iterator[InFlight]:
-    """A fresh in-flight register with a small limit, in place of the process's."""
-    fresh = InFlight(limit=3)
-    monkeypatch.setattr(tasks, "_in_flight", fresh)
-    yield fresh
-    assert fresh.wait_idle(10), "runs left in flight"
+def host() -> Iterator[tasks.RunHost]:
+    """A run host of its own with a small limit of runs in flight."""
+    made = tasks.RunHost(max_in_flight=3)
+    yield made
+    assert made.in_flight.wait_idle(10), "runs left in flight"
+    made.loops.close()
 
 
-def test_the_task_returns_once_claimed_while_the_run_goes_on(in_flight: InFlight) -> None:
+@pytest.fixture
+def in_flight(host: tasks.RunHost) -> InFlight:
+    """The host's runs in flight."""
+    return host.in_flight
+
+
+def test_the_task_returns_once_claimed_while_the_run_goes_on(
+    host: tasks.RunHost, in_flight: InFlight
+) -> None:
     release = threading.Event()
     ended = threading.Event()
 
@@ -41,14 +49,16 @@ def test_the_task_returns_once_claimed_while_the_run_goes_on(in_flight: InFlight
 
         return run()
 
-    tasks.hand_over(1, body)
+    host.hand_over(1, body)
     assert not ended.is_set()
     assert in_flight.taken == 1
     release.set()
     assert ended.wait(10)
 
 
-def test_a_failure_before_the_claim_fails_the_task(in_flight: InFlight) -> None:
+def test_a_failure_before_the_claim_fails_the_task(
+    host: tasks.RunHost, in_flight: InFlight
+) -> None:
     def body(claims: tasks._Claims) -> Coroutine[Any, Any, None]:
         claimed = claims.run()
 
@@ -62,20 +72,24 @@ def test_a_failure_before_the_claim_fails_the_task(in_flight: InFlight) -> None:
         return run()
 
     with pytest.raises(ConnectionError, match="store away"):
-        tasks.hand_over(1, body)
+        host.hand_over(1, body)
 
 
-def test_a_run_that_ends_without_a_claim_step_returns(in_flight: InFlight) -> None:
+def test_a_run_that_ends_without_a_claim_step_returns(
+    host: tasks.RunHost, in_flight: InFlight
+) -> None:
     """A run with nothing to do (not found, not the lane holder) never calls back: its end
     counts."""
 
     async def nothing() -> None:
         return None
 
-    tasks.hand_over(1, lambda claims: nothing())
+    host.hand_over(1, lambda claims: nothing())
 
 
-def test_at_the_limit_the_next_message_waits_for_a_run_to_end(in_flight: InFlight) -> None:
+def test_at_the_limit_the_next_message_waits_for_a_run_to_end(
+    host: tasks.RunHost, in_flight: InFlight
+) -> None:
     release = threading.Event()
 
     def body(claims: tasks._Claims) -> Coroutine[Any, Any, None]:
@@ -88,14 +102,14 @@ def test_at_the_limit_the_next_message_waits_for_a_run_to_end(in_flight: InFligh
 
         return runs()
 
-    tasks.hand_over(3, body)  # three runs: the limit
+    host.hand_over(3, body)  # three runs: the limit
     assert in_flight.taken == 3 and in_flight.peak == 3
     waited = threading.Event()
     handed = threading.Event()
 
     def next_message() -> None:
         waited.set()
-        tasks.hand_over(1, lambda claims: _ended_now())
+        host.hand_over(1, lambda claims: _ended_now())
         handed.set()
 
     thread = threading.Thread(target=next_message)
@@ -108,13 +122,28 @@ def test_at_the_limit_the_next_message_waits_for_a_run_to_end(in_flight: InFligh
     thread.join(5)
 
 
-def test_a_stopping_worker_gives_the_message_back(in_flight: InFlight) -> None:
+def test_a_stopping_worker_gives_the_message_back(host: tasks.RunHost, in_flight: InFlight) -> None:
     from celery.exceptions import Reject
 
     in_flight.stop(lambda lanes: 0, lambda: [])
     with pytest.raises(Reject):
-        tasks.hand_over(1, lambda claims: _ended_now())
+        host.hand_over(1, lambda claims: _ended_now())
 
 
 async def _ended_now() -> None:
     return None
+
+
+def test_the_apps_host_takes_its_limit_from_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`SWITCHBOARD_WORKER_MAX_IN_FLIGHT` (or `worker --max-in-flight`, which overrides the
+    setting) is the limit of the host the app's tasks hand their runs to."""
+    from switchboard.shared.config import Settings
+    from switchboard.workers.app import create_celery_app
+
+    monkeypatch.setenv("SWITCHBOARD_WORKER_MAX_IN_FLIGHT", "7")
+    settings = Settings(redis_url="redis://127.0.0.1:1/0")
+    host = tasks.run_host(create_celery_app(settings))
+    assert host is not None and host.in_flight.limit == 7
+    flag = settings.model_copy(update={"worker_max_in_flight": 3})
+    host = tasks.run_host(create_celery_app(flag))
+    assert host is not None and host.in_flight.limit == 3

@@ -88,16 +88,15 @@ def worker(
         ),
     ] = 128,
     max_in_flight: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--max-in-flight",
-            envvar="SWITCHBOARD_WORKER_MAX_IN_FLIGHT",
-            show_envvar=True,
             help="Runs one worker process keeps in flight on its event loops; at the limit "
-            "it takes no more messages until runs end.",
+            "it takes no more messages until runs end. [default: "
+            "SWITCHBOARD_WORKER_MAX_IN_FLIGHT, else 10000]",
             min=1,
         ),
-    ] = 10_000,
+    ] = None,
     node: Annotated[
         str,
         typer.Option(
@@ -111,12 +110,12 @@ def worker(
     """Run a Celery worker executing agent runs (threads pool; runs as coroutines)."""
     from switchboard.logs import setup_logging
     from switchboard.workers.app import ALL_QUEUES, create_celery_app
-    from switchboard.workers.tasks import set_max_in_flight
 
     settings = _settings(config)
+    if max_in_flight is not None:
+        settings = settings.model_copy(update={"worker_max_in_flight": max_in_flight})
     setup_logging(settings.log_level)
     celery_app = create_celery_app(settings)
-    set_max_in_flight(max_in_flight)
     celery_app.worker_main(
         [
             *_celery_quiet(settings),

@@ -690,6 +690,9 @@ class Settings(BaseSettings):
     # renewal before the sweep treats its worker as dead (seconds).
     sweep_interval_s: float = Field(default=5.0, gt=0, le=3600)
     lane_lease_s: int = Field(default=30, ge=2, le=3600)
+    # Runs one worker process keeps in flight on its event loops (`switchboard worker
+    # --max-in-flight`); at the limit it takes no more messages until runs end.
+    worker_max_in_flight: int = Field(default=10_000, ge=1)
     # Failed bearer-token checks allowed per client IP within the window before the api
     # answers 429 to that IP until the window ends (counted in Redis, shared by every api).
     auth_max_failures: int = Field(default=20, ge=1, le=1_000_000)

@@ -7,7 +7,7 @@ behind every busy thread, taken by the consumer thread that receives the tasks: 
 before the first task arrives, the threads cost nothing then.
 
 As it stops, it waits for the runs the process still has in flight on its run loops, or
-for their hand-back when a signal stops the worker (`tasks.wait_for_runs`): its tasks
+for their hand-back when a signal stops the worker (`RunHost.wait_for_runs`): its tasks
 return once their runs are claimed, not when they end.
 
 Celery uses it as ``worker_pool`` (see `switchboard.workers.app`).
@@ -22,7 +22,7 @@ import time
 
 from celery.concurrency import thread
 
-from switchboard.workers.tasks import wait_for_runs
+from switchboard.workers.tasks import run_host
 
 log = logging.getLogger("switchboard.worker")
 
@@ -43,7 +43,9 @@ class TaskPool(thread.TaskPool):  # type: ignore[misc]
     def on_stop(self) -> None:
         # The pool's tasks return once their runs are claimed: the runs still going on
         # the run loops are handed back (a signal) or waited for before the pool goes.
-        wait_for_runs()
+        host = run_host(self.app)
+        if host is not None:  # an app with the product's tasks
+            host.wait_for_runs()
         super().on_stop()
 
 

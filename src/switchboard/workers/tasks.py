@@ -5,8 +5,9 @@ on a few event loops of its own (`RUN_LOOPS`). A pool thread hands a message's r
 loop and waits only until each run is claimed (its claim step answered): from then on the
 run's state in Redis is all it needs (its lane lease, renewed by the process's lease
 keeper; the sweep runs it again if the lease lapses), so the message is acked and the
-thread takes the next one while the run goes on. A process keeps up to its
-``max in flight`` runs (`handback.InFlight`, 10,000 unless told otherwise) as idle
+thread takes the next one while the run goes on. The loops and the runs in flight are
+the app's `RunHost`, made with its tasks from ``Settings``: it keeps up to
+``worker_max_in_flight`` runs (`handback.InFlight`, 10,000 unless told otherwise) as idle
 coroutines waiting on their model; past that its pool threads wait for runs to end, and
 Celery takes no more messages meanwhile. Model clients are bound to the loop that opened
 them, so a model has a client (and a connection pool) per loop. Deadlines are enforced by
@@ -95,10 +96,23 @@ class _RunLoops:
         self._pid = 0
         self._next = itertools.count()
 
+    def close(self) -> None:
+        """Stop the loops started here (their runs ended or were handed back), and their
+        store threads."""
+        with self._lock:
+            loops, self._loops = self._loops, []
+        for loop in loops:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(loop.stop)
+
     def next(self) -> asyncio.AbstractEventLoop:
         """The loop for the next run (round robin)."""
         with self._lock:
-            if self._pid != os.getpid() or any(loop.is_closed() for loop in self._loops):
+            if (
+                not self._loops
+                or self._pid != os.getpid()
+                or any(loop.is_closed() for loop in self._loops)
+            ):
                 self._loops = [self._start(i) for i in range(self._count)]
                 self._pid = os.getpid()
             return self._loops[next(self._next) % self._count]
@@ -117,25 +131,100 @@ class _RunLoops:
         def serve() -> None:
             asyncio.set_event_loop(loop)
             loop.call_soon(started.set)
-            loop.run_forever()
+            loop.run_forever()  # until `close`
+            loop.close()  # its default executor (the store threads) with it
 
         threading.Thread(target=serve, name=f"switchboard-runs-{index}", daemon=True).start()
         started.wait()
         return loop
 
 
-_run_loops = _RunLoops(RUN_LOOPS)
-# The runs executing on those loops (at most its limit), handed back to the queue when the
-# worker stops.
-_in_flight = InFlight(DEFAULT_MAX_IN_FLIGHT)
 # How long a worker that stops without a signal (an embedding's or a test's worker) waits
 # for its runs in flight to end.
 DRAIN_TIMEOUT_S = 30.0
 
 
-def submit(coro: Coroutine[Any, Any, T]) -> Future[T]:
-    """Start a coroutine on one of the process's run loops (cancelled if the worker stops)."""
-    return asyncio.run_coroutine_threadsafe(_in_flight.track(coro), _run_loops.next())
+class RunHost:
+    """Where a worker's runs execute: its run loops and its runs in flight (at most
+    ``max_in_flight``, handed back to the queue when the worker stops).
+
+    One per Celery app, made with its tasks (`register_tasks`) from ``Settings`` and kept
+    on the app (`run_host`), where the tasks and the pool (`workers.pool`) find it."""
+
+    def __init__(self, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, loops: int = RUN_LOOPS) -> None:
+        self.loops = _RunLoops(loops)
+        self.in_flight = InFlight(max_in_flight)
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
+        """Start a coroutine on one of the run loops (cancelled if the worker stops)."""
+        return asyncio.run_coroutine_threadsafe(self.in_flight.track(coro), self.loops.next())
+
+    def hand_over(self, runs: int, body: Callable[[_Claims], Coroutine[Any, Any, None]]) -> None:
+        """Start a message's ``runs`` on a run loop (``body`` given their `_Claims`);
+        return once each was claimed, so the message is acked while its runs go on.
+
+        Waits first for slots while the host has its limit of runs in flight. A run that
+        failed before its claim raises here (the message is retried: the claim is
+        idempotent); a failure after it is logged (the run's lease lapses and the sweep
+        runs it again). A message taken as the worker stops, or whose runs the stop
+        cancelled before their claim, goes back to the queue unrun (`Reject`); claimed ones
+        are handed back."""
+        in_flight = self.in_flight
+        if not in_flight.reserve(runs):
+            raise Reject("the worker is stopping", requeue=True)  # for another worker
+        claims = _Claims(runs)
+        try:
+            future = self.submit(body(claims))
+        except BaseException:
+            in_flight.release(runs)
+            raise
+        future.add_done_callback(lambda done: self._ended(done, runs, claims))
+        claims.all.wait()
+        error = claims.error
+        if error is None:
+            return
+        if isinstance(error, CancelledError | asyncio.CancelledError):
+            if in_flight.stopping.is_set():
+                # Cancelled before its claim: not one of the runs handed back; its message
+                # goes back to the queue as it is, for another worker.
+                raise Reject("the worker is stopping", requeue=True) from None
+            raise CancelledError("the run was cancelled") from None
+        raise error
+
+    def _ended(self, done: Future[None], runs: int, claims: _Claims) -> None:
+        """A message's coroutine ended (on its loop): its slots go back; a failure is the
+        pool thread's if it still waits, else it is logged here."""
+        self.in_flight.release(runs)
+        error: BaseException | None = CancelledError() if done.cancelled() else done.exception()
+        if claims.end(error) or error is None:
+            return
+        if isinstance(error, CancelledError | asyncio.CancelledError):
+            return  # the worker stops: handed back
+        if isinstance(error, Unavailable):
+            log.warning(
+                "run(s) stopped after their claim (%s): the sweep runs them again once "
+                "their lane lease lapses",
+                error,
+            )
+            return
+        log.error("run(s) failed after their claim", exc_info=error)
+
+    def wait_for_runs(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+        """As the pool stops: a worker stopped by a signal waits for its hand-back; one
+        stopped otherwise (embedded, a test's) waits for its runs in flight to end, as
+        Celery's warm shutdown waits for its tasks."""
+        in_flight = self.in_flight
+        if in_flight.stopping.is_set():
+            in_flight.handed_back.wait(HANDBACK_TIMEOUT_S)
+        elif not in_flight.wait_idle(timeout_s):
+            log.warning("stopping with %d run(s) still in flight", in_flight.taken)
+
+
+def run_host(app: Celery | None) -> RunHost | None:
+    """The `RunHost` of ``app`` (made by `register_tasks`); None for an app without the
+    product's tasks."""
+    host = getattr(app, "switchboard_run_host", None)
+    return host if isinstance(host, RunHost) else None
 
 
 # How many runs started by a task's follow-up steps (an announce run, a reply-back round)
@@ -305,72 +394,6 @@ async def _run_together(svc: Services, pairs: list[list[str]], claims: _Claims) 
         raise failed
 
 
-def hand_over(runs: int, body: Callable[[_Claims], Coroutine[Any, Any, None]]) -> None:
-    """Start a message's ``runs`` on a run loop (``body`` given their `_Claims`); return
-    once each was claimed, so the message is acked while its runs go on.
-
-    Waits first for slots while the process has its limit of runs in flight. A run that
-    failed before its claim raises here (the message is retried: the claim is
-    idempotent); a failure after it is logged (the run's lease lapses and the sweep runs
-    it again). A message taken as the worker stops, or whose runs the stop cancelled before
-    their claim, goes back to the queue unrun (`Reject`); claimed ones are handed back."""
-    if not _in_flight.reserve(runs):
-        raise Reject("the worker is stopping", requeue=True)  # for another worker
-    claims = _Claims(runs)
-    try:
-        future = submit(body(claims))
-    except BaseException:
-        _in_flight.release(runs)
-        raise
-    future.add_done_callback(lambda done: _ended(done, runs, claims))
-    claims.all.wait()
-    error = claims.error
-    if error is None:
-        return
-    if isinstance(error, CancelledError | asyncio.CancelledError):
-        if _in_flight.stopping.is_set():
-            # Cancelled before its claim: not one of the runs handed back; its message
-            # goes back to the queue as it is, for another worker.
-            raise Reject("the worker is stopping", requeue=True) from None
-        raise CancelledError("the run was cancelled") from None
-    raise error
-
-
-def _ended(done: Future[None], runs: int, claims: _Claims) -> None:
-    """A message's coroutine ended (on its loop): its slots go back; a failure is the
-    pool thread's if it still waits, else it is logged here."""
-    _in_flight.release(runs)
-    error: BaseException | None = CancelledError() if done.cancelled() else done.exception()
-    if claims.end(error) or error is None:
-        return
-    if isinstance(error, CancelledError | asyncio.CancelledError):
-        return  # the worker stops: handed back
-    if isinstance(error, Unavailable):
-        log.warning(
-            "run(s) stopped after their claim (%s): the sweep runs them again once their "
-            "lane lease lapses",
-            error,
-        )
-        return
-    log.error("run(s) failed after their claim", exc_info=error)
-
-
-def wait_for_runs(timeout_s: float = DRAIN_TIMEOUT_S) -> None:
-    """As the pool stops: a worker stopped by a signal waits for its hand-back; one stopped
-    otherwise (embedded, a test's) waits for its runs in flight to end, as Celery's warm
-    shutdown waits for its tasks."""
-    if _in_flight.stopping.is_set():
-        _in_flight.handed_back.wait(HANDBACK_TIMEOUT_S)
-    elif not _in_flight.wait_idle(timeout_s):
-        log.warning("stopping with %d run(s) still in flight", _in_flight.taken)
-
-
-def set_max_in_flight(limit: int) -> None:
-    """How many runs this process keeps in flight at most (`switchboard worker
-    --max-in-flight`)."""
-    _in_flight.limit = limit
-
-
 def _install_fast_paths(settings: Settings) -> None:
     """Once the worker is up, with the fast paths on: the collector's settings for a busy
     process (`gc_tune`; it checks the switch itself). The OpenAI SDK's body shortcut is
@@ -380,7 +403,9 @@ def _install_fast_paths(settings: Settings) -> None:
 
 
 def register_tasks(app: Celery, settings: Settings) -> None:
-    """Register every task on ``app``."""
+    """Register every task on ``app``, and make its `RunHost` (``run_host(app)``)."""
+    host = RunHost(settings.worker_max_in_flight)
+    app.switchboard_run_host = host
 
     @cache
     def build() -> Services:
@@ -400,14 +425,14 @@ def register_tasks(app: Celery, settings: Settings) -> None:
             claimed = claims.run()
             return _run_and_follow_up(svc, _executing(svc, run_id, session_key, claimed), claimed)
 
-        hand_over(1, body)
+        host.hand_over(1, body)
 
     @app.task(name="switchboard.runs", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
     def runs(pairs: list[list[str]]) -> None:
         """Execute the runs of one message (a batch, or runs enqueued together) together,
         each in its own session, then each one's follow-up step as it ends."""
         svc = services()
-        hand_over(len(pairs), lambda claims: _run_together(svc, pairs, claims))
+        host.hand_over(len(pairs), lambda claims: _run_together(svc, pairs, claims))
 
     @app.task(name="switchboard.resume", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
     def resume(run_id: str, session_key: str) -> None:
@@ -418,7 +443,7 @@ def register_tasks(app: Celery, settings: Settings) -> None:
             claimed = claims.run()
             return _run_and_follow_up(svc, _resuming(svc, run_id, claimed), claimed)
 
-        hand_over(1, body)
+        host.hand_over(1, body)
 
     @app.task(name="switchboard.sweep", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
     def sweep_task() -> None:
@@ -445,7 +470,9 @@ def register_tasks(app: Celery, settings: Settings) -> None:
             log.exception("loading model support failed; runs load it when they need it")
 
     def _close_model_clients(sender: Any = None, **_: Any) -> None:
-        close_clients()
+        if getattr(sender, "app", app) is app:  # this app's worker stopped
+            close_clients()
+            host.loops.close()
 
     def _hand_back_on_stop(sender: Any = None, **_: Any) -> None:
         # Sent from the main process's signal handler as a warm (SIGTERM) or cold shutdown
@@ -453,7 +480,7 @@ def register_tasks(app: Celery, settings: Settings) -> None:
         if getattr(app, "services_override", None) is None and build.cache_info().currsize == 0:
             return  # no task ran here: nothing to hand back
         svc = services()
-        _in_flight.stop(lambda lanes: hand_back_runs(svc, lanes), lambda: held_runs(svc))
+        host.in_flight.stop(lambda lanes: hand_back_runs(svc, lanes), lambda: held_runs(svc))
 
     def _fast_paths_on_start(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", app) is app:  # this app's worker, not another one's
