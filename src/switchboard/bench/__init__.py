@@ -80,6 +80,8 @@ def run_bench(
                     outcome = SCENARIOS[name](run)
             except (SwitchboardError, OSError, TimeoutError, httpx.HTTPError) as exc:
                 message = exc.message if isinstance(exc, SwitchboardError) else str(exc)
+                if isinstance(exc, SwitchboardError) and exc.fields.get("detail"):
+                    message += f" ({exc.fields['detail']})"  # what Redis or the broker said
                 errors[name] = message
                 progress.console.print(_failed_line(name, message))
                 logs = stacks.close(keep_logs=True)  # the next one starts afresh

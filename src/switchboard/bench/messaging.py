@@ -68,6 +68,9 @@ def latency(run: BenchRun) -> Outcome:
             for step in steps.values():
                 step(-1 - i)
         with phase(run.progress, f"latency: load a session to {LONG_MESSAGES:,} messages"):
+            # The warm-up sends' follow-ups (reply-back rounds) still append to the long
+            # session: the bulk load numbers its messages after what is there, so wait.
+            st.wait_idle()
             held = _hold_messages(st, LONG_SESSION, LONG_MESSAGES)
         samples = _in_blocks(st, run.progress, steps, n)
         costs = _round_trip_costs(st, run.progress, steps, cost_n)
