@@ -8,9 +8,6 @@ import contextlib
 import json
 import re
 import secrets
-import shutil
-import socket
-import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -20,53 +17,34 @@ from typing import Any
 import httpx
 import pytest
 
+from switchboard.bench.shapes import RABBITMQ_PORT, rabbitmq_missing, rabbitmqctl
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "faults"))
 
 from faultkit import TOKEN, Cluster, Proc, base_config, free_port, merged
 
-RABBITMQ_PORT = 5672
 BROKERS = ("redis", "rabbitmq")
 
 
 # --- RabbitMQ: a vhost of the test's own, never the default one ------------------------------
 
 
-def _rabbitmqctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["rabbitmqctl", *args], capture_output=True, text=True, timeout=60, check=False
-    )
-
-
-def _rabbitmq_missing() -> str | None:
-    """Why RabbitMQ cannot be used here, or None."""
-    if shutil.which("rabbitmqctl") is None:
-        return "rabbitmqctl not found: RabbitMQ is not installed on this machine"
-    with socket.socket() as probe:
-        probe.settimeout(2)
-        if probe.connect_ex(("127.0.0.1", RABBITMQ_PORT)) != 0:
-            return f"no RabbitMQ listening on 127.0.0.1:{RABBITMQ_PORT}"
-    listed = _rabbitmqctl("list_vhosts", "--quiet")
-    if listed.returncode != 0:
-        return f"rabbitmqctl cannot manage the broker here: {listed.stderr.strip()[:120]}"
-    return None
-
-
 @contextlib.contextmanager
 def rabbitmq_vhost() -> Iterator[str]:
     """The amqp:// URL of a new vhost `sb-test-<random>` (guest may use it), deleted after;
     skips the test when RabbitMQ is not available."""
-    missing = _rabbitmq_missing()
+    missing = rabbitmq_missing()
     if missing:
         pytest.skip(missing)
     vhost = f"sb-test-{secrets.token_hex(4)}"
-    made = _rabbitmqctl("add_vhost", vhost)
+    made = rabbitmqctl("add_vhost", vhost)
     assert made.returncode == 0, made.stderr
     try:
-        allowed = _rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+        allowed = rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
         assert allowed.returncode == 0, allowed.stderr
         yield f"amqp://guest:guest@127.0.0.1:{RABBITMQ_PORT}/{vhost}"
     finally:
-        _rabbitmqctl("delete_vhost", vhost)
+        rabbitmqctl("delete_vhost", vhost)
 
 
 @contextlib.contextmanager

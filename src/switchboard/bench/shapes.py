@@ -310,20 +310,20 @@ def _broker(kind: str) -> Iterator[tuple[str | None, str | None]]:
     if kind == "redis":
         yield None, None
         return
-    missing = _rabbitmq_missing()
+    missing = rabbitmq_missing()
     if missing is not None:
         yield None, missing
         return
     vhost = f"sb-bench-{secrets.token_hex(4)}"
-    _rabbitmqctl("add_vhost", vhost, check=True)
+    rabbitmqctl("add_vhost", vhost, check=True)
     try:
-        _rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*", check=True)
+        rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*", check=True)
         yield f"amqp://guest:guest@127.0.0.1:{RABBITMQ_PORT}/{vhost}", None
     finally:
-        _rabbitmqctl("delete_vhost", vhost)
+        rabbitmqctl("delete_vhost", vhost)
 
 
-def _rabbitmqctl(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+def rabbitmqctl(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         ["rabbitmqctl", *args], capture_output=True, text=True, timeout=60, check=False
     )
@@ -332,7 +332,7 @@ def _rabbitmqctl(*args: str, check: bool = False) -> subprocess.CompletedProcess
     return done
 
 
-def _rabbitmq_missing() -> str | None:
+def rabbitmq_missing() -> str | None:
     """Why RabbitMQ cannot be used here (one line), or None."""
     if shutil.which("rabbitmqctl") is None:
         return "rabbitmqctl not found: RabbitMQ is not installed on this machine"
@@ -340,7 +340,7 @@ def _rabbitmq_missing() -> str | None:
         probe.settimeout(2)
         if probe.connect_ex(("127.0.0.1", RABBITMQ_PORT)) != 0:
             return f"no RabbitMQ listening on 127.0.0.1:{RABBITMQ_PORT}"
-    listed = _rabbitmqctl("list_vhosts", "--quiet")
+    listed = rabbitmqctl("list_vhosts", "--quiet")
     if listed.returncode != 0:
         return f"rabbitmqctl cannot manage the broker here: {listed.stderr.strip()[:120]}"
     return None
@@ -363,7 +363,7 @@ def _drain(st: Stack, broker_url: str | None) -> None:
 
 def _rabbitmq_messages(vhost: str) -> int:
     """Messages ready or unacknowledged on the product's queues of ``vhost``."""
-    listed = _rabbitmqctl(
+    listed = rabbitmqctl(
         "list_queues", "-p", vhost, "name", "messages", "--quiet", "--no-table-headers", check=True
     )
     total = 0
