@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from switchboard.shared.config import ConfigError, Settings
-from switchboard.shared.store.urls import SentinelUrl, parse_redis_url
+from switchboard.shared.store.urls import ClusterUrl, SentinelUrl, parse_redis_url
 from switchboard.workers.app import create_celery_app
 
 pytestmark = pytest.mark.unit
@@ -66,13 +66,43 @@ def test_kombu_form_lists_every_sentinel_with_db_and_quoted_password() -> None:
     assert parsed.kombu_url() == "sentinel://:p%40ss@h1:1/4;sentinel://:p%40ss@h2:2/4"
 
 
-def test_cluster_is_refused_as_not_supported_yet() -> None:
+def test_cluster_url_lists_its_seed_nodes_and_credentials() -> None:
+    parsed = parse_redis_url("redis+cluster://:p%40ss@10.0.0.1:7000,10.0.0.2,[::1]:7002")
+    assert parsed == ClusterUrl(
+        nodes=(("10.0.0.1", 7000), ("10.0.0.2", 6379), ("::1", 7002)),
+        username=None,
+        password="p@ss",
+    )
+    assert parsed.connection_kwargs() == {"password": "p@ss"}
+    named = parse_redis_url("redis+cluster://app:pw@h1:1")
+    assert isinstance(named, ClusterUrl)
+    assert named.connection_kwargs() == {"username": "app", "password": "pw"}
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("redis+cluster://h1:7000/1", "a cluster has database 0 only"),
+        ("redis+cluster://h1:7000?x=1", "takes no ?query"),
+        ("redis+cluster://h1:99999", "bad port '99999' for node h1"),
+        ("redis+cluster://:7000", "a node address has no host"),
+    ],
+)
+def test_bad_cluster_urls_are_one_clear_line(url: str, problem: str) -> None:
     with pytest.raises(ConfigError) as raised:
-        parse_redis_url("redis+cluster://127.0.0.1:7000,127.0.0.1:7001")
+        parse_redis_url(url)
     message = str(raised.value)
-    assert message.startswith("redis+cluster:// is not supported yet: ")
-    assert "redis+sentinel://" in message and "\n" not in message
-    assert raised.value.key_path == "SWITCHBOARD_REDIS_URL"
+    assert problem in message and "redis+cluster://[:password@]host:port" in message
+    assert "\n" not in message and raised.value.key_path == "SWITCHBOARD_REDIS_URL"
+
+
+def test_on_a_cluster_the_key_prefix_becomes_the_hash_tag() -> None:
+    """Every key shares one slot: `sb:` becomes `{sb}:`; a prefix with a tag is kept."""
+    assert Settings(redis_url="redis+cluster://h1:7000").key_prefix == "{sb}:"
+    assert Settings(redis_url="REDIS+CLUSTER://h1:7000", key_prefix="app:").key_prefix == "{app}:"
+    kept = Settings(redis_url="redis+cluster://h1:7000", key_prefix="x:{t}:")
+    assert kept.key_prefix == "x:{t}:"
+    assert Settings(redis_url="redis://h1:6379").key_prefix == "sb:"
 
 
 @pytest.mark.parametrize(
@@ -136,6 +166,15 @@ def test_celery_broker_keeps_its_own_url_and_the_plain_transport() -> None:
     assert "master_name" not in app.conf.broker_transport_options
 
 
-def test_celery_broker_refuses_a_cluster_url() -> None:
-    with pytest.raises(ConfigError, match=r"^redis\+cluster:// is not supported yet"):
+def test_celery_broker_refuses_a_cluster_url_naming_the_broker_setting() -> None:
+    with pytest.raises(ConfigError, match=r"^a Redis Cluster cannot carry Celery's queues") as e:
         create_celery_app(Settings(redis_url="redis+cluster://h1:7000"))
+    assert e.value.key_path == "SWITCHBOARD_BROKER_URL"
+    with pytest.raises(ConfigError, match=r"kombu has no cluster transport"):
+        create_celery_app(Settings(broker_url="redis+cluster://h1:7000"))
+
+
+def test_state_on_a_cluster_with_its_own_broker_makes_a_celery_app() -> None:
+    settings = Settings(redis_url="redis+cluster://h1:7000", broker_url="redis://b:6379/1")
+    app = create_celery_app(settings)
+    assert app.conf.broker_url == "redis://b:6379/1"

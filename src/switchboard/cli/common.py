@@ -11,7 +11,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from switchboard.shared.config import Settings, get_config, get_settings, reset_caches
+from switchboard.shared.config import (
+    ConfigError,
+    Settings,
+    cluster_url,
+    get_config,
+    get_settings,
+    reset_caches,
+)
 from switchboard.shared.errors import InvalidInput, SwitchboardError, Unavailable
 
 if TYPE_CHECKING:
@@ -124,6 +131,13 @@ def _check_redis_urls(settings: Settings) -> None:
 
     if settings.redis_url:
         parse_redis_url(settings.redis_url)
+        if cluster_url(settings.redis_url) and not settings.broker_url:
+            raise ConfigError(
+                "SWITCHBOARD_REDIS_URL is a Redis Cluster, which holds state only (kombu "
+                "has no cluster transport): set SWITCHBOARD_BROKER_URL to redis://, "
+                "redis+sentinel:// or amqp:// for Celery's queues (docs/scaling.md)",
+                key_path="SWITCHBOARD_BROKER_URL",
+            )
     if settings.broker_url and settings.broker_url.startswith(("redis", "unix")):
         parse_redis_url(settings.broker_url, "SWITCHBOARD_BROKER_URL")
 

@@ -147,7 +147,12 @@ def beat(config: ConfigOpt = None) -> None:
         from switchboard.shared.store.keyspace import Keyspace
         from switchboard.shared.store.sweeps import SweepStore
 
-        client = connect_plain(settings.redis_url, socket_timeout=3, socket_connect_timeout=3)
+        client = connect_plain(
+            settings.redis_url,
+            prefix=settings.key_prefix,
+            socket_timeout=3,
+            socket_connect_timeout=3,
+        )
         marks = SweepStore(client, Keyspace(settings.key_prefix))
         celery_app.conf.beat_scheduler = heartbeat_scheduler(marks, settings.sweep_interval_s)
     celery_app.start(

@@ -666,6 +666,15 @@ def _parse_json5(text: str, file: Path) -> Any:
 # --- infrastructure settings --------------------------------------------------------------
 
 
+# The scheme of a Redis Cluster URL (read in full by `store.urls`).
+REDIS_CLUSTER_SCHEME = "redis+cluster"
+
+
+def cluster_url(url: str | None) -> bool:
+    """Whether ``url`` names a Redis Cluster (``redis+cluster://``)."""
+    return bool(url) and str(url).lower().startswith(f"{REDIS_CLUSTER_SCHEME}://")
+
+
 class Settings(BaseSettings):
     """Infrastructure settings from `SWITCHBOARD_*` environment variables."""
 
@@ -716,6 +725,15 @@ class Settings(BaseSettings):
     @classmethod
     def _lower_format(cls, value: object) -> object:
         return value.strip().lower() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _one_slot_on_a_cluster(self) -> Self:
+        """On a Redis Cluster (``redis+cluster://``) every store key carries the prefix as
+        its hash tag (``sb:`` becomes ``{sb}:``), so every script's keys share one slot;
+        a prefix that already holds a ``{tag}`` is kept as it is."""
+        if cluster_url(self.redis_url) and "{" not in self.key_prefix:
+            self.key_prefix = "{" + self.key_prefix.rstrip(":") + "}:"
+        return self
 
     @property
     def effective_broker_url(self) -> str | None:

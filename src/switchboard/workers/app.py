@@ -14,9 +14,9 @@ from celery import Celery
 from kombu import Exchange, Queue  # type: ignore[attr-defined]
 
 from switchboard import telemetry
-from switchboard.shared.config import Settings, get_settings
+from switchboard.shared.config import ConfigError, Settings, get_settings
 from switchboard.shared.errors import InvalidInput, Unavailable
-from switchboard.shared.store.urls import parse_redis_url
+from switchboard.shared.store.urls import ClusterUrl, parse_redis_url
 from switchboard.workers.routing import (
     ALL_QUEUES,
     FLOWS_QUEUE,
@@ -58,7 +58,8 @@ def _kombu_broker(url: str, transport: dict[str, object]) -> tuple[str, str | No
     broker's when SWITCHBOARD_BROKER_URL is unset) becomes kombu's
     ``sentinel://h1:p1/<db>;sentinel://h2:p2/<db>`` with ``master_name`` added to the
     ``transport`` options, so workers follow a failover as the store does. Any other
-    scheme kombu does not know (``redis+cluster://``) is refused with the forms expected."""
+    scheme kombu does not know is refused with the forms expected, and a cluster
+    (``redis+cluster://``, state only) with the broker settings that can carry the queues."""
     if url.startswith(("redis://", "rediss://", "unix://")):
         return url, "switchboard.workers.transport:Transport"
     if url.startswith("sentinel://"):
@@ -66,6 +67,13 @@ def _kombu_broker(url: str, transport: dict[str, object]) -> tuple[str, str | No
     if url.startswith(("redis+", "rediss+")):
         setting = "SWITCHBOARD_BROKER_URL or SWITCHBOARD_REDIS_URL"
         parsed = parse_redis_url(url, setting)
+        if isinstance(parsed, ClusterUrl):
+            raise ConfigError(
+                "a Redis Cluster cannot carry Celery's queues (kombu has no cluster "
+                "transport): set SWITCHBOARD_BROKER_URL to redis://, redis+sentinel:// "
+                "or amqp:// (docs/scaling.md)",
+                key_path="SWITCHBOARD_BROKER_URL",
+            )
         assert parsed is not None  # the plain forms returned above
         transport["master_name"] = parsed.master
         return parsed.kombu_url(), "switchboard.workers.transport:SentinelTransport"

@@ -121,7 +121,8 @@ class Store:
         run's history read whole without; acknowledged writes waited for on replicas as
         ``durability`` says."""
         windows = TranscriptWindows() if fast_paths else None
-        client = connect(url, fast_paths=fast_paths, durability=durability)
+        prefix = options.get("prefix")
+        client = connect(url, fast_paths=fast_paths, durability=durability, prefix=prefix)
         return cls(client, windows=windows, **options)
 
     def pipeline(self) -> Pipeline:

@@ -40,7 +40,7 @@ class AsyncStore:
     @classmethod
     def from_url(cls, url: str, ks: Keyspace, **options: Any) -> AsyncStore:
         """A store on a new async client for ``url`` (``options``: redis-py's, e.g. timeouts)."""
-        return cls(connect_async(url, **options), ks)
+        return cls(connect_async(url, prefix=ks.prefix, **options), ks)
 
     async def aclose(self) -> None:
         """Close the client's connections."""

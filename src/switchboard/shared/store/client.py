@@ -79,10 +79,16 @@ from redis.retry import Retry
 from redis.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
 
 from switchboard.shared.errors import StoreUnavailable
+from switchboard.shared.store.cluster import (
+    AsyncSlotOwnerConnection,
+    SlotOwner,
+    SlotOwnerConnection,
+    follow_slot_owner,
+)
 from switchboard.shared.store.lua_scripts import load as load_lua
 from switchboard.shared.store.lua_scripts import script_names
 from switchboard.shared.store.thread_held import ThreadHeldRedis
-from switchboard.shared.store.urls import SentinelUrl, parse_redis_url
+from switchboard.shared.store.urls import ClusterUrl, SentinelUrl, parse_redis_url
 
 log = logging.getLogger("switchboard.store")
 
@@ -510,20 +516,30 @@ _POOL_OPTIONS: dict[str, Any] = {
 }
 
 
-def blocking_pool(url: str, *, scripts_on_connect: bool = False) -> redis.BlockingConnectionPool:
+def blocking_pool(
+    url: str, *, scripts_on_connect: bool = False, prefix: str | None = None
+) -> redis.BlockingConnectionPool:
     """A pool with keepalive and health checks for the store's client.
 
     With every connection in use (a worker with more threads than the pool holds, all
     calling at once), a caller waits up to 20 s for one instead of failing. For a
-    ``redis+sentinel://`` URL the pool's connections go to the primary the sentinels name.
-    With ``scripts_on_connect`` each connection loads every store script as it connects
-    (`load_scripts_on_connect`)."""
+    ``redis+sentinel://`` URL the pool's connections go to the primary the sentinels name;
+    for a ``redis+cluster://`` one, to the primary that owns the slot of the key
+    ``prefix`` (its hash tag: `cluster`). With ``scripts_on_connect`` each connection
+    loads every store script as it connects (`load_scripts_on_connect`)."""
     pool_options = dict(_POOL_OPTIONS)
     if scripts_on_connect:
         pool_options["redis_connect_func"] = load_scripts_on_connect
     parsed = parse_redis_url(url)
     if parsed is None:
         return redis.BlockingConnectionPool.from_url(url, **pool_options)
+    if isinstance(parsed, ClusterUrl):
+        return cast(
+            redis.BlockingConnectionPool,
+            _slot_owner_pool(
+                redis.BlockingConnectionPool, SlotOwnerConnection, parsed, prefix, pool_options
+            ),
+        )
     options = {**parsed.connection_kwargs(), **pool_options, "is_master": True}
     pool = SentinelBlockingPool(parsed.master, _sentinels(parsed), **options)  # type: ignore[no-untyped-call]
     follow_primary(pool)
@@ -531,12 +547,17 @@ def blocking_pool(url: str, *, scripts_on_connect: bool = False) -> redis.Blocki
 
 
 def connect(
-    url: str, *, fast_paths: bool = True, durability: Durability = NO_WAIT
+    url: str,
+    *,
+    fast_paths: bool = True,
+    durability: Durability = NO_WAIT,
+    prefix: str | None = None,
 ) -> StoreRedis | HeldStoreRedis:
     """The store's sync client for ``url``: thread-held connections with ``fast_paths``,
-    redis-py's plain pooled client without (both on a sentinel pool for a sentinel URL);
-    its acknowledged writes confirmed on replicas as ``durability`` says."""
-    pool = blocking_pool(url, scripts_on_connect=fast_paths)
+    redis-py's plain pooled client without (both on a sentinel pool for a sentinel URL,
+    on the slot owner's for a cluster URL, whose keys are under ``prefix``); its
+    acknowledged writes confirmed on replicas as ``durability`` says."""
+    pool = blocking_pool(url, scripts_on_connect=fast_paths, prefix=prefix)
     # redis-py types its constructors as returning Redis; they return the class called on.
     client: StoreRedis | HeldStoreRedis
     if fast_paths:
@@ -547,6 +568,28 @@ def connect(
     return client
 
 
+def _slot_owner_pool(
+    pool_class: Any,
+    connection_class: type[Any],
+    parsed: ClusterUrl,
+    prefix: str | None,
+    options: dict[str, Any],
+) -> Any:
+    """A pool of ``pool_class`` whose connections go to the primary that owns the slot of
+    the store's keys (the key ``prefix`` is their hash tag), followed as it moves."""
+    if not prefix or "{" not in prefix:
+        raise ValueError(f"on a Redis Cluster the key prefix carries a {{hash tag}}: {prefix!r}")
+    owner = SlotOwner(parsed, prefix)
+    pool = pool_class(
+        connection_class=connection_class,
+        slot_owner=owner,
+        **parsed.connection_kwargs(),
+        **options,
+    )
+    follow_slot_owner(pool, owner, _cut_connections)
+    return pool
+
+
 def dedicated_connection(client: redis.Redis) -> redis.Connection:
     """A connection of its own (not from the pool) to where ``client``'s pool connects:
     the same server, database and credentials; for a sentinel pool, the current primary."""
@@ -554,11 +597,16 @@ def dedicated_connection(client: redis.Redis) -> redis.Connection:
     return cast(redis.Connection, pool.connection_class(**pool.connection_kwargs))
 
 
-def connect_plain(url: str, **options: Any) -> StoreRedis:
-    """A plain store client with its own connection options (a probe, a broker's lists)."""
+def connect_plain(url: str, *, prefix: str | None = None, **options: Any) -> StoreRedis:
+    """A plain store client with its own connection options (a probe, a broker's lists);
+    on a cluster, to the owner of the slot of the keys under ``prefix``."""
     parsed = parse_redis_url(url)
     if parsed is None:
         return cast(StoreRedis, StoreRedis.from_url(url, driver_info=DRIVER_INFO, **options))
+    if isinstance(parsed, ClusterUrl):
+        options = {"driver_info": DRIVER_INFO, **options}
+        pool = _slot_owner_pool(redis.ConnectionPool, SlotOwnerConnection, parsed, prefix, options)
+        return cast(StoreRedis, StoreRedis.from_pool(pool))
     client = _sentinels(parsed).master_for(  # type: ignore[no-untyped-call]
         parsed.master, redis_class=StoreRedis, driver_info=DRIVER_INFO, **options
     )
@@ -600,14 +648,21 @@ class AsyncStoreRedis(aioredis.Redis):
         )
 
 
-def connect_async(url: str, **options: Any) -> AsyncStoreRedis:
+def connect_async(url: str, *, prefix: str | None = None, **options: Any) -> AsyncStoreRedis:
     """An async store client for ``url`` with the connection ``options`` given (for a
-    sentinel URL, on redis-py's async sentinel pool)."""
+    sentinel URL, on redis-py's async sentinel pool; for a cluster URL, on connections to
+    the owner of the slot of the keys under ``prefix``)."""
     parsed = parse_redis_url(url)
     if parsed is None:
         return cast(
             AsyncStoreRedis, AsyncStoreRedis.from_url(url, driver_info=DRIVER_INFO, **options)
         )
+    if isinstance(parsed, ClusterUrl):
+        options = {"driver_info": DRIVER_INFO, **options}
+        pool = _slot_owner_pool(
+            aioredis.ConnectionPool, AsyncSlotOwnerConnection, parsed, prefix, options
+        )
+        return cast(AsyncStoreRedis, AsyncStoreRedis.from_pool(pool))
     kwargs = _sentinel_kwargs(AsyncRetry(NoBackoff(), 0))
     sentinels = AsyncNewestSentinel(  # type: ignore[no-untyped-call]
         list(parsed.sentinels), sentinel_kwargs=kwargs, **parsed.connection_kwargs()

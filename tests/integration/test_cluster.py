@@ -1,0 +1,259 @@
+"""State on a Redis Cluster (``redis+cluster://``): three private primaries, a replica each.
+
+The store's keys share one hash slot (the key prefix is the hash tag) and its connections
+go to the primary that owns it: scripts, pipelines and transactions run as on one Redis,
+with every fast path. Then the slot's primary is failed over (a planned ``CLUSTER
+FAILOVER``, and a kill -9 under load with a real api, worker and beat): the store's sync
+and async clients follow by themselves, every acknowledged run ends ok exactly once, and
+the api answers 200 or 503 with Retry-After meanwhile, never a 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from switchboard.shared.config import Settings
+from switchboard.shared.errors import StoreUnavailable, Unavailable
+from switchboard.shared.store import Store
+from switchboard.shared.store.client import connect_async, connect_plain
+from switchboard.supervisor.redis_cluster import RedisClusterGroup, RedisClusterNode
+from switchboard.supervisor.redis_server import RedisServer, find_redis_server
+from switchboard.testing.webhook_receiver import WebhookReceiver
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
+from faultkit import Cluster, base_config, count_by, wait_until
+
+# The same prefix the product gives itself on a cluster (`Settings`).
+PREFIX = Settings(redis_url="redis+cluster://h:1").key_prefix
+
+
+def _started(where: Path) -> Iterator[RedisClusterGroup]:
+    try:
+        find_redis_server()
+    except Unavailable as exc:
+        pytest.skip(f"no redis-server to run a Redis Cluster: {exc}")
+    with RedisClusterGroup(where, primaries=3, replicas_per_primary=1) as group:
+        yield group
+
+
+@pytest.fixture
+def cluster_group(tmp_path: Path) -> Iterator[RedisClusterGroup]:
+    """A cluster of the test's own (failovers change which node owns the slot)."""
+    yield from _started(tmp_path / "cluster")
+
+
+@pytest.fixture(scope="module")
+def steady_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterGroup]:
+    """A cluster the module's tests that fail nothing over share."""
+    yield from _started(tmp_path_factory.mktemp("steady-cluster"))
+
+
+def _owner(group: RedisClusterGroup) -> RedisClusterNode:
+    return group.primary_for(PREFIX)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("fast_paths", [True, False], ids=["fast", "plain"])
+def test_store_steps_run_on_the_slot_owner(
+    steady_cluster: RedisClusterGroup, fast_paths: bool
+) -> None:
+    """Scripts, a pipeline of scripts (which redis-py's cluster client refuses) and a
+    transaction run through the cluster URL; every key lands on the slot's primary, none
+    elsewhere; the probe and async clients read them there."""
+    prefix = PREFIX.replace("}", f"-{fast_paths}}}")
+    store = Store.from_url(steady_cluster.url, fast_paths=fast_paths, prefix=prefix)
+    try:
+        session_id, created = store.sessions.ensure("agent:main:hook:cluster")
+        assert created
+        seq = store.transcripts.append(
+            "agent:main:hook:cluster", {"role": "user", "content": "hi"}, now_ms=1
+        )
+        pipe = store.pipeline()  # scripts in a pipeline, on one connection
+        store.sessions.touch("agent:main:hook:cluster", client=pipe)
+        store.sessions.touch("agent:main:hook:other", client=pipe)
+        pipe.execute()
+        assert store.sessions.count() == 2
+        assert store.sessions.agent_ids() == ["main"]  # SCAN: the owner holds every key
+        assert [m["content"] for m in store.transcripts.all("agent:main:hook:cluster")] == ["hi"]
+        owner = steady_cluster.primary_for(prefix)
+        with owner.client() as direct:
+            on_owner = {k.decode() for k in direct.keys(f"{prefix}*")}
+        assert store.ks.session("agent:main:hook:cluster") in on_owner
+        assert store.ks.transcript("agent:main:hook:cluster") in on_owner
+        others = 0
+        for node in steady_cluster.nodes:  # the other primaries hold none of them
+            with node.client() as other:
+                if node is not owner and other.info("replication")["role"] == "master":
+                    others += 1
+                    assert other.keys(f"{prefix}*") == []
+        assert others == 2
+        probe = connect_plain(steady_cluster.url, prefix=prefix, socket_timeout=3)
+        assert probe.hget(store.ks.session("agent:main:hook:cluster"), "sessionId")
+        probe.close()
+
+        async def read_async() -> Any:
+            client = connect_async(steady_cluster.url, prefix=prefix, socket_timeout=3)
+            try:
+                return await client.xlen(store.ks.transcript("agent:main:hook:cluster"))
+            finally:
+                await client.aclose()
+
+        assert asyncio.run(read_async()) == seq
+        assert session_id
+    finally:
+        store.close()
+
+
+@pytest.mark.integration
+def test_a_prefix_without_a_hash_tag_is_refused_on_a_cluster(
+    steady_cluster: RedisClusterGroup,
+) -> None:
+    with pytest.raises(ValueError, match=r"carries a \{hash tag\}"):
+        Store.from_url(steady_cluster.url, prefix="sb:")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("fast_paths", [True, False], ids=["fast", "plain"])
+def test_planned_failover_moves_every_connection_to_the_new_owner(
+    cluster_group: RedisClusterGroup, fast_paths: bool
+) -> None:
+    """``CLUSTER FAILOVER`` on the owner's replica: the old primary becomes a replica and
+    answers the store's connections MOVED; they reconnect to the new owner, and every
+    later write lands there."""
+    store = Store.from_url(cluster_group.url, fast_paths=fast_paths, prefix=PREFIX)
+    key = f"{PREFIX}probe"
+    try:
+        store.redis.set(key, "before")
+        old = _owner(cluster_group)
+        new = cluster_group.replica_of(old)
+        with new.client() as replica:
+            assert replica.execute_command("CLUSTER", "FAILOVER") in (b"OK", "OK", True)
+        wait_until(lambda: _owner(cluster_group) is new, 20, "the replica to take the slot", 0.1)
+        switched_at = time.monotonic()
+
+        def written_on_new_owner() -> bool:
+            with contextlib.suppress(StoreUnavailable):  # a moved connection fails once
+                store.redis.set(key, "after")
+            with new.client() as owner:
+                return owner.get(key) == b"after"
+
+        wait_until(written_on_new_owner, 10, "a write to reach the new owner", 0.05)
+        print(f"\nwrites on the new owner {time.monotonic() - switched_at:.2f}s after the switch")
+        for n in range(20):
+            store.redis.set(key, f"final {n}")
+        with new.client() as owner:
+            assert owner.get(key) == b"final 19"
+        with old.client() as demoted:
+            assert demoted.info("replication")["role"] == "slave"
+    finally:
+        store.close()
+
+
+@pytest.mark.integration
+def test_planned_failover_moves_the_async_client_and_its_subscription(
+    cluster_group: RedisClusterGroup,
+) -> None:
+    """The api's async client (run reads, the run-end subscription) follows the slot to
+    its new owner; a message published on any node reaches the subscriber."""
+
+    async def heard(subscriber: Any) -> bool:
+        try:
+            found = await subscriber.get_message(ignore_subscribe_messages=True, timeout=0.2)
+        except redis.ConnectionError:
+            await subscriber.aclose()  # as the api's waiter does: subscribe again
+            await subscriber.subscribe(f"{PREFIX}events")
+            return False
+        return found is not None and found["data"] == b"hello"
+
+    async def scenario() -> None:
+        client = connect_async(cluster_group.url, prefix=PREFIX, socket_timeout=5)
+        try:
+            async with client.pubsub() as subscriber:
+                await subscriber.subscribe(f"{PREFIX}events")
+                assert (await subscriber.get_message(timeout=2))["type"] == "subscribe"
+                await client.set(f"{PREFIX}async", "before")
+                old = _owner(cluster_group)
+                new = cluster_group.replica_of(old)
+                with new.client() as replica:
+                    replica.execute_command("CLUSTER", "FAILOVER")
+                deadline = time.monotonic() + 20
+                while _owner(cluster_group) is not new:
+                    assert time.monotonic() < deadline, "the replica never took the slot"
+                    await asyncio.sleep(0.1)
+                switched_at = time.monotonic()
+                while True:
+                    assert time.monotonic() - switched_at < 10, "the async client stayed behind"
+                    with contextlib.suppress(StoreUnavailable):
+                        await client.set(f"{PREFIX}async", "after")
+                    with new.client() as owner:
+                        if owner.get(f"{PREFIX}async") == b"after":
+                            break
+                    await asyncio.sleep(0.05)
+                other = next(n for n in cluster_group.nodes if n not in (old, new) and n.pid)
+                while True:  # cluster pub/sub reaches every node's subscribers
+                    assert time.monotonic() - switched_at < 10, "the subscriber heard nothing"
+                    with other.client() as node:
+                        node.publish(f"{PREFIX}events", "hello")
+                    if await heard(subscriber):
+                        break
+        finally:
+            await client.aclose()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.faults
+def test_kill_of_the_slot_owner_under_load_loses_nothing(
+    cluster_group: RedisClusterGroup, tmp_path: Path, webhook: WebhookReceiver
+) -> None:
+    """kill -9 of the slot's primary with runs in flight: its replica takes over, the
+    worker, beat and api follow without a restart, every acknowledged run ends ok once
+    with an exact transcript, and meanwhile the api answers 200 or 503 + Retry-After."""
+    from test_sentinel import _post, _Prober, _send, assert_failover_lost_nothing
+
+    broker = RedisServer(tmp_path / "broker")
+    broker.start()
+    cluster = Cluster(cluster_group.url, tmp_path, base_config(webhook.url), broker_url=broker.url)
+    try:
+        cluster.worker(concurrency=16)
+        cluster.beat()
+        _, url = cluster.api()
+        first = _send(url, "before-0", "hello")
+        resp, _ = _post(
+            url, "/rpc", {"method": "agent.wait", "params": {"runId": first, "timeoutMs": 30_000}}
+        )
+        assert resp.status_code == 200 and resp.json()["status"] == "ok", resp.text
+        acknowledged = [first]
+        for i in range(12):
+            for j in range(2):
+                acknowledged.append(_send(url, f"load-{i}", f"/sleep 1\nrun {i}.{j}"))
+        old = _owner(cluster_group)
+        with old.client() as primary:  # everything acknowledged is on the replica
+            primary.set(f"{PREFIX}fence", "1")
+            assert primary.wait(1, 2000) == 1
+        with _Prober(url) as prober:
+            cluster_group.kill(old)
+            killed_at = time.monotonic()
+            promoted = cluster_group.wait_promoted(old, timeout_s=30)
+            promoted_s = time.monotonic() - killed_at
+            wait_until(lambda: len(prober.acknowledged) >= 3, 30, "sends to succeed again", 0.2)
+        during = count_by((a[0], a[1]) for a in prober.answers)
+        print(f"\n{promoted} took the slot after {promoted_s:.1f}s; answers during: {during}")
+        assert_failover_lost_nothing(cluster, url, acknowledged, prober)
+        assert all(proc.alive() for proc in cluster.procs)  # nobody was restarted
+    except BaseException:
+        print(cluster.logs(), cluster_group.logs(), sep="\n")
+        raise
+    finally:
+        cluster.stop_all()
+        cluster.services.store.close()
+        broker.stop()
