@@ -7,11 +7,12 @@ ports, tmp dirs), so this folder can run beside the other slow suites: `-m scale
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from scalekit import BROKERS, Cluster, Service, broker_for, make_cluster
+from scalekit import BROKERS, Cluster, Service, broker_for, make_cluster, redis_cluster
 
 from switchboard.supervisor.redis_server import RedisServer
 from switchboard.testing.webhook_receiver import WebhookReceiver
@@ -39,20 +40,37 @@ def module_webhook() -> Iterator[WebhookReceiver]:
 
 
 @pytest.fixture(scope="module")
+def state(request: pytest.FixtureRequest) -> str:
+    """Where the service keeps its state: the private Redis (``redis``, unless a module
+    parametrizes it) or a private 3-primary Redis Cluster (``redis-cluster``; the broker
+    then stays on the private Redis, or RabbitMQ)."""
+    return str(getattr(request, "param", "redis"))
+
+
+@pytest.fixture(scope="module")
 def service(
     broker: str | None,
+    state: str,
     redis_server: RedisServer,
     tmp_path_factory: pytest.TempPathFactory,
     module_webhook: WebhookReceiver,
 ) -> Iterator[Service]:
     """Two apis, two workers (2 runs in flight each, so a burst spreads over both) and two
-    beats on database 1 of the private Redis, kept for the module's tests; flushed after."""
+    beats on database 1 of the private Redis (or, with ``state`` ``redis-cluster``, on a
+    private Redis Cluster with database 1 as the broker), kept for the module's tests;
+    flushed after."""
     import redis
 
     url = redis_server.url.rsplit("/", 1)[0] + "/1"
-    with redis.Redis.from_url(url) as admin:
+    with redis.Redis.from_url(url) as admin, contextlib.ExitStack() as stack:
         assert admin.dbsize() == 0, f"{url} is not empty"
-        cluster = make_cluster(url, tmp_path_factory.mktemp("service"), module_webhook.url, broker)
+        state_url, broker_url = url, broker
+        if state == "redis-cluster":
+            group = stack.enter_context(redis_cluster(tmp_path_factory.mktemp("cluster")))
+            state_url, broker_url = group.url, broker or url
+        cluster = make_cluster(
+            state_url, tmp_path_factory.mktemp("service"), module_webhook.url, broker_url
+        )
         made = None
         try:
             made = Service(cluster)

@@ -18,6 +18,9 @@ import httpx
 import pytest
 
 from switchboard.bench.shapes import RABBITMQ_PORT, rabbitmq_missing, rabbitmqctl
+from switchboard.shared.errors import Unavailable
+from switchboard.supervisor.redis_cluster import RedisClusterGroup
+from switchboard.supervisor.redis_server import find_redis_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "faults"))
 
@@ -55,6 +58,21 @@ def broker_for(kind: str) -> Iterator[str | None]:
     else:
         with rabbitmq_vhost() as url:
             yield url
+
+
+# --- Redis Cluster: a private one of three primaries -------------------------------------------
+
+
+@contextlib.contextmanager
+def redis_cluster(where: Path) -> Iterator[RedisClusterGroup]:
+    """A private Redis Cluster of three primaries (no replicas) under ``where``; skips the
+    test where no redis-server can run one."""
+    try:
+        find_redis_server()
+    except Unavailable as exc:
+        pytest.skip(f"no redis-server to run a Redis Cluster: {exc}")
+    with RedisClusterGroup(where, primaries=3) as group:
+        yield group
 
 
 # --- which worker ran what -------------------------------------------------------------------

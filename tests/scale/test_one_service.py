@@ -3,8 +3,10 @@ started separately on one Redis, are one service: a wait answers on the api it s
 whichever worker ran the run, another api re-attaches to it by run id, a reply-back flow
 and a spawn's announce complete across workers, and two beats recover a lost run once.
 
-Each test runs twice: with Redis as the broker, then RabbitMQ (a vhost of its own; skipped
-where RabbitMQ is not installed). Workers run 2 runs at a time, so a burst spreads over both.
+Each test runs four times: with Redis as the broker, then RabbitMQ (a vhost of its own;
+skipped where RabbitMQ is not installed), each with the state on the private Redis and on a
+private 3-primary Redis Cluster (`redis+cluster://`; the broker then stays on the private
+Redis or RabbitMQ). Workers run 2 runs at a time, so a burst spreads over both.
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ from scalekit import Service, sweep_totals
 from switchboard.shared.delivery.records import TERMINAL_STATUSES
 from switchboard.shared.store.runs import now_ms
 
-pytestmark = [pytest.mark.scale, pytest.mark.timeout(240)]
+pytestmark = [
+    pytest.mark.scale,
+    pytest.mark.timeout(240),
+    # Each broker with the state on one Redis, then on a 3-primary Redis Cluster.
+    pytest.mark.parametrize("state", ["redis", "redis-cluster"], indirect=True, scope="module"),
+]
 
 # Reply-back flows started at once: enough that some flow's rounds hop between workers.
 FLOWS = 10
