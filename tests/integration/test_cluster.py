@@ -24,7 +24,7 @@ import redis
 from switchboard.shared.config import Settings
 from switchboard.shared.errors import StoreUnavailable, Unavailable
 from switchboard.shared.store import Store
-from switchboard.shared.store.client import connect_async, connect_plain
+from switchboard.shared.store.client import Durability, connect_async, connect_plain
 from switchboard.supervisor.redis_cluster import RedisClusterGroup, RedisClusterNode
 from switchboard.supervisor.redis_server import RedisServer, find_redis_server
 from switchboard.testing.webhook_receiver import WebhookReceiver
@@ -68,9 +68,13 @@ def test_store_steps_run_on_the_slot_owner(
 ) -> None:
     """Scripts, a pipeline of scripts (which redis-py's cluster client refuses) and a
     transaction run through the cluster URL; every key lands on the slot's primary, none
-    elsewhere; the probe and async clients read them there."""
+    elsewhere; the probe and async clients read them there. With acknowledged writes on
+    (SWITCHBOARD_REDIS_WAIT_REPLICAS=1) WAIT confirms them on the owner's replica."""
     prefix = PREFIX.replace("}", f"-{fast_paths}}}")
-    store = Store.from_url(steady_cluster.url, fast_paths=fast_paths, prefix=prefix)
+    durability = Durability(replicas=1, timeout_ms=5000)
+    store = Store.from_url(
+        steady_cluster.url, fast_paths=fast_paths, prefix=prefix, durability=durability
+    )
     try:
         session_id, created = store.sessions.ensure("agent:main:hook:cluster")
         assert created
@@ -109,6 +113,12 @@ def test_store_steps_run_on_the_slot_owner(
 
         assert asyncio.run(read_async()) == seq
         assert session_id
+        assert durability.short == 0  # the append's WAIT found the replica
+        with owner.client() as direct:
+            assert direct.info("commandstats")["cmdstat_wait"]["calls"] >= 1
+        with steady_cluster.replica_of(owner).client() as replica:
+            replica.readonly()
+            assert replica.xlen(store.ks.transcript("agent:main:hook:cluster")) == seq
     finally:
         store.close()
 
