@@ -168,17 +168,19 @@ def test_unknown_scenario_is_a_clear_error(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(900)
 def test_quick_scale_measures_every_shape_beside_its_anchor(tmp_path: Path) -> None:
-    """`-s scale` (not in the default run) measures 1x1, 1x2 and 2x2 on Redis and, where
-    RabbitMQ is installed, on RabbitMQ, each beside the prefork anchor on the same broker;
-    two apis both took load; the cluster row says why it is not measured."""
+    """`-s scale` (not in the default run) measures 1x1, 1x2 and 2x2 on Redis, where
+    RabbitMQ is installed on RabbitMQ, and with the state on a 3-primary Redis Cluster
+    (the broker on the stack's Redis), each beside the prefork anchor on the same broker;
+    two apis both took load; the cluster rows count the broker's Redis and the nodes."""
     done = _bench("--quick", "-s", "scale", "--out", str(tmp_path), timeout_s=900)
     assert done.returncode == 0, done.stdout + done.stderr
     doc = _figures(tmp_path, "scale")
     assert doc["correct"] is True and doc["quick"] is True
     rows = doc["figure"]["shapes"]
     measured = [r for r in rows if "skipped" not in r]
-    shapes = {(r["broker"], r["apis"], r["workers"]) for r in measured}
-    assert {("redis", 1, 1), ("redis", 1, 2), ("redis", 2, 2)} <= shapes
+    shapes = {(r["broker"], r["store"], r["apis"], r["workers"]) for r in measured}
+    for store in ("redis", "redis-cluster-3"):
+        assert {("redis", store, 1, 1), ("redis", store, 1, 2), ("redis", store, 2, 2)} <= shapes
     rabbit = [r for r in rows if r["broker"] == "rabbitmq"]
     assert len(rabbit) == 3 or (len(rabbit) == 1 and rabbit[0]["skipped"]), rabbit
     for r in measured:
@@ -190,5 +192,14 @@ def test_quick_scale_measures_every_shape_beside_its_anchor(tmp_path: Path) -> N
         if r["apis"] == 2:
             assert all(share and share >= 0.1 for share in r["apiCpuShare"].values()), r
     cluster = [r for r in rows if r["store"] == "redis-cluster-3"]
-    assert len(cluster) == 1 and "not supported yet" in cluster[0]["skipped"]
+    assert len(cluster) == 3 and all("skipped" not in r for r in cluster), cluster
+    for r in cluster:
+        assert r["broker"] == "redis"
+        assert r["completed"] == r["sends"] > 0
+        assert r["runsPerS"] > 0 and r["sendWait"]["p50_ms"] > 0
+        assert r["costs"]["redisCommands"] > 0
+        # Its Redis figures are the broker's Redis and the cluster's nodes together.
+        assert "cluster" in r["redisCounted"]
+        assert set(r["redisCpuMsPerRun"]) == {"redis", "redis-cluster"}
+        assert r["redisCpuMsPerRun"]["redis-cluster"] > 0
     assert "| 2x2 |" in (tmp_path / "README.md").read_text()

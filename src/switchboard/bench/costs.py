@@ -1,8 +1,10 @@
 """What a unit of work costs: Redis commands (``INFO commandstats``) and CPU seconds.
 
-A `CostMeter` reads the server's calls per command and the CPU time (user + system, from
-/proc through psutil) of named process trees before and after some work; the difference,
-less the commands the bench sent itself while polling for the end, is the work's cost.
+A `CostMeter` reads the calls per command of the named Redis servers (summed: the stack's
+Redis, and every node of the cluster when the state is on one) and the CPU time (user +
+system, from /proc through psutil) of named process trees before and after some work; the
+difference, less the commands the bench sent itself while polling for the end, is the
+work's cost.
 Divided by the runs completed, it sizes a Redis shard: commands per run and CPU seconds
 per thousand runs across api, worker and Redis.
 """
@@ -49,7 +51,9 @@ class Costs:
 
 
 class CostMeter:
-    """Measures the cost of work done by the stack's named processes (``redis`` included)."""
+    """Measures the cost of work done by the stack's named processes: CPU of them all,
+    Redis commands of the Redis servers among them (``redis``, ``redis-cluster``:
+    `Stack.redis_servers`)."""
 
     def __init__(self, st: Stack, processes: Sequence[str]) -> None:
         self.st = st
@@ -58,12 +62,11 @@ class CostMeter:
     @contextmanager
     def measure(self, into: Costs) -> Iterator[None]:
         """Add the commands and CPU spent inside the block to ``into``."""
-        stats = self.st.store().stats
         polled_before = Counter(self.st.polled_commands)
         cpu_before = self._cpu_s()
-        calls_before = stats.command_calls()
+        calls_before = self.st.command_calls(self.processes)
         yield
-        calls = stats.command_calls().since(calls_before)
+        calls = self.st.command_calls(self.processes).since(calls_before)
         into.cpu_s += self._cpu_s() - cpu_before
         polled = self.st.polled_commands - polled_before
         into.commands.update(Counter(calls) - polled)  # drops what falls to zero or below

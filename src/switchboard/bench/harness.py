@@ -2,7 +2,8 @@
 
 Every process is a real subprocess started as a user would start it (`switchboard api`,
 `switchboard worker`, `switchboard beat`, `celery -A switchboard.bench.anchor worker`), all
-pointed at one private redis-server (each anchor on a database of its own); the scenario
+pointed at one private redis-server (each anchor on a database of its own), or with the
+product's state on a private Redis Cluster and its broker on that redis-server; the scenario
 drives them from the bench process, and reaches the product's data only through the
 product's store (`Stack.store`).
 """
@@ -35,6 +36,8 @@ from switchboard.shared.config import Settings, load_config
 from switchboard.shared.errors import Unavailable
 from switchboard.shared.services import Services
 from switchboard.shared.store import Store
+from switchboard.shared.store.stats import CommandCalls, ProgressReads, ServerStats
+from switchboard.supervisor.redis_cluster import RedisClusterGroup
 from switchboard.supervisor.redis_server import RedisServer, redis_free_port
 
 TOKEN = "bench-token"
@@ -51,6 +54,10 @@ ONE_AGENT_STACK: dict[str, Any] = {
 }
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 15.0
+# The names of a stack's Redis servers in `Stack.process_tree` and `Stack.command_calls`:
+# its own redis-server, and every node of the cluster the state is on (if it is).
+REDIS = "redis"
+STATE_CLUSTER = "redis-cluster"
 
 
 @dataclass
@@ -66,12 +73,17 @@ class Stack:
     worker_concurrency: int = WORKER_CONCURRENCY
     # The Celery broker when it is not the stack's Redis (RabbitMQ: ``amqp://…/<vhost>``).
     broker_url: str | None = None
+    # The private Redis Cluster the product's state is on, when it is not on the stack's
+    # Redis (the product's broker and the anchors then stay on the stack's Redis).
+    cluster: RedisClusterGroup | None = None
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # Set when a scenario failed on this stack: its work dir (logs) is kept.
     keep_logs: bool = False
     # Redis commands the bench itself sent while polling (left out of per-run counts).
     polled_commands: Counter[str] = field(default_factory=Counter)
     _store: Store | None = field(default=None, repr=False)
+    # A held connection to each Redis server read with INFO (by port), for `command_calls`.
+    _servers: dict[int, ServerStats] = field(default_factory=dict, repr=False)
 
     def spawn(
         self, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None
@@ -119,7 +131,8 @@ class Stack:
         )
 
     def store(self) -> Store:
-        """The product's store on the stack's Redis, for the bench's own reads (one per stack)."""
+        """The product's store (on the stack's Redis, or on the cluster under the prefix
+        made a hash tag), for the bench's own reads (one per stack)."""
         if self._store is None:
             settings = self.settings()
             assert settings.redis_url is not None
@@ -129,36 +142,84 @@ class Stack:
         return self._store
 
     def close(self) -> None:
-        """Close the bench's own store client."""
+        """Close the bench's own store client and its connections to the Redis servers."""
         if self._store is not None:
             self._store.close()
             self._store = None
+        for stats in self._servers.values():
+            stats.redis.close()
+        self._servers.clear()
+
+    @property
+    def state_url(self) -> str:
+        """The product's state store: the cluster's URL when the state is on one, else the
+        stack's Redis."""
+        return self.cluster.url if self.cluster is not None else self.redis.url
+
+    @property
+    def product_broker_url(self) -> str | None:
+        """The product's Celery broker when it is not the state's Redis: `broker_url`, else
+        the stack's Redis when the state is on a cluster (which cannot be a broker)."""
+        if self.broker_url is not None:
+            return self.broker_url
+        return self.redis.url if self.cluster is not None else None
 
     def settings(self) -> Settings:
         """The settings the stack's processes run with."""
         return Settings(
-            redis_url=self.redis.url,
+            redis_url=self.state_url,
             token=TOKEN,
             data_dir=Path(self.env["SWITCHBOARD_DATA_DIR"]),
             config=self.config_path,
             log_level="WARNING",
             fast_paths=self.fast_paths,
-            broker_url=self.broker_url,
+            broker_url=self.product_broker_url,
         )
 
+    def redis_servers(self, names: Sequence[str]) -> list[RedisServer]:
+        """The Redis servers among ``names``: ``redis`` the stack's own, ``redis-cluster``
+        every node of the cluster the state is on (none when it is not on one)."""
+        out: list[RedisServer] = []
+        for name in names:
+            if name == REDIS:
+                out.append(self.redis)
+            elif name == STATE_CLUSTER and self.cluster is not None:
+                out += self.cluster.nodes
+        return out
+
     def process_tree(self, names: Sequence[str]) -> list[psutil.Process]:
-        """The named processes (``redis`` for the server) with their children, for CPU use."""
-        pids = [self.redis.pid if name == "redis" else self.pid(name) for name in names]
+        """The named processes with their children, for CPU use (``redis`` and
+        ``redis-cluster`` name the Redis servers, as `redis_servers` says)."""
+        pids: list[int | None] = []
+        for name in names:
+            if name in (REDIS, STATE_CLUSTER):
+                pids += [server.pid for server in self.redis_servers([name])]
+            else:
+                pids.append(self.pid(name))
         out: list[psutil.Process] = []
         for pid in pids:
             if pid is None:
-                raise Unavailable("bench: the stack's redis-server is not running")
+                raise Unavailable("bench: a redis-server of the stack is not running")
             proc = psutil.Process(pid)
             out += [proc, *proc.children(recursive=True)]
         return out
 
+    def command_calls(self, names: Sequence[str]) -> CommandCalls:
+        """Calls per command since start (``INFO commandstats``), summed over the Redis
+        servers among ``names`` (`redis_servers`), each read on a connection held for it."""
+        total: Counter[str] = Counter()
+        for server in self.redis_servers(names):
+            total.update(self._server(server).command_calls().calls)
+        return CommandCalls(dict(total))
+
+    def _server(self, server: RedisServer) -> ServerStats:
+        stats = self._servers.get(server.port)
+        if stats is None:
+            stats = self._servers[server.port] = ServerStats(server.client())
+        return stats
+
     def services(self) -> Services:
-        """The product's services wired in the bench process, against the stack's Redis."""
+        """The product's services wired in the bench process, against the stack's state store."""
         from switchboard.wiring import build_services
         from switchboard.workers.app import create_celery_app
         from switchboard.workers.queue import CeleryQueue
@@ -200,16 +261,12 @@ class Stack:
 
         Follow-up work (announces, deliveries) of one measurement would otherwise run
         during the next one."""
-        from switchboard.workers.app import ALL_QUEUES
-
-        progress = self.store().progress
         t0 = time.monotonic()
         quiet = 0
         while quiet < 3:
             if time.monotonic() - t0 > timeout_s:
                 raise Unavailable(f"the worker did not go idle within {timeout_s:.0f}s")
-            busy = progress.backlog(ALL_QUEUES)
-            self.polled_commands.update(progress.backlog_commands(ALL_QUEUES))
+            busy = self.backlog()
             quiet = quiet + 1 if busy == 0 else 0
             time.sleep(0.1)
         return time.monotonic() - t0
@@ -217,16 +274,31 @@ class Stack:
     def settle(self, timeout_s: float = 10.0) -> None:
         """Return once nothing is queued, in flight or active (two polls 2 ms apart): a
         short wait between timed samples, so no sample pays for the last one's follow-up."""
-        from switchboard.workers.app import ALL_QUEUES
-
-        progress = self.store().progress
         deadline = time.monotonic() + timeout_s
         quiet = 0
         while quiet < 2 and time.monotonic() < deadline:
-            busy = progress.backlog(ALL_QUEUES)
-            self.polled_commands.update(progress.backlog_commands(ALL_QUEUES))
+            busy = self.backlog()
             quiet = quiet + 1 if busy == 0 else 0
             time.sleep(0.002)
+
+    def backlog(self) -> int:
+        """Work not yet done (`ProgressReads.backlog`: messages queued or unacked on the
+        product's queues, active and parked runs, outbox entries); a counted poll. With the
+        state on a cluster the queues are read on the broker (the stack's Redis) and the rest
+        in the store (a key of another slot is not on the store's node)."""
+        from switchboard.workers.app import ALL_QUEUES
+
+        store = self.store()
+        self.polled_commands.update(store.progress.backlog_commands(ALL_QUEUES))
+        if self.cluster is None:
+            return store.progress.backlog(ALL_QUEUES)
+        # The state's keys it reads there find nothing: the state is on the cluster.
+        queued = ProgressReads(self._server(self.redis).redis, store.ks).backlog(ALL_QUEUES)
+        pipe = store.pipeline()
+        for key in (store.ks.active_runs, store.ks.outbox, store.ks.parked_runs):
+            pipe.zcard(key)
+        self.polled_commands["zcard"] += 3
+        return queued + sum(int(n) for n in pipe.execute())
 
     def run_ends(self, run_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
         """The runs that have ended: id → (status, endedAt ms); a counted poll."""
@@ -282,6 +354,7 @@ def stack(
     keep: bool = False,
     apis: int = 1,
     broker_url: str | None = None,
+    state_cluster: int = 0,
 ) -> Iterator[Stack]:
     """Private Redis + api(s) + worker(s) (+ beat, + the anchor workers), torn down afterwards.
 
@@ -291,7 +364,10 @@ def stack(
     Several ``apis`` (processes ``api``, ``api1``, …) share the stack's one port with
     SO_REUSEPORT, as `switchboard up --apis N` runs them. ``broker_url`` puts the product's
     and the anchors' Celery broker there (RabbitMQ); the state and the anchors' results stay
-    on the private Redis.
+    on the private Redis. ``state_cluster`` N puts the product's state on a private Redis
+    Cluster of N primaries (no replicas; ``redis+cluster://``, every key under the prefix
+    made a hash tag), with the product's broker on the private Redis (unless ``broker_url``)
+    and the anchors there as ever.
     Beat (the recovery sweep) is off by default: nothing fails on purpose in a benchmark.
     ``fast_paths`` is handed to every product process as ``SWITCHBOARD_FAST_PATHS`` (the
     bench's own environment is not: a stack runs exactly the mode it was asked for).
@@ -299,25 +375,35 @@ def stack(
     workdir = Path(tempfile.mkdtemp(prefix="switchboard-bench-"))
     redis_server = RedisServer(workdir / "redis", appendonly=False)
     redis_server.start()
+    cluster = None
+    if state_cluster:
+        cluster = RedisClusterGroup(workdir / "cluster", primaries=state_cluster)
+        try:
+            cluster.start()  # stops the nodes it started when the cluster does not form
+        except BaseException:
+            redis_server.stop()
+            raise
     port = redis_free_port()
-    env = stack_env(os.environ, redis_server.url, workdir, fast_paths=fast_paths)
-    if broker_url is not None:
-        env["SWITCHBOARD_BROKER_URL"] = broker_url
     config_path = None
     if config is not None:
         config_path = workdir / "switchboard.json5"
         config_path.write_text(json.dumps(config, indent=2))
-        env["SWITCHBOARD_CONFIG"] = str(config_path)
     st = Stack(
         redis=redis_server,
         api_url=f"http://127.0.0.1:{port}",
         workdir=workdir,
-        env=env,
+        env={},
         config_path=config_path,
         fast_paths=fast_paths,
         worker_concurrency=worker_concurrency,
         broker_url=broker_url,
+        cluster=cluster,
     )
+    st.env.update(stack_env(os.environ, st.state_url, workdir, fast_paths=fast_paths))
+    if st.product_broker_url is not None:
+        st.env["SWITCHBOARD_BROKER_URL"] = st.product_broker_url
+    if config_path is not None:
+        st.env["SWITCHBOARD_CONFIG"] = str(config_path)
     me = [sys.executable, "-m", "switchboard"]
     ok = False
     try:
@@ -344,6 +430,8 @@ def stack(
             proc.kill()  # a private, throw-away stack: no graceful shutdown to wait for
         for proc in st.procs.values():
             proc.wait()
+        if cluster is not None:
+            cluster.stop()
         redis_server.stop()
         if ok and not keep and not st.keep_logs:
             shutil.rmtree(workdir, ignore_errors=True)

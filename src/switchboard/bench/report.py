@@ -264,6 +264,13 @@ def _shape_lines(docs: Sequence[dict[str, Any]]) -> list[str]:
                 f"| {_ratio_cell(r['runsPerSToAnchor'])} | {c.get('redisCommands', '—')} "
                 f"| {cpu} |"
             )
+        counted = {r["store"]: r["redisCounted"] for r in shapes if "redisCounted" in r}
+        if counted:
+            out.append("")
+            out += [
+                f"Redis commands and CPU, state on {store}: {what}."
+                for store, what in counted.items()
+            ]
     return out
 
 

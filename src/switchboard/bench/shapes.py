@@ -1,16 +1,18 @@
-"""The `scale` scenario: what more apis and workers buy, on Redis and on RabbitMQ as broker.
+"""The `scale` scenario: what more apis and workers buy, on Redis and on RabbitMQ as broker,
+and with the state on a Redis Cluster.
 
-For each deployment shape (1x1, 1x2 and 2x2 apis x workers) and each broker (the stack's
-Redis; RabbitMQ on a vhost of its own, made and deleted with ``rabbitmqctl``) a stack of
-its own measures, with `messaging`'s code: fire-and-forget runs per second (sends with
-``timeoutSeconds=0``, completion from the run records), send+wait p50 (back-to-back blocks),
-and Redis commands and CPU per run. Beside them, in the same stack, the raw Celery anchor:
-a no-op task on Celery's default prefork pool at its defaults, on the same broker (its
-results on the stack's Redis). Several apis share the stack's one port (SO_REUSEPORT, as
-`switchboard up --apis N` runs them); the load reaches them over several connections.
-
-The 3-node Redis Cluster column is reported as not measured: the state store does not run
-on a cluster yet (``redis+cluster://`` is refused at start).
+For each deployment shape (1x1, 1x2 and 2x2 apis x workers) and each column (`COLUMNS`: a
+broker and where the state is) a stack of its own measures, with `messaging`'s code:
+fire-and-forget runs per second (sends with ``timeoutSeconds=0``, completion from the run
+records), send+wait p50 (back-to-back blocks), and Redis commands and CPU per run. The
+columns: state and broker on the stack's Redis; state there and RabbitMQ as broker (a vhost
+of its own, made and deleted with ``rabbitmqctl``); state on a private Redis Cluster of 3
+primaries (``redis+cluster://``, every key in the prefix's one slot) with the stack's Redis
+as broker, Redis commands and CPU then summed over the broker's Redis and every cluster
+node. Beside them, in the same stack, the raw Celery anchor: a no-op task on Celery's
+default prefork pool at its defaults, on the same broker (its results on the stack's
+Redis). Several apis share the stack's one port (SO_REUSEPORT, as `switchboard up --apis N`
+runs them); the load reaches them over several connections.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ import psutil
 from switchboard.bench.costs import CostMeter, Costs
 from switchboard.bench.harness import (
     ONE_AGENT_STACK,
+    REDIS,
     START_TIMEOUT_S,
+    STATE_CLUSTER,
     TOKEN,
     WORKER_CONCURRENCY,
     BenchRun,
@@ -52,12 +56,25 @@ from switchboard.shared.store.apis import ApiHeartbeats
 
 SHAPES: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 2))  # (apis, workers)
 BROKERS = ("redis", "rabbitmq")
+CLUSTER_PRIMARIES = 3  # no replicas: the bench measures the load, not a failover
+CLUSTER = f"redis-cluster-{CLUSTER_PRIMARIES}"
+# Where the state is (a row's ``store``) -> primaries of its private cluster (0: none, the
+# state is on the stack's Redis).
+STORES = {"redis": 0, CLUSTER: CLUSTER_PRIMARIES}
+# (broker, store) in the order measured; a cluster cannot be a broker: the stack's Redis is.
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("redis", "redis"),
+    ("rabbitmq", "redis"),
+    ("redis", CLUSTER),
+)
+# The Redis servers a row's commands and Redis CPU are summed over, by store.
+REDIS_COUNTED = {
+    "redis": "the stack's Redis (state, broker and the anchor's results)",
+    CLUSTER: f"the stack's Redis (broker and the anchor's results) + every node of the "
+    f"{CLUSTER_PRIMARIES}-primary cluster (state: the slot owner; the others idle)",
+}
 ANCHOR = "prefork"  # Celery's defaults: prefork pool, one process per core
 RABBITMQ_PORT = 5672
-CLUSTER_NOT_SUPPORTED = (
-    "not measured: a state store on a Redis Cluster is not supported yet "
-    "(redis+cluster:// is refused at start)"
-)
 # Connections the send+wait loop spreads its calls over (SO_REUSEPORT hashes each
 # connection to one api: with 8, all on one of two apis has odds of 1 in 128).
 _CONNECTIONS = 8
@@ -78,19 +95,20 @@ QUICK = Counts(sends=100, rounds=1, latency=20)
 
 
 def scale(run: BenchRun) -> Outcome:
-    """Runs/s, send+wait p50 and Redis commands per run for every shape on every broker,
-    each beside the prefork anchor on the same broker."""
+    """Runs/s, send+wait p50 and Redis commands per run for every shape in every column
+    (broker and state store), each beside the prefork anchor on the same broker."""
     counts = QUICK if run.quick else FULL
     rows: list[dict[str, Any]] = []
-    for broker in BROKERS:
+    for broker, store in COLUMNS:
         with _broker(broker) as (url, missing):
             if missing is not None:
-                rows.append({"broker": broker, "store": "redis", "skipped": missing})
+                rows.append({"broker": broker, "store": store, "skipped": missing})
                 continue
             for apis, workers in SHAPES:
-                rows.append(_shape(run, counts, broker, url, apis=apis, workers=workers))
+                rows.append(
+                    _shape(run, counts, broker, url, store=store, apis=apis, workers=workers)
+                )
             run.stacks.close()  # before the vhost goes
-    rows.append({"broker": "redis", "store": "redis-cluster-3", "skipped": CLUSTER_NOT_SUPPORTED})
     return _outcome(rows, counts)
 
 
@@ -98,9 +116,16 @@ def scale(run: BenchRun) -> Outcome:
 
 
 def _shape(
-    run: BenchRun, counts: Counts, broker: str, url: str | None, *, apis: int, workers: int
+    run: BenchRun,
+    counts: Counts,
+    broker: str,
+    url: str | None,
+    *,
+    store: str,
+    apis: int,
+    workers: int,
 ) -> dict[str, Any]:
-    label = f"scale {broker} {apis}x{workers}"
+    label = f"scale {_column(broker, store)} {apis}x{workers}"
     st = run.stacks.get(
         label,
         config=ONE_AGENT_STACK["config"],
@@ -109,8 +134,9 @@ def _shape(
         apis=apis,
         anchors=(ANCHOR,),
         broker_url=url,
+        state_cluster=STORES[store],
     )
-    product = _product_processes(apis, workers)
+    product = _product_processes(st, apis, workers)
     apps = st.anchor_apps()
     app = apps[ANCHOR]
     with phase(run.progress, f"{label}: warm up"):
@@ -129,7 +155,7 @@ def _shape(
         sides = ("product", "anchor") if round_no % 2 == 0 else ("anchor", "product")
         for side in sides:
             if side == "anchor":
-                with CostMeter(st, (f"anchor-{ANCHOR}", "redis")).measure(anchor_costs):
+                with CostMeter(st, (f"anchor-{ANCHOR}", REDIS)).measure(anchor_costs):
                     base.append(_anchor_rate(st, app, run.progress, counts.sends, step))
                 continue
             cpu_before = _cpu_s(st, cpu)
@@ -157,6 +183,7 @@ def _shape(
     ran = counts.sends * counts.rounds
     return _row(
         broker,
+        store=store,
         apis=apis,
         workers=workers,
         ours=ours,
@@ -175,6 +202,7 @@ def _shape(
 def _row(
     broker: str,
     *,
+    store: str,
     apis: int,
     workers: int,
     ours: Sequence[float],
@@ -193,7 +221,7 @@ def _row(
     total_api_cpu = sum(api_cpu.values())
     return {
         "broker": broker,
-        "store": "redis",
+        "store": store,
         "apis": apis,
         "workers": workers,
         "runsPerS": runs_per_s,
@@ -210,6 +238,14 @@ def _row(
         "costs": costs,
         "anchorCosts": anchor_costs,
         "cpuMsPerRun": cpu_ms_per_run(cpu, completed),
+        # Redis commands and the redis CPU above are summed over these servers; the CPU
+        # of each (the broker's Redis, the cluster's nodes) apart:
+        "redisCounted": REDIS_COUNTED[store],
+        "redisCpuMsPerRun": {
+            name: round(spent * 1000 / completed, 3) if completed > 0 else None
+            for name, spent in cpu.items()
+            if name in (REDIS, STATE_CLUSTER)
+        },
         # Each api's share of the api CPU over the throughput rounds: the load was spread.
         "apiCpuShare": {
             name: round(spent / total_api_cpu, 2) if total_api_cpu > 0 else None
@@ -233,12 +269,14 @@ def cpu_ms_per_run(cpu_s: Mapping[str, float], runs: int) -> dict[str, float | N
     return {role: round(s * 1000 / runs, 3) if runs > 0 else None for role, s in roles.items()}
 
 
-def _product_processes(apis: int, workers: int) -> tuple[str, ...]:
-    """The stack's product processes (as `harness.stack` names them) and its Redis."""
+def _product_processes(st: Stack, apis: int, workers: int) -> tuple[str, ...]:
+    """The stack's product processes (as `harness.stack` names them) and its Redis servers
+    (its own, and the cluster the state is on, if it is)."""
     return (
         *(f"api{i or ''}" for i in range(apis)),
         *(f"worker{i}" for i in range(workers)),
-        "redis",
+        REDIS,
+        *((STATE_CLUSTER,) if st.cluster is not None else ()),
     )
 
 
@@ -378,10 +416,15 @@ def _rabbitmq_messages(vhost: str) -> int:
 # -- the outcome --------------------------------------------------------------------------
 
 
+def _column(broker: str, store: str) -> str:
+    """A column's name: the broker, and where the state is when not on the stack's Redis."""
+    return broker if store == "redis" else f"{broker} + state on {store}"
+
+
 def _outcome(rows: list[dict[str, Any]], counts: Counts) -> Outcome:
     measured = [r for r in rows if "skipped" not in r]
-    by = {(r["broker"], r["apis"], r["workers"]): r for r in measured}
-    one, four = by.get(("redis", 1, 1)), by.get(("redis", 2, 2))
+    by = {(r["broker"], r["store"], r["apis"], r["workers"]): r for r in measured}
+    one, four = by.get(("redis", "redis", 1, 1)), by.get(("redis", "redis", 2, 2))
     gain = ratio(four["runsPerS"], one["runsPerS"]) if one and four else None
     incomplete = sum(r["sends"] - r["completed"] for r in measured)
     not_ok = sum(r["sendWaitNotOk"] for r in measured)
@@ -398,19 +441,26 @@ def _outcome(rows: list[dict[str, Any]], counts: Counts) -> Outcome:
         return f"{broker}: {a['tasksPerS']:.0f} tasks/s, p50 {a['roundTrip']['p50_ms']:.1f} ms"
 
     parts = []
-    for broker in BROKERS:
-        shown = [text(r) for r in measured if r["broker"] == broker]
-        skipped = [r["skipped"] for r in rows if r["broker"] == broker and "skipped" in r]
+    for broker, store in COLUMNS:
+        column = [r for r in rows if (r["broker"], r["store"]) == (broker, store)]
+        shown = [text(r) for r in column if "skipped" not in r]
+        skipped = [r["skipped"] for r in column if "skipped" in r]
         if shown:
-            parts.append(f"{broker}: " + ", ".join(shown))
+            parts.append(f"{_column(broker, store)}: " + ", ".join(shown))
         elif skipped:
-            parts.append(f"{broker}: skipped ({skipped[0]})")
-    per_run = one["costs"].get("redisCommands") if one else None
-    if per_run is not None:
-        parts.append(f"{per_run:g} Redis commands per run")
+            parts.append(f"{_column(broker, store)}: skipped ({skipped[0]})")
+    per_run = {
+        store: r["costs"].get("redisCommands")
+        for store in STORES
+        if (r := by.get(("redis", store, 1, 1))) is not None
+    }
+    if per_run.get("redis") is not None:
+        parts.append(f"{per_run['redis']:g} Redis commands per run")
+    if per_run.get(CLUSTER) is not None:
+        parts.append(f"{per_run[CLUSTER]:g} with the state on {CLUSTER} (broker's Redis + nodes)")
     return Outcome(
         scenario="scale",
-        title="apis x workers on Redis and RabbitMQ",
+        title="apis x workers on Redis and RabbitMQ, and with the state on a Redis Cluster",
         figure={"shapes": rows, "scaleOutGain": gain},
         anchor={
             "what": "no-op Celery task on Celery's default prefork pool at its defaults, "
@@ -418,14 +468,15 @@ def _outcome(rows: list[dict[str, Any]], counts: Counts) -> Outcome:
             **{b: anchor_text(b) for b in BROKERS},
         },
         ratio=gain,
-        ratio_text="runs/s 2x2 / runs/s 1x1, Redis broker",
-        target="every shape measured on every broker available (a sizing figure; no speed target)",
+        ratio_text="runs/s 2x2 / runs/s 1x1, state and broker on the stack's Redis",
+        target="every shape measured in every column available (a sizing figure; no speed target)",
         passed=True,
         figure_text="; ".join(parts),
         anchor_text="; ".join(anchor_text(b) for b in BROKERS),
         parameters={
             "shapes": [f"{a}x{w}" for a, w in SHAPES],
             "brokers": list(BROKERS),
+            "columns": [_column(broker, store) for broker, store in COLUMNS],
             "sendsPerRound": counts.sends,
             "rounds": counts.rounds,
             "sendWaitSamples": counts.latency,
@@ -437,15 +488,22 @@ def _outcome(rows: list[dict[str, Any]], counts: Counts) -> Outcome:
             "workerConcurrency": WORKER_CONCURRENCY,
             "model": "builtin/echo",
             "maxPingPongTurns": 0,
-            "costs": "INFO commandstats of the stack's Redis and /proc CPU of every api, "
-            "worker and redis-server, from the first send until follow-ups drained; on "
-            "RabbitMQ the broker's traffic is not in the Redis count",
+            "costs": "INFO commandstats of the stack's Redis (and of every cluster node when "
+            "the state is on the cluster, summed) and /proc CPU of every api, worker and "
+            "redis-server, from the first send until follow-ups drained; on RabbitMQ the "
+            "broker's traffic is not in the Redis count",
             "anchor": f"celery -A switchboard.bench.anchor worker ({ANCHOR} pool, "
             "concurrency = cores), one per stack; its results on the stack's Redis",
-            "cluster": CLUSTER_NOT_SUPPORTED,
+            "cluster": f"{CLUSTER}: the state on a private Redis Cluster of "
+            f"{CLUSTER_PRIMARIES} primaries, no replicas (redis+cluster://, key prefix "
+            "{sb}:, so all on one slot's owner), the broker and the anchor on the stack's "
+            "Redis; Redis commands and CPU: " + REDIS_COUNTED[CLUSTER],
         },
         checks={"allCompleted": incomplete == 0, "sendWaitAllOk": not_ok == 0},
-        costs={f"{r['broker']} {r['apis']}x{r['workers']}": r["costs"] for r in measured},
+        costs={
+            f"{_column(r['broker'], r['store'])} {r['apis']}x{r['workers']}": r["costs"]
+            for r in measured
+        },
         notes=[
             *([f"{incomplete} fire-and-forget run(s) did not complete ok"] if incomplete else []),
             *([f"{not_ok} send+wait(s) did not answer ok"] if not_ok else []),
