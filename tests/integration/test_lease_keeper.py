@@ -55,3 +55,18 @@ def test_a_lane_no_longer_leased_is_not_leased_again(services: Services) -> None
 
 def test_one_keeper_per_store(services: Services) -> None:
     assert keeper_for(services.store.runs) is keeper_for(services.store.runs)
+
+
+def test_an_attempt_ending_leaves_a_later_attempts_cancel_in_place(services: Services) -> None:
+    """Attempt 1 of a run unwinds after attempt 2 of the same run started here: attempt 2
+    can still be stopped by a cancel request."""
+    keeper = LeaseKeeper(services.store.runs)
+    stopped: list[int] = []
+    first = keeper.holding("agent:main:lease-r", "run-r", lambda: stopped.append(1), attempt=1)
+    first.__enter__()
+    with keeper.holding("agent:main:lease-r", "run-r", lambda: stopped.append(2), attempt=2):
+        first.__exit__(None, None, None)  # the superseded attempt's block ends
+        ks = services.store.ks  # a cancel request, as `cancel_run.lua` records it
+        services.store.redis.zadd(ks.cancel_requests, {"run-r": time.time() * 1000})
+        assert keeper.check_cancels() == 1
+    assert stopped == [2]

@@ -90,7 +90,10 @@ class LeaseKeeper:
                     del self._held[entry]
                     self._refused.discard(entry)
                 if run_id is not None:
-                    self._stoppable.pop(run_id, None)
+                    # Only this block's own callback: a later attempt of the same run may
+                    # have registered its own while this one was unwinding.
+                    if on_cancel is not None and self._stoppable.get(run_id) is on_cancel:
+                        del self._stoppable[run_id]
                     if attempt is not None:
                         self._superseded.pop((run_id, attempt), None)
 
