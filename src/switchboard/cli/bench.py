@@ -27,7 +27,8 @@ def bench(
             "--scenario",
             "-s",
             help="Scenario to run, repeatable (default all but scale): latency, throughput, "
-            "listing, history, fanout, parked, scale (apis x workers on Redis and RabbitMQ).",
+            "listing, history, fanout, parked, scale (apis x workers on Redis, RabbitMQ, "
+            "and with the state on a Redis Cluster).",
         ),
     ] = None,
     quick: Annotated[
