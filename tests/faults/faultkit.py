@@ -7,6 +7,7 @@ purpose. Timings are short (lane lease 2 s, sweep every 0.5 s) so recovery is qu
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -14,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import redis
 
 from switchboard.shared.config import Settings, parse_config
@@ -31,6 +34,7 @@ from switchboard.shared.services import Services
 from switchboard.shared.store import codec
 from switchboard.shared.store.codec import as_text
 from switchboard.shared.store.runs import RunRecord
+from switchboard.supervisor.redis_sentinel import RedisSentinelGroup, redis_sentinel_missing
 from switchboard.testing.webhook_receiver import WebhookReceiver
 from switchboard.wiring import build_services
 from switchboard.workers.app import create_celery_app
@@ -93,6 +97,17 @@ def wait_until(
             shown = f"; state: {state()}" if state is not None else ""
             raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}{shown}")
         time.sleep(every_s)
+
+
+@contextlib.contextmanager
+def redis_sentinel_group(where: Path, replicas: int = 1) -> Iterator[RedisSentinelGroup]:
+    """A private primary, ``replicas`` replicas and three sentinels under ``where``, ready
+    to fail over; skips the test where this machine cannot run a Sentinel group."""
+    missing = redis_sentinel_missing()
+    if missing:
+        pytest.skip(missing)
+    with RedisSentinelGroup(where, replicas=replicas) as group:
+        yield group
 
 
 @dataclass
@@ -372,3 +387,112 @@ def idempotency_counts(webhook: WebhookReceiver) -> Counter[str]:
     return Counter(
         r.headers.get("idempotency-key", "") for r in webhook.received if 200 <= r.status < 300
     )
+
+
+# -- a failover under load: the api probed while it runs, and what it must leave ----------------
+
+# An answer while the store fails over comes within this, or the test fails.
+FAILOVER_REQUEST_TIMEOUT_S = 15.0
+
+
+def api_post(url: str, path: str, body: dict[str, Any]) -> tuple[httpx.Response, float]:
+    """POST ``body`` to an api with the token; the answer and how long it took."""
+    started = time.monotonic()
+    resp = httpx.post(
+        f"{url}{path}",
+        json=body,
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        timeout=FAILOVER_REQUEST_TIMEOUT_S + 5,
+    )
+    return resp, time.monotonic() - started
+
+
+def api_send(url: str, session: str, message: str) -> str:
+    """A run started by `agent` on an api (answered 200); its id."""
+    resp, _ = api_post(
+        url, "/rpc", {"method": "agent", "params": {"sessionKey": session, "message": message}}
+    )
+    assert resp.status_code == 200, resp.text
+    return str(resp.json()["runId"])
+
+
+class FailoverProber:
+    """Sends, lists and health checks in a loop while the store fails over: each answer
+    is recorded with its status, Retry-After and how long it took."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.answers: list[tuple[str, int, str | None, float]] = []
+        self.acknowledged: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> FailoverProber:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(FAILOVER_REQUEST_TIMEOUT_S * 2)
+
+    def _loop(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            n += 1
+            body = {"sessionKey": f"during-{n % 4}", "message": f"during {n}"}
+            for name, path, payload in (
+                ("agent", "/rpc", {"method": "agent", "params": body}),
+                ("sessions.list", "/rpc", {"method": "sessions.list", "params": {}}),
+                ("tools/invoke", "/tools/invoke", {"tool": "sessions_list", "args": {}}),
+            ):
+                try:
+                    resp, took = api_post(self.url, path, payload)
+                except httpx.HTTPError as exc:
+                    self.answers.append((name, -1, repr(exc), FAILOVER_REQUEST_TIMEOUT_S))
+                    continue
+                self.answers.append((name, resp.status_code, resp.headers.get("retry-after"), took))
+                if name == "agent" and resp.status_code == 200:
+                    self.acknowledged.append(str(resp.json()["runId"]))
+            time.sleep(0.1)
+
+
+def assert_failover_lost_nothing(
+    cluster: Cluster, url: str, acknowledged: list[str], prober: FailoverProber
+) -> None:
+    """What a failover under load must leave: answers 200 or 503 with Retry-After within
+    the timeout while it ran, new sends complete after it, and every run acknowledged
+    (before, during, after) ends ok exactly once with an exact transcript; the 12 load
+    sessions hold their two replies in order."""
+    bad = [a for a in prober.answers if a[1] not in (200, 503)]
+    assert not bad, f"answers other than 200 / 503 while failing over: {bad}"
+    no_retry_after = [a for a in prober.answers if a[1] == 503 and not a[2]]
+    assert not no_retry_after, f"503 without Retry-After: {no_retry_after}"
+    slow = [a for a in prober.answers if a[3] >= FAILOVER_REQUEST_TIMEOUT_S]
+    assert not slow, f"answers slower than {FAILOVER_REQUEST_TIMEOUT_S}s: {slow}"
+
+    # New sends after the failover complete, on the same api and worker.
+    after = [api_send(url, f"after-{i}", f"after {i}") for i in range(4)]
+    for run_id in after:
+        resp, _ = api_post(
+            url, "/rpc", {"method": "agent.wait", "params": {"runId": run_id, "timeoutMs": 30_000}}
+        )
+        assert resp.status_code == 200 and resp.json()["status"] == "ok", resp.text
+
+    everything = acknowledged + prober.acknowledged + after
+
+    def all_ended() -> bool:
+        found = cluster.services.store.runs.get_many(everything)
+        return all(r is not None and r.terminal for r in found)
+
+    wait_until(all_ended, 60, "every acknowledged run to end", 0.5)
+    runs = [r for r in cluster.services.store.runs.get_many(everything) if r is not None]
+    assert len(runs) == len(everything)
+    failed = [(r.run_id, r.status, r.error) for r in runs if r.status != "ok"]
+    assert not failed, f"runs that did not end ok: {failed}"
+    print(f"attempts per run: {count_by(r.attempt for r in runs)}")
+    checked = assert_transcripts_exact(cluster, runs)
+    assert checked >= 2 * len(everything)
+    for i in range(12):
+        transcript = cluster.services.store.transcripts.all(f"agent:main:load-{i}")
+        replies = [m["content"][0]["text"] for m in transcript if m["role"] == "assistant"]
+        assert replies == [f"run {i}.0", f"run {i}.1"]

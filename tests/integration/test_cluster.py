@@ -228,7 +228,10 @@ def test_kill_of_the_slot_owner_under_load_loses_nothing(
     """kill -9 of the slot's primary with runs in flight: its replica takes over, the
     worker, beat and api follow without a restart, every acknowledged run ends ok once
     with an exact transcript, and meanwhile the api answers 200 or 503 + Retry-After."""
-    from test_sentinel import _post, _Prober, _send, assert_failover_lost_nothing
+    from faultkit import FailoverProber as _Prober
+    from faultkit import api_post as _post
+    from faultkit import api_send as _send
+    from faultkit import assert_failover_lost_nothing
 
     broker = RedisServer(tmp_path / "broker")
     broker.start()

@@ -19,31 +19,28 @@ pytest's timeout for it, e.g. ``-o timeout=900``); docs/operations.md quotes suc
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
 import redis
-from test_sentinel import MASTER, _DataNode, _SentinelNode
 
-from switchboard.shared.errors import StoreUnavailable, Unavailable
+from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store import Store
 from switchboard.shared.store.client import Durability
 from switchboard.shared.store.runs import NewRun, now_ms
-from switchboard.supervisor.redis_server import RedisServer, find_redis_server
+from switchboard.supervisor.redis_sentinel import RedisSentinelGroup
 from switchboard.testing.webhook_receiver import WebhookReceiver
 
 # The fault tests' kit (its processes and checks) lives beside their conftest.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
-from faultkit import TOKEN, Cluster, base_config, wait_until
+from faultkit import TOKEN, Cluster, base_config, redis_sentinel_group, wait_until
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 TRIES = int(os.environ.get("SWITCHBOARD_FAILOVER_TRIES", "1"))
@@ -56,80 +53,6 @@ CLIENTS = 16
 REQUEST_TIMEOUT_S = 20.0
 # How long a planned failover's stream goes on once the sentinels name the new primary.
 PLANNED_AFTER_S = 4.0
-
-
-@dataclass
-class Group:
-    """A primary, its replicas and three sentinels (test_sentinel's nodes)."""
-
-    primary: RedisServer
-    replicas: list[RedisServer]
-    sentinels: list[RedisServer]
-
-    @property
-    def url(self) -> str:
-        hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
-        return f"redis+sentinel://{hosts}/{MASTER}/0"
-
-    def named_primary(self) -> set[int]:
-        """The primary's port as every sentinel names it right now."""
-        ports = set()
-        for sentinel in self.sentinels:
-            with sentinel.client() as client:
-                ports.add(int(client.sentinel_get_master_addr_by_name(MASTER)[1]))
-        return ports
-
-    def ready(self) -> bool:
-        """Every sentinel sees every replica and the two other sentinels; all synced."""
-        for sentinel in self.sentinels:
-            with sentinel.client() as client:
-                state = client.sentinel_master(MASTER)
-            if state["num-slaves"] < len(self.replicas) or state["num-other-sentinels"] < 2:
-                return False
-        for replica in self.replicas:
-            with replica.client() as client:
-                if client.info("replication")["master_link_status"] != "up":
-                    return False
-        return True
-
-    def logs(self) -> str:
-        nodes = [self.primary, *self.replicas, *self.sentinels]
-        return "\n".join(f"--- {n.log_path}\n{n.log_path.read_text()[-1500:]}" for n in nodes)
-
-
-@contextlib.contextmanager
-def started_group(where: Path, replicas: int) -> Iterator[Group]:
-    """A private primary + ``replicas`` + 3 sentinels under ``where``, ready to fail over."""
-    try:
-        find_redis_server()
-    except Unavailable as exc:
-        pytest.skip(f"no redis-server to run a Sentinel group: {exc}")
-    started: list[RedisServer] = []
-    try:
-        primary = RedisServer(where / "primary")
-        primary.start()
-        started.append(primary)
-        copies = []
-        for n in range(replicas):
-            of = ["--replicaof", "127.0.0.1", str(primary.port)]
-            replica = _DataNode(where / f"replica{n}", of)
-            replica.start()
-            started.append(replica)
-            copies.append(replica)
-        sentinels = []
-        for n in range(3):
-            node = _SentinelNode(where / f"sentinel{n}", primary.port)
-            node.start()
-            started.append(node)
-            sentinels.append(node)
-        group = Group(primary, copies, sentinels)
-        wait_until(group.ready, 30, "the sentinels to see the replicas and each other", 0.2)
-        yield group
-    finally:
-        for node in reversed(started):
-            if node.pid is not None:
-                os.kill(node.pid, signal.SIGKILL)
-            node.stop()
 
 
 @dataclass
@@ -217,7 +140,7 @@ def failover_try(where: Path, webhook_url: str, wait_replicas: int, planned: boo
     primary killed (two replicas: the new primary keeps one for WAIT), or ``planned``
     (``SENTINEL FAILOVER``; one replica, which the old primary becomes again later)."""
     outcome = Outcome(wait_replicas, planned)
-    with started_group(where / "group", replicas=1 if planned else 2) as group:
+    with redis_sentinel_group(where / "group", replicas=1 if planned else 2) as group:
         (where / "cluster").mkdir(parents=True)
         cluster = Cluster(
             group.url,
@@ -245,13 +168,13 @@ def failover_try(where: Path, webhook_url: str, wait_replicas: int, planned: boo
     return outcome
 
 
-def _stream_through_failover(group: Group, url: str, outcome: Outcome) -> None:
+def _stream_through_failover(group: RedisSentinelGroup, url: str, outcome: Outcome) -> None:
     with _Stream(url, outcome) as stream:
         started = time.monotonic()
         wait_until(lambda: stream.count() >= KILL_AT, 60, f"{KILL_AT} sends answered", 0.005)
         if outcome.planned:
             with group.sentinels[0].client() as sentinel:
-                assert sentinel.sentinel_failover(MASTER)
+                assert sentinel.sentinel_failover(group.master_name)
         else:
             assert group.primary.pid is not None
             os.kill(group.primary.pid, signal.SIGKILL)
@@ -324,7 +247,7 @@ STORE_KILL_AT = 20_000
 def store_try(where: Path, wait_replicas: int) -> Outcome:
     """One stream of store accepts with the primary killed mid-stream (two replicas)."""
     outcome = Outcome(wait_replicas)
-    with started_group(where / "group", replicas=2) as group:
+    with redis_sentinel_group(where / "group", replicas=2) as group:
         store = Store.from_url(group.url, durability=Durability(wait_replicas, 1000))
         lock = threading.Lock()
         stop = threading.Event()

@@ -23,15 +23,14 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 
 from faultkit import TOKEN, Cluster, base_config, wait_until
-from test_sentinel import _DataNode
 
 from switchboard.shared.store import Store
 from switchboard.shared.store.client import Durability
 from switchboard.shared.store.runs import NewRun, now_ms
+from switchboard.supervisor.redis_sentinel import RedisReplica
 from switchboard.supervisor.redis_server import RedisServer
 from switchboard.testing.webhook_receiver import WebhookReceiver
 
@@ -136,7 +135,7 @@ def main() -> None:
         where = Path(tmp)
         primary = RedisServer(where / "primary")
         primary.start()
-        replica = _DataNode(where / "replica", ["--replicaof", "127.0.0.1", str(primary.port)])
+        replica = RedisReplica(where / "replica", primary.port)
         replica.start()
         try:
 

@@ -1,6 +1,7 @@
 """The scale tests' kit: a service of several api, worker and beat processes on one Redis
 (the fault tests' `Cluster`, ``tests/faults/faultkit.py``), RabbitMQ as its broker (a vhost
-of the test's own), and what the workers' logs say each of them did."""
+of the test's own), a private Redis Cluster for its state, what the workers' logs say each
+of them did, and the burst tests' clients, burst and checks."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import json
 import re
 import secrets
 import sys
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +22,18 @@ import httpx
 import pytest
 
 from switchboard.bench.shapes import RABBITMQ_PORT, rabbitmq_missing, rabbitmqctl
+from switchboard.shared.delivery.records import TERMINAL_STATUSES
 from switchboard.shared.errors import Unavailable
 from switchboard.supervisor.redis_cluster import RedisClusterGroup
 from switchboard.supervisor.redis_server import find_redis_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "faults"))
 
-from faultkit import TOKEN, Cluster, Proc, base_config, free_port, merged
+from faultkit import CHANNEL, TOKEN, Proc, base_config, free_port, merged
+
+# The folder's conftest takes these from here (this module puts faultkit on the path).
+from faultkit import Cluster as Cluster
+from faultkit import redis_sentinel_group as redis_sentinel_group
 
 BROKERS = ("redis", "rabbitmq")
 
@@ -82,7 +91,7 @@ _RECOVERED = re.compile(r"^sweep recovered (.*)$")
 _ARCHIVED = re.compile(r"^archived (\d+) sub-agent session")
 
 
-def _events(proc: Proc) -> Iterator[str]:
+def events(proc: Proc) -> Iterator[str]:
     """The `event` of every JSON log line of a process."""
     for line in proc.output().splitlines():
         with contextlib.suppress(ValueError):
@@ -93,12 +102,12 @@ def _events(proc: Proc) -> Iterator[str]:
 
 def runs_ended_by(proc: Proc) -> set[str]:
     """The run ids a worker ended (its INFO line `run <id> ended: <status>`)."""
-    return {m.group(1) for e in _events(proc) if (m := _ENDED.match(e))}
+    return {m.group(1) for e in events(proc) if (m := _ENDED.match(e))}
 
 
 def run_ends(procs: list[Proc]) -> Counter[str]:
     """How many times each run id ended in these workers' logs, all together."""
-    return Counter(m.group(1) for proc in procs for e in _events(proc) if (m := _ENDED.match(e)))
+    return Counter(m.group(1) for proc in procs for e in events(proc) if (m := _ENDED.match(e)))
 
 
 _HANDED_BACK = re.compile(r"^stopping: (\d+) run\(s\) handed back")
@@ -106,7 +115,7 @@ _HANDED_BACK = re.compile(r"^stopping: (\d+) run\(s\) handed back")
 
 def runs_handed_back(proc: Proc) -> int:
     """How many runs a worker handed back to the queue as it stopped (SIGTERM)."""
-    return sum(int(m.group(1)) for e in _events(proc) if (m := _HANDED_BACK.match(e)))
+    return sum(int(m.group(1)) for e in events(proc) if (m := _HANDED_BACK.match(e)))
 
 
 _RECEIVED = re.compile(r"^Task switchboard\.(run|runs|resume)\[\S+\] received")
@@ -114,7 +123,7 @@ _RECEIVED = re.compile(r"^Task switchboard\.(run|runs|resume)\[\S+\] received")
 
 def runs_received_by(proc: Proc) -> int:
     """How many run messages a worker took from the broker (Celery's `received` lines)."""
-    return sum(1 for e in _events(proc) if _RECEIVED.match(e))
+    return sum(1 for e in events(proc) if _RECEIVED.match(e))
 
 
 def sweep_totals(procs: list[Proc]) -> dict[str, int]:
@@ -122,7 +131,7 @@ def sweep_totals(procs: list[Proc]) -> dict[str, int]:
     how many sub-agent sessions they archived (`archived`)."""
     totals: dict[str, int] = {}
     for proc in procs:
-        for event in _events(proc):
+        for event in events(proc):
             if m := _RECOVERED.match(event):
                 for part in m.group(1).split(", "):
                     name, _, count = part.partition("=")
@@ -130,6 +139,20 @@ def sweep_totals(procs: list[Proc]) -> dict[str, int]:
             elif m := _ARCHIVED.match(event):
                 totals["archived"] = totals.get("archived", 0) + int(m.group(1))
     return totals
+
+
+# `fenced: run|delivery <id> attempt <n>: <write> …`: a write the attempt fence refused.
+_FENCED = re.compile(r"^fenced: (run|delivery) (\S+) attempt (\d+): (\S+)")
+
+
+def fenced_writes(proc: Proc, of: str = "run") -> list[tuple[str, int, str]]:
+    """(id, attempt, write) of every write of this process to a run (or a delivery) the
+    attempt fence refused."""
+    return [
+        (m.group(2), int(m.group(3)), m.group(4))
+        for e in events(proc)
+        if (m := _FENCED.match(e)) and m.group(1) == of
+    ]
 
 
 # --- the service -----------------------------------------------------------------------------
@@ -220,3 +243,164 @@ def make_cluster(redis_url: str, workdir: Path, webhook_url: str, broker: str | 
         base_config(webhook_url), {"session": {"agentToAgent": {"maxPingPongTurns": 5}}}
     )
     return Cluster(redis_url, workdir, config, broker_url=broker)
+
+
+# --- a burst under a fault: the clients, the burst, and when it has settled ------------------
+
+RUN_SENDS = 10  # runs whose model makes a waiting send (the run parks), reply-back on
+SPAWNS = 10  # runs whose model spawns a sub-agent (its announce goes to the chat)
+CLIENT_SENDS = 10  # clients' own waiting sends (`/tools/invoke`), reply-back on
+WAITERS = 12  # client threads waiting for the runs
+WAIT_MS = 3_000  # each `agent.wait` (an api being stopped finishes it within this)
+SEND_WAIT_S = 5  # a client's waiting send (likewise)
+CLIENT_TIMEOUT_S = 20.0  # every client request's own timeout: a hang past it is a failure
+RETRY_AFTER_CAP_S = 5.0
+
+
+@dataclass
+class Clients:
+    """The test's HTTP clients (one per api, taking turns among those that are up) and
+    every answer they got."""
+
+    http: list[httpx.Client]
+    up: list[bool] = field(default_factory=list)  # which apis take new requests
+    answers: list[tuple[int, str, int, str | None, float]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    turn: int = 0
+    open: list[int] = field(default_factory=list)  # requests in progress, per api
+
+    def __post_init__(self) -> None:
+        self.up = self.up or [True] * len(self.http)
+        self.open = self.open or [0] * len(self.http)
+
+    def pick(self) -> int:
+        """An api that is up, taking turns."""
+        with self.lock:
+            self.turn += 1
+            live = [i for i, ok in enumerate(self.up) if ok]
+            return live[self.turn % len(live)]
+
+    def post(self, path: str, body: dict[str, Any], api: int | None = None) -> Any:
+        """POST to an api (one that is up, unless ``api`` names one) until it answers 200:
+        a 503 must carry Retry-After (waited, then tried again); anything else, a broken
+        connection or a request past CLIENT_TIMEOUT_S is recorded as a failure (and tried
+        again, so the test goes on)."""
+        while True:
+            chosen = self.pick() if api is None else api
+            what = f"{path} {body.get('method') or body.get('tool')}"
+            started = time.monotonic()
+            with self.lock:
+                self.open[chosen] += 1
+            try:
+                resp = self.http[chosen].post(path, json=body, timeout=CLIENT_TIMEOUT_S)
+            except httpx.HTTPError as exc:
+                took = time.monotonic() - started
+                with self.lock:
+                    self.failures.append(f"api {chosen} {what}: {exc!r} after {took:.1f}s")
+                time.sleep(0.5)
+                continue
+            finally:
+                with self.lock:
+                    self.open[chosen] -= 1
+            took = time.monotonic() - started
+            retry_after = resp.headers.get("retry-after")
+            with self.lock:
+                self.answers.append((chosen, what, resp.status_code, retry_after, took))
+            if resp.status_code == 200:
+                return resp.json()
+            if resp.status_code == 503 and retry_after is not None:
+                time.sleep(min(float(retry_after), RETRY_AFTER_CAP_S))
+                continue
+            with self.lock:
+                self.failures.append(f"api {chosen} {what}: {resp.status_code} {resp.text[:300]}")
+            time.sleep(0.5)
+
+    def rpc(self, method: str, api: int | None = None, **params: Any) -> Any:
+        return self.post("/rpc", {"method": method, "params": params}, api)
+
+    def start(self, session_key: str, message: str, api: int | None = None) -> str:
+        """A run started by `agent`; its id."""
+        accepted = self.rpc("agent", api, sessionKey=session_key, message=message)
+        assert accepted["status"] == "accepted", accepted
+        return str(accepted["runId"])
+
+    def send(self, asker: str, target: str, message: str, api: int) -> dict[str, Any]:
+        """A client's waiting send (`sessions_send` invoked for `asker`)."""
+        body = {
+            "tool": "sessions_send",
+            "sessionKey": asker,
+            "args": {"sessionKey": target, "message": message, "timeoutSeconds": SEND_WAIT_S},
+        }
+        answer = self.post("/tools/invoke", body, api)
+        assert answer.get("ok") is True, answer
+        return dict(answer["result"])
+
+    def wait(self, run_id: str) -> dict[str, Any]:
+        """`agent.wait` in short waits, each on an api that is up, until the run ended."""
+        while True:
+            outcome = self.rpc("agent.wait", runId=run_id, timeoutMs=WAIT_MS)
+            if "pending" not in outcome:
+                return dict(outcome)
+
+
+def tool_line(name: str, args: dict[str, Any]) -> str:
+    """The fake model's line that calls tool ``name`` with ``args``."""
+    return f"/tool {name} {json.dumps(args)}"
+
+
+def start_burst(
+    clients: Clients, plain_sessions: int, plain_queued: int, sleeps: int
+) -> tuple[list[str], set[str]]:
+    """Starts the burst on both apis: RUN_SENDS runs making a waiting send, SPAWNS runs
+    spawning a sub-agent, and ``plain_queued`` plain runs in each of ``plain_sessions``
+    lanes (sleeping 2 to ``1 + sleeps`` s); the run ids, and those whose model calls a
+    tool."""
+    ids: list[str] = []
+    for i in range(RUN_SENDS):
+        line = tool_line(
+            "sessions_send",
+            {
+                "sessionKey": f"agent:main:{CHANNEL}:group:target-{i}",
+                "message": f"/sleep 2\n/reply round {i}",
+                "timeoutSeconds": 120,
+            },
+        )
+        ids.append(clients.start(f"agent:main:hook:asker-{i}", line, i % 2))
+    for i in range(SPAWNS):
+        line = tool_line("sessions_spawn", {"task": f"child {i}\n/sleep 2\n/reply child {i}"})
+        ids.append(clients.start(f"agent:main:{CHANNEL}:group:parent-{i}", line, i % 2))
+    tool_runs = set(ids)
+    for i in range(plain_sessions):
+        for j in range(plain_queued):
+            message = f"/sleep {2 + (i + j) % sleeps}\nplain {i}.{j}"
+            ids.append(clients.start(f"agent:main:hook:plain-{i}", message, (i + j) % 2))
+    return ids, tool_runs
+
+
+def settled(cluster: Cluster) -> bool:
+    """Every run ended, every flow and spawn done, every delivery settled."""
+    return (
+        all(r.terminal for r in cluster.runs())
+        and all(f["status"] == "done" for f in cluster.flows())
+        and all(s.get("status") == "done" for s in cluster.spawns())
+        and all(d["status"] in TERMINAL_STATUSES for d in cluster.deliveries())
+    )
+
+
+def unsettled(cluster: Cluster) -> dict[str, Any]:
+    """What keeps the service from settling (for a timeout's message)."""
+    return {
+        "runs": [
+            (r.run_id, r.session_key, r.status, r.attempt, r.parked)
+            for r in cluster.runs()
+            if not r.terminal
+        ],
+        "flows": [
+            (f["flowId"], f["status"], f.get("turn"))
+            for f in cluster.flows()
+            if f["status"] != "done"
+        ],
+        "spawns": [s for s in cluster.spawns() if s.get("status") != "done"],
+        "deliveries": [d for d in cluster.deliveries() if d["status"] not in TERMINAL_STATUSES],
+    }

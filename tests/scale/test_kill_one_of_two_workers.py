@@ -10,7 +10,6 @@ from then on.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,9 +24,17 @@ from faultkit import (
     idempotency_counts,
     wait_until,
 )
-from scalekit import BROKERS, broker_for, make_cluster, runs_ended_by, runs_received_by
+from scalekit import (
+    BROKERS,
+    broker_for,
+    make_cluster,
+    runs_ended_by,
+    runs_received_by,
+    settled,
+    tool_line,
+    unsettled,
+)
 
-from switchboard.shared.delivery.records import TERMINAL_STATUSES
 from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.testing.webhook_receiver import WebhookReceiver
 
@@ -57,15 +64,11 @@ def _start(cluster: Cluster, session_key: str, message: str) -> str:
     return str(accepted["runId"])
 
 
-def _tool(name: str, args: dict[str, Any]) -> str:
-    return f"/tool {name} {json.dumps(args)}"
-
-
 def _submit(cluster: Cluster) -> list[str]:
     """The burst; returns the acknowledged run ids."""
     ids = []
     for i in range(SENDS):
-        line = _tool(
+        line = tool_line(
             "sessions_send",
             {
                 "sessionKey": f"agent:main:{CHANNEL}:group:target-{i}",
@@ -75,38 +78,13 @@ def _submit(cluster: Cluster) -> list[str]:
         )
         ids.append(_start(cluster, f"agent:main:hook:asker-{i}", line))
     for i in range(SPAWNS):
-        line = _tool("sessions_spawn", {"task": f"child {i}\n/sleep 2\n/reply child {i}"})
+        line = tool_line("sessions_spawn", {"task": f"child {i}\n/sleep 2\n/reply child {i}"})
         ids.append(_start(cluster, f"agent:main:{CHANNEL}:group:parent-{i}", line))
     for i in range(PLAIN_SESSIONS):
         for j in range(PLAIN_QUEUED):
             message = f"/sleep {1 + (i + j) % 3}\nplain {i}.{j}"
             ids.append(_start(cluster, f"agent:main:hook:plain-{i}", message))
     return ids
-
-
-def _settled(cluster: Cluster) -> bool:
-    return (
-        all(r.terminal for r in cluster.runs())
-        and all(f["status"] == "done" for f in cluster.flows())
-        and all(s.get("status") == "done" for s in cluster.spawns())
-        and all(d["status"] in TERMINAL_STATUSES for d in cluster.deliveries())
-    )
-
-
-def _unsettled(cluster: Cluster) -> dict[str, Any]:
-    """What keeps the service from settling (for the timeout message)."""
-    return {
-        "runs": [
-            (r.run_id, r.session_key, r.status, r.attempt, r.parked)
-            for r in cluster.runs()
-            if not r.terminal
-        ],
-        "flows": [
-            (f["flowId"], f["status"], f["turn"]) for f in cluster.flows() if f["status"] != "done"
-        ],
-        "spawns": [s for s in cluster.spawns() if s.get("status") != "done"],
-        "deliveries": [d for d in cluster.deliveries() if d["status"] not in TERMINAL_STATUSES],
-    }
 
 
 def test_kill_9_of_one_of_two_workers_under_a_burst(
@@ -154,7 +132,7 @@ def test_kill_9_of_one_of_two_workers_under_a_burst(
     print(f"\nkilled worker1 after {killed_at - started:.1f}s with {picture}")
 
     wait_until(
-        lambda: _settled(cluster), 240, "everything to settle", 0.5, lambda: _unsettled(cluster)
+        lambda: settled(cluster), 240, "everything to settle", 0.5, lambda: unsettled(cluster)
     )
     print(f"settled {time.monotonic() - killed_at:.1f}s after the kill")
 

@@ -22,13 +22,11 @@ than it reaches Redis, and the point here is the store's fence, not the broker's
 
 from __future__ import annotations
 
-import json
-import re
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,29 +44,34 @@ from faultkit import (
     wait_until,
 )
 from netns import Partition, SharedRedisServer, why_not, worker_in
-from scalekit import make_cluster, run_ends, runs_received_by, sweep_totals
+from scalekit import (
+    CLIENT_SENDS,
+    CLIENT_TIMEOUT_S,
+    RUN_SENDS,
+    SPAWNS,
+    WAITERS,
+    Clients,
+    events,
+    fenced_writes,
+    make_cluster,
+    run_ends,
+    runs_received_by,
+    settled,
+    start_burst,
+    sweep_totals,
+    unsettled,
+)
 
-from switchboard.shared.delivery.records import TERMINAL_STATUSES
 from switchboard.testing.webhook_receiver import WebhookReceiver
 
 pytestmark = [pytest.mark.scale, pytest.mark.timeout(420)]
 
 PLAIN_SESSIONS = 50
 PLAIN_QUEUED = 5  # one run holds each lane, four queue behind it (~15 s a lane)
-RUN_SENDS = 10  # runs whose model makes a waiting send (the run parks), reply-back on
-SPAWNS = 10  # runs whose model spawns a sub-agent (its announce goes to the chat)
-CLIENT_SENDS = 10  # clients' own waiting sends (`/tools/invoke`), reply-back on
+PLAIN_SLEEPS = 3  # plain runs sleep 2 to 4 s
 LONG = 6  # runs still executing on the cut-off worker when it is healed (its lease keeper
 LONG_S = 50  # finds them taken over: the renewal is refused and they stop)
 CUT_S = 5 * LANE_LEASE_S  # well past the lease; under the store client's 30 s socket timeout
-WAITERS = 12  # client threads waiting for the runs
-WAIT_MS = 3_000  # each `agent.wait`
-SEND_WAIT_S = 5  # a client's waiting send
-CLIENT_TIMEOUT_S = 20.0  # every client request's own timeout: a hang past it is a failure
-RETRY_AFTER_CAP_S = 5.0
-
-# `fenced: run|delivery <id> attempt <n>: <write> …`: a write the attempt fence refused.
-_FENCED = re.compile(r"^fenced: (run|delivery) (\S+) attempt (\d+): (\S+)")
 
 
 @dataclass
@@ -124,143 +127,6 @@ def cluster(setup: Setup) -> Cluster:
     return setup.cluster
 
 
-@dataclass
-class Clients:
-    """The test's HTTP clients (both apis, taking turns) and every answer they got."""
-
-    http: list[httpx.Client]
-    answers: list[tuple[int, str, int, str | None, float]] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    turn: int = 0
-
-    def post(self, path: str, body: dict[str, Any], api: int | None = None) -> Any:
-        """POST until the api answers 200: a 503 must carry Retry-After (waited, then tried
-        again); anything else, a broken connection or a request past CLIENT_TIMEOUT_S is
-        recorded as a failure (and tried again, so the test goes on)."""
-        while True:
-            with self.lock:
-                self.turn += 1
-                chosen = self.turn % 2 if api is None else api
-            what = f"{path} {body.get('method') or body.get('tool')}"
-            started = time.monotonic()
-            try:
-                resp = self.http[chosen].post(path, json=body)
-            except httpx.HTTPError as exc:
-                took = time.monotonic() - started
-                with self.lock:
-                    self.failures.append(f"api {chosen} {what}: {exc!r} after {took:.1f}s")
-                time.sleep(0.5)
-                continue
-            took = time.monotonic() - started
-            retry_after = resp.headers.get("retry-after")
-            with self.lock:
-                self.answers.append((chosen, what, resp.status_code, retry_after, took))
-            if resp.status_code == 200:
-                return resp.json()
-            if resp.status_code == 503 and retry_after is not None:
-                time.sleep(min(float(retry_after), RETRY_AFTER_CAP_S))
-                continue
-            with self.lock:
-                self.failures.append(f"api {chosen} {what}: {resp.status_code} {resp.text[:300]}")
-            time.sleep(0.5)
-
-    def rpc(self, method: str, api: int | None = None, **params: Any) -> Any:
-        return self.post("/rpc", {"method": method, "params": params}, api)
-
-    def start(self, session_key: str, message: str, api: int) -> str:
-        accepted = self.rpc("agent", api, sessionKey=session_key, message=message)
-        assert accepted["status"] == "accepted", accepted
-        return str(accepted["runId"])
-
-    def send(self, asker: str, target: str, message: str, api: int) -> dict[str, Any]:
-        body = {
-            "tool": "sessions_send",
-            "sessionKey": asker,
-            "args": {"sessionKey": target, "message": message, "timeoutSeconds": SEND_WAIT_S},
-        }
-        answer = self.post("/tools/invoke", body, api)
-        assert answer.get("ok") is True, answer
-        return dict(answer["result"])
-
-    def wait(self, run_id: str) -> dict[str, Any]:
-        while True:
-            outcome = self.rpc("agent.wait", runId=run_id, timeoutMs=WAIT_MS)
-            if "pending" not in outcome:
-                return dict(outcome)
-
-
-def _tool(name: str, args: dict[str, Any]) -> str:
-    return f"/tool {name} {json.dumps(args)}"
-
-
-def _burst(clients: Clients) -> tuple[list[str], set[str]]:
-    """Starts the burst on both apis; the run ids, and those whose model calls a tool."""
-    ids: list[str] = []
-    for i in range(RUN_SENDS):
-        line = _tool(
-            "sessions_send",
-            {
-                "sessionKey": f"agent:main:{CHANNEL}:group:target-{i}",
-                "message": f"/sleep 2\n/reply round {i}",
-                "timeoutSeconds": 120,
-            },
-        )
-        ids.append(clients.start(f"agent:main:hook:asker-{i}", line, i % 2))
-    for i in range(SPAWNS):
-        line = _tool("sessions_spawn", {"task": f"child {i}\n/sleep 2\n/reply child {i}"})
-        ids.append(clients.start(f"agent:main:{CHANNEL}:group:parent-{i}", line, i % 2))
-    tool_runs = set(ids)
-    for i in range(PLAIN_SESSIONS):
-        for j in range(PLAIN_QUEUED):
-            message = f"/sleep {2 + (i + j) % 3}\nplain {i}.{j}"
-            ids.append(clients.start(f"agent:main:hook:plain-{i}", message, (i + j) % 2))
-    return ids, tool_runs
-
-
-def _settled(cluster: Cluster) -> bool:
-    return (
-        all(r.terminal for r in cluster.runs())
-        and all(f["status"] == "done" for f in cluster.flows())
-        and all(s.get("status") == "done" for s in cluster.spawns())
-        and all(d["status"] in TERMINAL_STATUSES for d in cluster.deliveries())
-    )
-
-
-def _unsettled(cluster: Cluster) -> dict[str, Any]:
-    return {
-        "runs": [
-            (r.run_id, r.session_key, r.status, r.attempt) for r in cluster.runs() if not r.terminal
-        ],
-        "flows": [(f["flowId"], f["status"]) for f in cluster.flows() if f["status"] != "done"],
-        "spawns": [s for s in cluster.spawns() if s.get("status") != "done"],
-        "deliveries": [d for d in cluster.deliveries() if d["status"] not in TERMINAL_STATUSES],
-    }
-
-
-def _events(proc: Proc) -> list[str]:
-    """The `event` of every JSON log line of a process."""
-    out = []
-    for line in proc.output().splitlines():
-        try:
-            event = json.loads(line).get("event", "")
-        except (ValueError, AttributeError):
-            continue
-        if isinstance(event, str):
-            out.append(event)
-    return out
-
-
-def fenced_writes(proc: Proc, of: str = "run") -> list[tuple[str, int, str]]:
-    """(id, attempt, write) of every write of this process to a run (or a delivery) the
-    attempt fence refused."""
-    return [
-        (m.group(2), int(m.group(3)), m.group(4))
-        for e in _events(proc)
-        if (m := _FENCED.match(e)) and m.group(1) == of
-    ]
-
-
 def test_a_worker_cut_off_past_its_lease_is_fenced_once_healed(
     setup: Setup, cluster: Cluster
 ) -> None:
@@ -299,7 +165,7 @@ def test_a_worker_cut_off_past_its_lease_is_fenced_once_healed(
     senders = [threading.Thread(target=client_send, args=(i,)) for i in range(CLIENT_SENDS)]
     for thread in senders:
         thread.start()
-    burst, tool_runs = _burst(clients)
+    burst, tool_runs = start_burst(clients, PLAIN_SESSIONS, PLAIN_QUEUED, PLAIN_SLEEPS)
     acknowledged = long_runs + burst
     assert len(burst) >= 200
 
@@ -372,7 +238,7 @@ def test_a_worker_cut_off_past_its_lease_is_fenced_once_healed(
         thread.join(180)
     assert not any(t.is_alive() for t in senders + threads), "a client never got its answer"
     wait_until(
-        lambda: _settled(cluster), 180, "everything to settle", 0.5, lambda: _unsettled(cluster)
+        lambda: settled(cluster), 180, "everything to settle", 0.5, lambda: unsettled(cluster)
     )
     print(
         f"settled {time.monotonic() - healed_at:.1f}s after the heal, "
@@ -398,7 +264,7 @@ def test_a_worker_cut_off_past_its_lease_is_fenced_once_healed(
     print(f"writes fenced on the cut-off worker: {len(refused)} {dict(kinds)}; ", end="")
     print(f"announce posts refused: {len(sends)}")
     assert kinds["end"] > 0, kinds  # ends sent during the cut, arriving after the heal
-    stopped = {e.split()[1] for e in _events(victim) if e.endswith("stopped: superseded")}
+    stopped = {e.split()[1] for e in events(victim) if e.endswith("stopped: superseded")}
     assert stopped >= set(long_runs), stopped
     for run_id, attempt, kind in refused:
         final = by_id[run_id]

@@ -15,16 +15,13 @@ one's replacement is healthy.
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from faultkit import (
     CHANNEL,
@@ -33,24 +30,32 @@ from faultkit import (
     idempotency_counts,
     wait_until,
 )
-from scalekit import BROKERS, Service, broker_for, make_cluster, run_ends, runs_handed_back
+from scalekit import (
+    BROKERS,
+    CLIENT_SENDS,
+    CLIENT_TIMEOUT_S,
+    RUN_SENDS,
+    SPAWNS,
+    WAITERS,
+    Clients,
+    Service,
+    broker_for,
+    make_cluster,
+    run_ends,
+    runs_handed_back,
+    settled,
+    start_burst,
+    unsettled,
+)
 
-from switchboard.shared.delivery.records import TERMINAL_STATUSES
 from switchboard.testing.webhook_receiver import WebhookReceiver
 
 pytestmark = [pytest.mark.scale, pytest.mark.timeout(300)]
 
 PLAIN_SESSIONS = 30
 PLAIN_QUEUED = 6  # one run holds each lane, five queue behind it (~21 s a lane)
-RUN_SENDS = 10  # runs whose model makes a waiting send (the run parks), reply-back on
-SPAWNS = 10  # runs whose model spawns a sub-agent (its announce goes to the chat)
-CLIENT_SENDS = 10  # clients' own waiting sends (`/tools/invoke`), reply-back on
+PLAIN_SLEEPS = 4  # plain runs sleep 2 to 5 s
 TRICKLE_EVERY_S = 0.25  # a new plain run while the restarts go on
-WAITERS = 12  # client threads waiting for the runs
-WAIT_MS = 3_000  # each `agent.wait` (an api being stopped finishes it within this)
-SEND_WAIT_S = 5  # a client's waiting send (likewise)
-CLIENT_TIMEOUT_S = 20.0  # every client request's own timeout: a hang past it is a failure
-RETRY_AFTER_CAP_S = 5.0
 
 
 @pytest.fixture(params=BROKERS)
@@ -71,135 +76,6 @@ def service(
             cluster.stop_all()
 
 
-@dataclass
-class Clients:
-    """The test's HTTP clients: which apis take new requests, and every answer they got."""
-
-    service: Service
-    up: list[bool] = field(default_factory=lambda: [True, True])
-    answers: list[tuple[int, str, int, str | None, float]] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    turn: int = 0
-    open: list[int] = field(default_factory=lambda: [0, 0])  # requests in progress, per api
-
-    def pick(self) -> int:
-        """An api that is up, taking turns."""
-        with self.lock:
-            self.turn += 1
-            live = [i for i, ok in enumerate(self.up) if ok]
-            return live[self.turn % len(live)]
-
-    def post(self, path: str, body: dict[str, Any], api: int | None = None) -> Any:
-        """POST to an api that is up until it answers 200: a 503 must carry Retry-After
-        (waited, then tried again); anything else, a broken connection or a request past
-        CLIENT_TIMEOUT_S is recorded as a failure (and tried again, so the test goes on)."""
-        while True:
-            chosen = self.pick() if api is None else api
-            what = f"{path} {body.get('method') or body.get('tool')}"
-            started = time.monotonic()
-            with self.lock:
-                self.open[chosen] += 1
-            try:
-                resp = self.service.http[chosen].post(path, json=body, timeout=CLIENT_TIMEOUT_S)
-            except httpx.HTTPError as exc:
-                took = time.monotonic() - started
-                with self.lock:
-                    self.failures.append(f"api {chosen} {what}: {exc!r} after {took:.1f}s")
-                time.sleep(0.5)
-                continue
-            finally:
-                with self.lock:
-                    self.open[chosen] -= 1
-            took = time.monotonic() - started
-            retry_after = resp.headers.get("retry-after")
-            with self.lock:
-                self.answers.append((chosen, what, resp.status_code, retry_after, took))
-            if resp.status_code == 200:
-                return resp.json()
-            if resp.status_code == 503 and retry_after is not None:
-                time.sleep(min(float(retry_after), RETRY_AFTER_CAP_S))
-                continue
-            with self.lock:
-                self.failures.append(f"api {chosen} {what}: {resp.status_code} {resp.text[:300]}")
-            time.sleep(0.5)
-
-    def rpc(self, method: str, api: int | None = None, **params: Any) -> Any:
-        return self.post("/rpc", {"method": method, "params": params}, api)
-
-    def start(self, session_key: str, message: str, api: int | None = None) -> str:
-        """A run started by `agent`; its id."""
-        accepted = self.rpc("agent", api, sessionKey=session_key, message=message)
-        assert accepted["status"] == "accepted", accepted
-        return str(accepted["runId"])
-
-    def send(self, asker: str, target: str, message: str, api: int) -> dict[str, Any]:
-        """A client's waiting send (`sessions_send` invoked for `asker`)."""
-        body = {
-            "tool": "sessions_send",
-            "sessionKey": asker,
-            "args": {"sessionKey": target, "message": message, "timeoutSeconds": SEND_WAIT_S},
-        }
-        answer = self.post("/tools/invoke", body, api)
-        assert answer.get("ok") is True, answer
-        return dict(answer["result"])
-
-    def wait(self, run_id: str) -> dict[str, Any]:
-        """`agent.wait` in short waits, each on an api that is up, until the run ended."""
-        while True:
-            outcome = self.rpc("agent.wait", runId=run_id, timeoutMs=WAIT_MS)
-            if "pending" not in outcome:
-                return dict(outcome)
-
-
-def _tool(name: str, args: dict[str, Any]) -> str:
-    return f"/tool {name} {json.dumps(args)}"
-
-
-def _burst(clients: Clients) -> tuple[list[str], set[str]]:
-    """Starts the burst on both apis; the run ids, and those whose model calls a tool."""
-    ids: list[str] = []
-    for i in range(RUN_SENDS):
-        line = _tool(
-            "sessions_send",
-            {
-                "sessionKey": f"agent:main:{CHANNEL}:group:target-{i}",
-                "message": f"/sleep 2\n/reply round {i}",
-                "timeoutSeconds": 120,
-            },
-        )
-        ids.append(clients.start(f"agent:main:hook:asker-{i}", line, i % 2))
-    for i in range(SPAWNS):
-        line = _tool("sessions_spawn", {"task": f"child {i}\n/sleep 2\n/reply child {i}"})
-        ids.append(clients.start(f"agent:main:{CHANNEL}:group:parent-{i}", line, i % 2))
-    tool_runs = set(ids)
-    for i in range(PLAIN_SESSIONS):
-        for j in range(PLAIN_QUEUED):
-            message = f"/sleep {2 + (i + j) % 4}\nplain {i}.{j}"
-            ids.append(clients.start(f"agent:main:hook:plain-{i}", message, (i + j) % 2))
-    return ids, tool_runs
-
-
-def _settled(service: Service) -> bool:
-    cluster = service.cluster
-    return (
-        all(r.terminal for r in cluster.runs())
-        and all(f["status"] == "done" for f in cluster.flows())
-        and all(s.get("status") == "done" for s in cluster.spawns())
-        and all(d["status"] in TERMINAL_STATUSES for d in cluster.deliveries())
-    )
-
-
-def _unsettled(service: Service) -> dict[str, Any]:
-    cluster = service.cluster
-    return {
-        "runs": [(r.run_id, r.session_key, r.status) for r in cluster.runs() if not r.terminal],
-        "flows": [(f["flowId"], f["status"]) for f in cluster.flows() if f["status"] != "done"],
-        "spawns": [s for s in cluster.spawns() if s.get("status") != "done"],
-        "deliveries": [d for d in cluster.deliveries() if d["status"] not in TERMINAL_STATUSES],
-    }
-
-
 def test_a_rolling_restart_of_every_api_and_worker_under_a_burst(
     service: Service, webhook: WebhookReceiver
 ) -> None:
@@ -207,7 +83,7 @@ def test_a_rolling_restart_of_every_api_and_worker_under_a_burst(
     with 200+ runs in flight: every run ends ok once, transcripts exact, announces once,
     every client answer 200 in time."""
     cluster = service.cluster
-    clients = Clients(service)
+    clients = Clients(service.http)
     started = time.monotonic()
 
     # Clients' waiting sends, on both apis, each holding its request up to SEND_WAIT_S.
@@ -224,7 +100,7 @@ def test_a_rolling_restart_of_every_api_and_worker_under_a_burst(
     senders = [threading.Thread(target=client_send, args=(i,)) for i in range(CLIENT_SENDS)]
     for thread in senders:
         thread.start()
-    acknowledged, tool_runs = _burst(clients)
+    acknowledged, tool_runs = start_burst(clients, PLAIN_SESSIONS, PLAIN_QUEUED, PLAIN_SLEEPS)
     assert len(acknowledged) >= 200
 
     def tools_done() -> bool:
@@ -319,7 +195,7 @@ def test_a_rolling_restart_of_every_api_and_worker_under_a_burst(
     print(f"clients done {time.monotonic() - restarted_at:.1f}s after the last restart")
 
     wait_until(
-        lambda: _settled(service), 120, "everything to settle", 0.5, lambda: _unsettled(service)
+        lambda: settled(cluster), 120, "everything to settle", 0.5, lambda: unsettled(cluster)
     )
     print(
         f"settled {time.monotonic() - restarted_at:.1f}s after the last restart, "

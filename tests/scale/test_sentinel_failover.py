@@ -5,22 +5,20 @@ message is lost or doubled, every announce is delivered once, and every client a
 
 State and broker are both on the sentinel URL (``redis+sentinel://``; the broker is
 kombu's sentinel transport): a private primary, two replicas and three sentinels
-(test_sentinel_acknowledged's group). Two replicas, so the promoted primary still has one,
-and ``SWITCHBOARD_REDIS_WAIT_REPLICAS=1``: an acknowledged write is on a replica before it
-is answered, so the kill loses none (with one replica and no WAIT, a write answered in the
+(`RedisSentinelGroup`). Two replicas, so the promoted primary still has one, and
+``SWITCHBOARD_REDIS_WAIT_REPLICAS=1``: an acknowledged write is on a replica before it is
+answered, so the kill loses none (with one replica and no WAIT, a write answered in the
 microseconds before the kill may be gone from the promoted node; test_sentinel_acknowledged
 measures that). The service is two apis, two workers and two beats (``scalekit.Service``);
-the burst is test_partition's (plain runs queued in their lanes, runs making waiting sends
-with reply-back, runs spawning sub-agents, clients' own waiting sends), and a prober keeps
-sending through the failover, every answer recorded.
+the burst is test_partition's (``scalekit.start_burst``: plain runs queued in their lanes,
+runs making waiting sends with reply-back, runs spawning sub-agents, clients' own waiting
+sends), and a prober keeps sending through the failover, every answer recorded.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -37,64 +35,53 @@ from faultkit import (
     assert_transcripts_exact,
     count_by,
     idempotency_counts,
+    redis_sentinel_group,
     wait_until,
 )
-from scalekit import Service, make_cluster, run_ends, runs_received_by, sweep_totals
-from test_partition import (
+from scalekit import (
     CLIENT_SENDS,
     CLIENT_TIMEOUT_S,
     RUN_SENDS,
     SPAWNS,
     WAITERS,
     Clients,
-    _burst,
-    _settled,
-    _unsettled,
+    Service,
     fenced_writes,
+    make_cluster,
+    run_ends,
+    runs_received_by,
+    settled,
+    start_burst,
+    sweep_totals,
+    unsettled,
 )
 
-from switchboard.shared.errors import Unavailable
-from switchboard.supervisor.redis_server import find_redis_server
+from switchboard.supervisor.redis_sentinel import RedisSentinelGroup
 from switchboard.testing.webhook_receiver import WebhookReceiver
-
-# The Sentinel group's nodes live beside the integration tests that made them.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from test_sentinel_acknowledged import Group, started_group
 
 pytestmark = [pytest.mark.scale, pytest.mark.timeout(300)]
 
 CONCURRENCY = 24  # runs in flight on each worker
 PROBE_AFTER = 5  # the prober stops once this many of its sends succeed after the promotion
+# The burst: five plain runs queued in each of 50 lanes, sleeping 2 to 4 s.
+PLAIN_SESSIONS = 50
+PLAIN_QUEUED = 5
+PLAIN_SLEEPS = 3
 
 
 @dataclass
 class Setup:
-    group: Group
+    group: RedisSentinelGroup
     cluster: Cluster
     service: Service
     webhook: WebhookReceiver
 
 
-def _no_sentinel_mode() -> str | None:
-    """Why this machine's redis-server cannot run the sentinels, or None."""
-    try:
-        server = find_redis_server()
-    except Unavailable as exc:
-        return f"no redis-server to run a Sentinel group: {exc}"
-    told = subprocess.run([server, "--help"], capture_output=True, text=True, timeout=30)
-    if "--sentinel" not in told.stdout + told.stderr:
-        return f"{server} has no sentinel mode (`--help` names no --sentinel)"
-    return None
-
-
 @pytest.fixture
 def setup(tmp_path: Path) -> Iterator[Setup]:
     """The group, a webhook receiver, and the service on the group; all stopped after."""
-    reason = _no_sentinel_mode()
-    if reason:
-        pytest.skip(reason)
     with (
-        started_group(tmp_path / "group", replicas=2) as group,
+        redis_sentinel_group(tmp_path / "group", replicas=2) as group,
         WebhookReceiver() as webhook,
     ):
         workdir = tmp_path / "service"
@@ -169,7 +156,7 @@ def test_a_sentinel_failover_under_a_burst_loses_nothing(setup: Setup, cluster: 
 
 
 def _scenario(
-    group: Group,
+    group: RedisSentinelGroup,
     cluster: Cluster,
     service: Service,
     webhook: WebhookReceiver,
@@ -189,7 +176,7 @@ def _scenario(
     senders = [threading.Thread(target=client_send, args=(i,)) for i in range(CLIENT_SENDS)]
     for thread in senders:
         thread.start()
-    burst, tool_runs = _burst(clients)
+    burst, tool_runs = start_burst(clients, PLAIN_SESSIONS, PLAIN_QUEUED, PLAIN_SLEEPS)
     assert len(burst) >= 200
 
     def tools_done() -> bool:
@@ -267,7 +254,7 @@ def _scenario(
         thread.join(180)
     assert not any(t.is_alive() for t in senders + threads), "a client never got its answer"
     wait_until(
-        lambda: _settled(cluster), 120, "everything to settle", 0.5, lambda: _unsettled(cluster)
+        lambda: settled(cluster), 120, "everything to settle", 0.5, lambda: unsettled(cluster)
     )
     print(f"settled {time.monotonic() - killed_at:.1f}s after the kill")
 
