@@ -1,5 +1,6 @@
 """Scale fixtures: one service made of several api, worker and beat processes on one private
-Redis, with Redis or RabbitMQ as the broker (``scalekit``).
+Redis (or a private Redis Cluster or Sentinel group), with Redis or RabbitMQ as the broker
+(``scalekit``).
 
 Everything here is private to the test run (its own redis-server, its own vhost, free
 ports, tmp dirs), so this folder can run beside the other slow suites: `-m scale`.
@@ -12,7 +13,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from scalekit import BROKERS, Cluster, Service, broker_for, make_cluster, redis_cluster
+from scalekit import (
+    BROKERS,
+    Cluster,
+    Service,
+    broker_for,
+    make_cluster,
+    redis_cluster,
+    redis_sentinel_group,
+)
 
 from switchboard.supervisor.redis_server import RedisServer
 from switchboard.testing.webhook_receiver import WebhookReceiver
@@ -42,8 +51,10 @@ def module_webhook() -> Iterator[WebhookReceiver]:
 @pytest.fixture(scope="module")
 def state(request: pytest.FixtureRequest) -> str:
     """Where the service keeps its state: the private Redis (``redis``, unless a module
-    parametrizes it) or a private 3-primary Redis Cluster (``redis-cluster``; the broker
-    then stays on the private Redis, or RabbitMQ)."""
+    parametrizes it), a private 3-primary Redis Cluster (``redis-cluster``) or a private
+    Sentinel group of a primary, one replica and three sentinels (``redis-sentinel``,
+    through its ``redis+sentinel://`` URL); with either group the broker stays on the
+    private Redis, or RabbitMQ."""
     return str(getattr(request, "param", "redis"))
 
 
@@ -56,9 +67,9 @@ def service(
     module_webhook: WebhookReceiver,
 ) -> Iterator[Service]:
     """Two apis, two workers (2 runs in flight each, so a burst spreads over both) and two
-    beats on database 1 of the private Redis (or, with ``state`` ``redis-cluster``, on a
-    private Redis Cluster with database 1 as the broker), kept for the module's tests;
-    flushed after."""
+    beats on database 1 of the private Redis (or, with ``state`` ``redis-cluster`` or
+    ``redis-sentinel``, on a private Redis Cluster or Sentinel group with database 1 as the
+    broker), kept for the module's tests; flushed after."""
     import redis
 
     url = redis_server.url.rsplit("/", 1)[0] + "/1"
@@ -68,6 +79,11 @@ def service(
         if state == "redis-cluster":
             group = stack.enter_context(redis_cluster(tmp_path_factory.mktemp("cluster")))
             state_url, broker_url = group.url, broker or url
+        elif state == "redis-sentinel":
+            sentinel = stack.enter_context(
+                redis_sentinel_group(tmp_path_factory.mktemp("sentinel"))
+            )
+            state_url, broker_url = sentinel.url, broker or url
         cluster = make_cluster(
             state_url, tmp_path_factory.mktemp("service"), module_webhook.url, broker_url
         )

@@ -3,10 +3,12 @@ started separately on one Redis, are one service: a wait answers on the api it s
 whichever worker ran the run, another api re-attaches to it by run id, a reply-back flow
 and a spawn's announce complete across workers, and two beats recover a lost run once.
 
-Each test runs four times: with Redis as the broker, then RabbitMQ (a vhost of its own;
-skipped where RabbitMQ is not installed), each with the state on the private Redis and on a
-private 3-primary Redis Cluster (`redis+cluster://`; the broker then stays on the private
-Redis or RabbitMQ). Workers run 2 runs at a time, so a burst spreads over both.
+Each test runs six times: with Redis as the broker, then RabbitMQ (a vhost of its own;
+skipped where RabbitMQ is not installed), each with the state on the private Redis, on a
+private 3-primary Redis Cluster (`redis+cluster://`) and on a private Sentinel group of a
+primary, one replica and three sentinels (`redis+sentinel://`); with either group the
+broker stays on the private Redis or RabbitMQ. Workers run 2 runs at a time, so a burst
+spreads over both.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from switchboard.shared.store.runs import now_ms
 pytestmark = [
     pytest.mark.scale,
     pytest.mark.timeout(240),
-    # Each broker with the state on one Redis, then on a 3-primary Redis Cluster.
-    pytest.mark.parametrize("state", ["redis", "redis-cluster"], indirect=True, scope="module"),
+    # Each broker with the state on one Redis, a 3-primary Redis Cluster, a Sentinel group.
+    pytest.mark.parametrize(
+        "state", ["redis", "redis-cluster", "redis-sentinel"], indirect=True, scope="module"
+    ),
 ]
 
 # Reply-back flows started at once: enough that some flow's rounds hop between workers.
