@@ -40,6 +40,25 @@ def test_a_run_claimed_again_since_its_lease_lapsed_is_not_requeued(services: Se
     assert runs.requeue(run_id) == "queued"
 
 
+def test_a_second_sweep_between_requeue_and_lease_push_requeues_nothing(
+    services: Services,
+) -> None:
+    """Two sweeps a few ms apart from the same lapsed picture: the first requeued the run
+    but has not pushed its lease yet; the second is told 'not-running' (not 'queued', which
+    would make it count the run as requeued and enqueue it a second time)."""
+    svc = dataclasses.replace(services, queue=RecordingQueue())
+    runs = svc.store.runs
+    key = "agent:main:hook:sweeps-8ms-apart"
+    run_id = start_run(svc, RunRequest(session_key=key, message="hi"))["runId"]
+    assert not isinstance(runs.claim(run_id, key), str)
+    lapsed_at = now_ms()
+    runs.push_lease(key, lapsed_at - 1000)
+    assert runs.requeue(run_id, lapsed=(key, lapsed_at)) == "queued"  # the first sweep
+    assert runs.requeue(run_id, lapsed=(key, lapsed_at)) == "not-running"  # the second
+    assert runs.requeue(run_id) == "not-running"  # a hand-back too
+    assert runs.status(run_id) == "queued"
+
+
 def test_a_resumed_run_whose_worker_vanished_is_parked_again_for_its_resume(
     services: Services,
 ) -> None:

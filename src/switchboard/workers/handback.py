@@ -167,8 +167,8 @@ def hand_back_runs(svc: Services, lanes: Lanes) -> int:
         session_key, run_id = lane[0], lane[1]
         attempt = lane[2] if len(lane) > 2 else None
         # A run that ended as it was cancelled stays ended, and the lane's next run (taken
-        # by some other worker) is not this process's to hand back. (`requeue` answers
-        # "queued" for a run already queued too: only a running one is sent again.)
+        # by some other worker) is not this process's to hand back (`requeue` would
+        # answer "not-running" for it).
         if runs.lane_holder(session_key) != run_id or runs.status(run_id) != "running":
             continue
         verdict = runs.requeue(run_id, attempt)

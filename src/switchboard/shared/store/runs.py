@@ -704,7 +704,8 @@ class RunStore:
         was resumed from parked, as parked again ('parked': due for its resume now; the
         caller enqueues it). ``lapsed``: (its session key, a time in ms): only if its
         lane's lease still ends by then (a sweep that saw it lapse; answers 'renewed'
-        otherwise)."""
+        otherwise). A run not running is left as it is ('not-running': put back by a
+        concurrent caller, or ended); 'moved' when another attempt runs it."""
         session_key, lapsed_by = lapsed if lapsed is not None else ("", "")
         res = self._lua["requeue_run"](
             run=self.ks.run(run_id),

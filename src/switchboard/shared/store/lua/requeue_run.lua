@@ -3,14 +3,16 @@
 -- turn is written once), any other back to queued (claimed again, run from its start).
 -- Answers 'queued', 'parked', 'moved' (another attempt runs it), 'renewed' (its lane's
 -- lease was pushed on since the caller saw it lapse: a concurrent sweep requeued it, or a
--- worker claimed it again) or the status it is in.
+-- worker claimed it again) or 'not-running' (it is not running: a concurrent sweep or
+-- hand-back requeued it already, or it ended; never 'queued' or 'parked', which say this
+-- call put it back).
 -- KEYS: run leases parked
 -- ARGV: attempt session_key lapsed_by_ms run_id now_ms
 --   (attempt: the attempt expected to be running; '' = any. session_key, lapsed_by_ms:
 --   requeue only if that lane's lease is at most lapsed_by_ms; '' = no lease check.
 --   A run put back to parked is due for its resume check at now_ms.)
 local st = redis.call('HGET', KEYS[1], 'status')
-if st ~= 'running' then return st or '' end
+if st ~= 'running' then return 'not-running' end
 if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'attempt') ~= ARGV[1] then return 'moved' end
 if ARGV[2] ~= '' then
   local lease = redis.call('ZSCORE', KEYS[2], ARGV[2])
