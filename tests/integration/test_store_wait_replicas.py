@@ -6,11 +6,14 @@ that does not answer in time leaves the write standing and is counted and logged
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -198,3 +201,54 @@ def test_a_replica_that_does_not_answer_leaves_the_write_standing(
 def test_every_acknowledged_script_exists() -> None:
     """The names `ACKNOWLEDGED_SCRIPTS` lists are scripts of the store (a rename fails here)."""
     assert set(ACKNOWLEDGED_SCRIPTS) <= set(script_names())
+
+
+@pytest.mark.parametrize("durable", [True, False], ids=["wait", "off"])
+def test_a_watched_runs_end_is_published_after_its_wait(
+    replicated: tuple[RedisServer, RedisServer], durable: bool
+) -> None:
+    """With acknowledged writes on, a waiter hears of a run's end only once WAIT has
+    answered (here after its whole timeout: the replica is stopped), so it is never told
+    of an end a failover could still lose; off, the end is published from its script."""
+    primary, replica = replicated
+    wait_ms = 1500
+    store = Store.from_url(primary.url, durability=Durability(1 if durable else 0, wait_ms))
+    key = f"agent:main:published-{durable}"
+    run_id = f"wait-run-{30 + durable}"
+    started = store.runs.start(replace(_new_run(30 + durable, key), watched=True), on_create={})
+    assert started.took_lane
+    claim = store.runs.claim(run_id, key)
+    assert not isinstance(claim, str)
+    heard: list[tuple[float, dict[str, Any]]] = []
+    listener = primary.client()
+    subscriber = listener.pubsub()
+    subscriber.subscribe(store.ks.run_events)
+    assert subscriber.get_message(timeout=5)["type"] == "subscribe"
+
+    def listen() -> None:
+        message = subscriber.get_message(ignore_subscribe_messages=True, timeout=30)
+        if message is not None:
+            heard.append((time.monotonic(), json.loads(message["data"])))
+
+    thread = threading.Thread(target=listen)
+    thread.start()
+    assert replica.pid is not None
+    os.kill(replica.pid, signal.SIGSTOP)
+    try:
+        began = time.monotonic()
+        ended = store.runs.finish(run_id, key, claim.attempt, status="ok", reply="done")
+        returned = time.monotonic()
+    finally:
+        os.kill(replica.pid, signal.SIGCONT)
+    thread.join(30)
+    subscriber.close()
+    listener.close()
+    store.close()
+    assert ended.applied
+    assert len(heard) == 1, heard
+    at, body = heard[0]
+    assert body["runId"] == run_id and body["run"]["status"] == "ok"
+    assert body["run"]["reply"] == "done"
+    if durable:  # heard after WAIT gave up on the stopped replica, not before
+        assert returned - began >= wait_ms / 1000 * 0.9
+        assert at >= began + wait_ms / 1000 * 0.9

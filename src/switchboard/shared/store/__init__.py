@@ -72,6 +72,7 @@ class Store:
         max_attempts: int = 3,
         lease_s: int = 30,
         windows: TranscriptWindows | None = None,
+        publish_ends_after_wait: bool = False,
     ) -> None:
         self.redis = redis
         self.ks = Keyspace(prefix)
@@ -86,6 +87,7 @@ class Store:
             kind_of=kind_of,
             lease_s=lease_s,
             windows=windows,  # recent history kept here: claims read only what is newer
+            publish_ends_after_wait=publish_ends_after_wait,
         )
         self.events = EventStore(redis, self.ks)
         self.flows = FlowStore(redis, self.ks)  # reply-back flows (sessions_send)
@@ -123,7 +125,8 @@ class Store:
         windows = TranscriptWindows() if fast_paths else None
         prefix = options.get("prefix")
         client = connect(url, fast_paths=fast_paths, durability=durability, prefix=prefix)
-        return cls(client, windows=windows, **options)
+        after_wait = durability.replicas > 0  # a run's end told once replicas have it
+        return cls(client, windows=windows, publish_ends_after_wait=after_wait, **options)
 
     def pipeline(self) -> Pipeline:
         """A pipeline (no transaction) the stores' ``client=`` methods queue on: one

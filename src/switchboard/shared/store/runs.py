@@ -8,6 +8,7 @@ queued run or write a transcript twice.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from redis.client import Pipeline
 
 from switchboard import telemetry
 from switchboard.shared import keys as sk
+from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store import codec
 from switchboard.shared.store.codec import as_text
 from switchboard.shared.store.keyspace import (
@@ -42,6 +44,8 @@ from switchboard.shared.store.run_records import (
 )
 from switchboard.shared.store.transcripts import decode_entries
 from switchboard.shared.store.windows import HistoryEntry, TranscriptWindows, Window
+
+log = logging.getLogger("switchboard.store")
 
 # The records live in run_records; importing them from here keeps callers' imports short.
 __all__ = [
@@ -213,8 +217,13 @@ class RunStore:
         kind_of: Callable[[str], str],
         lease_s: int = LANE_LEASE_S,
         windows: TranscriptWindows | None = None,
+        publish_ends_after_wait: bool = False,
     ) -> None:
         self.lease_s = lease_s
+        # With acknowledged writes (WAIT for replicas), a run's end is published once its
+        # WAIT has answered, not from inside its script: a waiter is not told of an end
+        # that a failover could still lose (`finish`).
+        self.publish_ends_after_wait = publish_ends_after_wait
         # The process's copies of recent history, when claims read it incrementally.
         self.windows = windows
         self.redis = redis
@@ -586,7 +595,7 @@ class RunStore:
             session_incr=codec.dumps(dict(session_incr)) if session_incr else "",
             retention_s=self.retention_s,
             lease_at_ms=now + self.lease_s * 1000,
-            channel=self.ks.run_events,
+            channel="" if self.publish_ends_after_wait else self.ks.run_events,
             event_type=event[0] if event else "",
             event_data=codec.dumps(event[1]) if event else "",
             events_cap=event[2] if event else 0,
@@ -595,7 +604,10 @@ class RunStore:
         )
         if as_text(res[0]) != "ok":
             return FinishResult(applied=False)
-        run = RunRecord.from_hash(run_id, codec.decode_flat_hash(res[2]))
+        ended = codec.decode_flat_hash(res[2])
+        if self.publish_ends_after_wait and ended.get("watch") == "1":
+            self._publish_end(run_id, ended)
+        run = RunRecord.from_hash(run_id, ended)
         if follow_up_reads:
             run.read_at_end = {
                 self.ks.session(session_key): codec.decode_flat_hash(res[3]),
@@ -607,6 +619,14 @@ class RunStore:
             waiters=tuple(as_text(w) for w in res[5:]),
             run=run,
         )
+
+    def _publish_end(self, run_id: str, ended: Mapping[str, str]) -> None:
+        """Publish a watched run's end (as finish_run.lua does) after its WAIT; if Redis
+        fails now, the end stands and its waiters find it at their next poll."""
+        try:
+            self.redis.publish(self.ks.run_events, codec.dumps({"runId": run_id, "run": ended}))
+        except StoreUnavailable as exc:
+            log.warning("run %s ended; its end was not published (%s)", run_id, exc)
 
     def park(
         self,

@@ -5,7 +5,8 @@
 -- The end is counted by status, with the run's duration since its first claim (metrics).
 -- The ended run's hash is answered, and published on `channel` (as JSON {runId, run})
 -- when someone waits for it (field `watch`, see watch_run.lua), so neither the worker nor
--- a waiting api reads it again; an end nobody waits for costs no message. An event
+-- a waiting api reads it again; an end nobody waits for costs no message. With channel
+-- '' nothing is published (the caller publishes after its WAIT for replicas). An event
 -- (event_type and JSON event_data, '' for none) is added to the events stream.
 -- With read_follow_up '1', the session hash and the `follow_up` hash (what the run's
 -- follow-up step reads first) are answered too, so the step reads neither again.
@@ -48,7 +49,7 @@ redis.call('EXPIRE', waiters_key, ARGV[8])
 local flat = redis.call('HGETALL', run)
 local fields = {}
 for i = 1, #flat, 2 do fields[flat[i]] = flat[i + 1] end
-if fields['watch'] == '1' then
+if fields['watch'] == '1' and ARGV[10] ~= '' then
   redis.call('PUBLISH', ARGV[10], cjson.encode({runId = run_id, run = fields}))
 end
 if ARGV[11] ~= '' then
