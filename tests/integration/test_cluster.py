@@ -270,3 +270,36 @@ def test_kill_of_the_slot_owner_under_load_loses_nothing(
         cluster.stop_all()
         cluster.services.store.close()
         broker.stop()
+
+
+@pytest.mark.integration
+def test_an_idle_pool_checks_only_the_owner_and_asks_no_other_node(
+    cluster_group: RedisClusterGroup,
+) -> None:
+    """The twice-a-second follow of a pool sends one ROLE to the slot's owner and nothing
+    to any other node (no `CLUSTER SLOTS` anywhere) while the owner stays a primary (a
+    cluster of the test's own: no other test's pool checks its nodes)."""
+    prefix = PREFIX.replace("}", "-idle}")
+    owner = cluster_group.primary_for(prefix)
+    others = [n for n in cluster_group.nodes if n is not owner and n.pid is not None]
+
+    def calls(node: RedisClusterNode) -> tuple[int, int]:
+        with node.client() as client:
+            stats: dict[str, Any] = client.info("commandstats")
+        return (
+            int(stats.get("cmdstat_cluster|slots", {}).get("calls", 0)),
+            int(stats.get("cmdstat_role", {}).get("calls", 0)),
+        )
+
+    store = Store.from_url(cluster_group.url, prefix=prefix)
+    try:
+        store.ping()  # the first connection asks the cluster where the slot is
+        time.sleep(1.2)  # the follower's first checks
+        before = {n.port: calls(n) for n in [owner, *others]}
+        time.sleep(3)  # about six more checks
+        after = {n.port: calls(n) for n in [owner, *others]}
+    finally:
+        store.close()
+    assert after[owner.port][1] - before[owner.port][1] >= 3  # ROLE on the owner
+    for node in others:
+        assert after[node.port] == before[node.port], node  # nothing on the others

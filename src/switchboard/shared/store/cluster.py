@@ -22,14 +22,17 @@ server answers ``MOVED``/``ASK`` (the slot moved), ``READONLY`` (the node was de
 or ``CLUSTERDOWN`` (the cluster is electing), is closed and its command fails with a
 ``ConnectionError`` (redis-py retries single commands on a new connection; a pipeline's
 caller sees `StoreUnavailable`); its next connection asks the cluster again. And every
-pool is followed (`follow_slot_owner`): twice a second the cluster is asked who owns the
-slot, and when the answer changes every connection of the pool is cut, so none keeps
-writing to a node that no longer owns it.
+pool is followed (`follow_slot_owner`): twice a second the owner it knows is asked its
+``ROLE`` (one command to one node); when it is no longer a primary, or does not answer,
+the cluster is asked who owns the slot, and when the answer changed every connection of
+the pool is cut, so none keeps writing to a node that no longer owns it. (A slot moved
+between primaries that both stay up is found by the connections themselves: ``MOVED``.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -39,8 +42,10 @@ from typing import Any
 
 import redis
 import redis.asyncio as aioredis
+from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode
 from redis.exceptions import AskError, ClusterDownError, ReadOnlyError, RedisClusterException
+from redis.retry import Retry
 
 from switchboard.shared.store.urls import ClusterUrl
 
@@ -68,6 +73,8 @@ class SlotOwner:
         self._lock = threading.Lock()
         self._address: tuple[str, int] | None = None
         self._cluster: redis.RedisCluster | None = None
+        # A client per owner address, for the follower's ROLE check.
+        self._probes: dict[tuple[str, int], redis.Redis] = {}
 
     def address(self) -> tuple[str, int]:
         """The owner's (host, port): the one known, else asked of the cluster."""
@@ -99,12 +106,42 @@ class SlotOwner:
             self._address = (str(node.host), int(node.port))
             return self._address
 
+    def check(self) -> tuple[str, int]:
+        """The owner's address, checked: the one known while it still says it is a
+        primary (``ROLE``), else asked of the cluster (`refresh`)."""
+        known = self._address
+        if known is not None:
+            with contextlib.suppress(redis.RedisError):
+                if self._role(known) == "master":
+                    return known
+        return self.refresh()
+
     def close(self) -> None:
         """Close the cluster client's connections."""
         with self._lock:
             if self._cluster is not None:
                 self._cluster.close()
                 self._cluster = None
+            for probe in self._probes.values():
+                probe.close()
+            self._probes.clear()
+
+    def _role(self, address: tuple[str, int]) -> str:
+        """What the node at ``address`` says it is (``master``, ``slave``)."""
+        with self._lock:
+            probe = self._probes.get(address)
+            if probe is None:
+                probe = self._probes[address] = redis.Redis(
+                    host=address[0],
+                    port=address[1],
+                    socket_timeout=DISCOVERY_TIMEOUT_S,
+                    socket_connect_timeout=DISCOVERY_TIMEOUT_S,
+                    retry=Retry(NoBackoff(), 0),  # a dead owner fails the check at once
+                    **self.parsed.connection_kwargs(),
+                )
+        reply: Any = probe.role()
+        role = reply[0]
+        return role.decode() if isinstance(role, bytes) else str(role)
 
     def _connect(self) -> redis.RedisCluster:
         seeds = [ClusterNode(host, port) for host, port in self.parsed.nodes]  # type: ignore[no-untyped-call]
@@ -197,7 +234,7 @@ def _follow(
             owner.close()
             return
         try:
-            named = owner.refresh()
+            named = owner.check()
         except redis.RedisError:
             named = None  # an election under way: connections find out themselves
         if known is not None and named is not None and named != known:
