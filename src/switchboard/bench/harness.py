@@ -290,15 +290,10 @@ class Stack:
 
         store = self.store()
         self.polled_commands.update(store.progress.backlog_commands(ALL_QUEUES))
-        if self.cluster is None:
-            return store.progress.backlog(ALL_QUEUES)
-        # The state's keys it reads there find nothing: the state is on the cluster.
-        queued = ProgressReads(self._server(self.redis).redis, store.ks).backlog(ALL_QUEUES)
-        pipe = store.pipeline()
-        for key in (store.ks.active_runs, store.ks.outbox, store.ks.parked_runs):
-            pipe.zcard(key)
-        self.polled_commands["zcard"] += 3
-        return queued + sum(int(n) for n in pipe.execute())
+        broker = None
+        if self.cluster is not None:  # the queues are on the stack's Redis, not the cluster
+            broker = ProgressReads(self._server(self.redis).redis, store.ks)
+        return store.progress.backlog(ALL_QUEUES, broker)
 
     def run_ends(self, run_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
         """The runs that have ended: id → (status, endedAt ms); a counted poll."""

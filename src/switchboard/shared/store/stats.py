@@ -94,17 +94,39 @@ class ProgressReads:
         """How many runs are parked (waiting on another run, holding no worker thread)."""
         return int(self.redis.zcard(self.ks.parked_runs))
 
-    def backlog(self, queues: Sequence[str]) -> int:
+    def backlog(self, queues: Sequence[str], broker: ProgressReads | None = None) -> int:
         """Work not yet done: messages queued on ``queues`` or unacked, active and parked
-        runs, and outbox entries (0 when everything has settled)."""
+        runs, and outbox entries (0 when everything has settled). The queues are read on
+        ``broker`` when the broker is another Redis than the state's (one round trip
+        each), else with the rest in one."""
+        if broker is not None:
+            return broker.queued(queues) + self.unfinished()
         pipe = self.redis.pipeline(transaction=False)
+        self._queue_reads(pipe, queues)
+        self._unfinished_reads(pipe)
+        return sum(int(n) for n in pipe.execute())
+
+    def queued(self, queues: Sequence[str]) -> int:
+        """Messages queued on ``queues`` or unacked (this Redis as the broker)."""
+        pipe = self.redis.pipeline(transaction=False)
+        self._queue_reads(pipe, queues)
+        return sum(int(n) for n in pipe.execute())
+
+    def unfinished(self) -> int:
+        """Active and parked runs and outbox entries."""
+        pipe = self.redis.pipeline(transaction=False)
+        self._unfinished_reads(pipe)
+        return sum(int(n) for n in pipe.execute())
+
+    def _queue_reads(self, pipe: Any, queues: Sequence[str]) -> None:
         for name in queues:
             pipe.llen(name)
         pipe.hlen(UNACKED)
+
+    def _unfinished_reads(self, pipe: Any) -> None:
         pipe.zcard(self.ks.active_runs)
         pipe.zcard(self.ks.outbox)
         pipe.zcard(self.ks.parked_runs)
-        return sum(int(n) for n in pipe.execute())
 
     @staticmethod
     def backlog_commands(queues: Sequence[str]) -> dict[str, int]:
