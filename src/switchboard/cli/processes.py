@@ -50,6 +50,7 @@ def api(
 
     from switchboard.api.app import create_app
     from switchboard.logs import setup_logging
+    from switchboard.shared.event_loops import uvicorn_loop
     from switchboard.supervisor.listener import bind_listener
 
     settings = _settings(config)
@@ -61,6 +62,7 @@ def api(
         "log_level": settings.log_level.lower(),
         "log_config": None,  # uvicorn's records go through the product's handler (logs.py)
         "access_log": False,
+        **uvicorn_loop(settings),  # uvloop and httptools with the fast paths on
     }
     if not reuse_port:
         uvicorn.run(application, host=bind_host, port=bind_port, **options)

@@ -29,7 +29,7 @@ import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
-from functools import cache
+from functools import cache, partial
 from typing import Any, Protocol, TypeVar
 
 from celery import Celery
@@ -39,6 +39,7 @@ from celery.signals import worker_init, worker_ready, worker_shutdown, worker_sh
 from switchboard.shared import gc_tune
 from switchboard.shared.config import Settings
 from switchboard.shared.errors import StoreUnavailable, Unavailable
+from switchboard.shared.event_loops import new_event_loop
 from switchboard.shared.flows.catalog import FLOW_STEPS
 from switchboard.shared.flows.steps import run_follow_up, run_step
 from switchboard.shared.flows.sweeper import sweep
@@ -89,8 +90,9 @@ class _RunLoops:
     Started lazily in the process that uses them, so a forking pool's children each get
     their own (a loop and its thread never survive a fork)."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, new_loop: Callable[[], asyncio.AbstractEventLoop]) -> None:
         self._count = count
+        self._new_loop = new_loop
         self._lock = threading.Lock()
         self._loops: list[asyncio.AbstractEventLoop] = []
         self._pid = 0
@@ -113,13 +115,12 @@ class _RunLoops:
                 or self._pid != os.getpid()
                 or any(loop.is_closed() for loop in self._loops)
             ):
-                self._loops = [self._start(i) for i in range(self._count)]
+                self._loops = [self._start(self._new_loop(), i) for i in range(self._count)]
                 self._pid = os.getpid()
             return self._loops[next(self._next) % self._count]
 
     @staticmethod
-    def _start(index: int) -> asyncio.AbstractEventLoop:
-        loop = asyncio.new_event_loop()
+    def _start(loop: asyncio.AbstractEventLoop, index: int) -> asyncio.AbstractEventLoop:
         # Where its runs' blocking store work goes with the fast paths on (`off_loop`).
         loop.set_default_executor(
             ThreadPoolExecutor(
@@ -151,8 +152,13 @@ class RunHost:
     One per Celery app, made with its tasks (`register_tasks`) from ``Settings`` and kept
     on the app (`run_host`), where the tasks and the pool (`workers.pool`) find it."""
 
-    def __init__(self, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, loops: int = RUN_LOOPS) -> None:
-        self.loops = _RunLoops(loops)
+    def __init__(
+        self,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        loops: int = RUN_LOOPS,
+        new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
+    ) -> None:
+        self.loops = _RunLoops(loops, new_loop)
         self.in_flight = InFlight(max_in_flight)
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
@@ -404,7 +410,8 @@ def _install_fast_paths(settings: Settings) -> None:
 
 def register_tasks(app: Celery, settings: Settings) -> None:
     """Register every task on ``app``, and make its `RunHost` (``run_host(app)``)."""
-    host = RunHost(settings.worker_max_in_flight)
+    # uvloop's loops with the fast paths on (`event_loops`), else asyncio's.
+    host = RunHost(settings.worker_max_in_flight, new_loop=partial(new_event_loop, settings))
     app.switchboard_run_host = host
 
     @cache
