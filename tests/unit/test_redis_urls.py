@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 
 from switchboard.shared.config import ConfigError, Settings
-from switchboard.shared.store.urls import ClusterUrl, SentinelUrl, parse_redis_url
+from switchboard.shared.store.urls import (
+    ClusterUrl,
+    SentinelUrl,
+    parse_redis_url,
+    plain_url_options,
+)
 from switchboard.workers.app import create_celery_app
 
 pytestmark = pytest.mark.unit
@@ -172,9 +177,74 @@ def test_celery_broker_refuses_a_cluster_url_naming_the_broker_setting() -> None
     assert e.value.key_path == "SWITCHBOARD_BROKER_URL"
     with pytest.raises(ConfigError, match=r"kombu has no cluster transport"):
         create_celery_app(Settings(broker_url="redis+cluster://h1:7000"))
+    with pytest.raises(ConfigError, match=r"kombu has no cluster transport"):
+        create_celery_app(Settings(redis_url="rediss+cluster://h1:7000?ssl_cert_reqs=none"))
 
 
 def test_state_on_a_cluster_with_its_own_broker_makes_a_celery_app() -> None:
     settings = Settings(redis_url="redis+cluster://h1:7000", broker_url="redis://b:6379/1")
     app = create_celery_app(settings)
     assert app.conf.broker_url == "redis://b:6379/1"
+
+
+@pytest.mark.parametrize(
+    ("url", "kombu"),
+    [
+        ("unix:///run/redis.sock", "redis+socket:///run/redis.sock"),
+        ("unix:///run/redis.sock?db=4", "redis+socket:///run/redis.sock?virtual_host=4"),
+        (
+            "unix://:pw@/run/redis.sock?db=1&password=x",
+            "redis+socket://:pw@/run/redis.sock?virtual_host=1&password=x",
+        ),
+    ],
+)
+def test_celery_broker_on_a_unix_socket_is_kombus_socket_form(url: str, kombu: str) -> None:
+    """kombu reads no unix:// URL: the broker gets its redis+socket:// form, the database
+    as its virtual host."""
+    app = create_celery_app(Settings(redis_url=url))
+    assert app.conf.broker_url == kombu
+    assert app.conf.broker_transport == "switchboard.workers.transport:Transport"
+
+
+def test_a_unix_socket_urls_connections_take_no_tcp_options() -> None:
+    options = {"socket_keepalive": True, "socket_keepalive_options": {}, "socket_timeout": 3}
+    assert plain_url_options("unix:///run/redis.sock", options) == {"socket_timeout": 3}
+    assert plain_url_options("redis://h:1/0", options) == options
+
+
+def test_a_tls_cluster_url_carries_its_ssl_options() -> None:
+    parsed = parse_redis_url(
+        "rediss+cluster://:pw@h1:7000,h2?ssl_ca_certs=/etc/ca.pem"
+        "&ssl_cert_reqs=REQUIRED&ssl_check_hostname=false"
+    )
+    assert isinstance(parsed, ClusterUrl)
+    assert parsed.tls and parsed.nodes == (("h1", 7000), ("h2", 6379))
+    assert parsed.connection_kwargs() == {
+        "ssl_ca_certs": "/etc/ca.pem",
+        "ssl_cert_reqs": "required",
+        "ssl_check_hostname": False,
+        "password": "pw",
+    }
+    assert parsed.client_kwargs() == {**parsed.connection_kwargs(), "ssl": True}
+    plain = parse_redis_url("redis+cluster://h1:7000")
+    assert isinstance(plain, ClusterUrl) and not plain.tls and plain.client_kwargs() == {}
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("redis+cluster://h1?ssl_ca_certs=/ca.pem", "takes no ?query"),
+        ("rediss+cluster://h1?timeout=3", "unknown option 'timeout'"),
+        ("rediss+cluster://h1?ssl_cert_reqs=maybe", "ssl_cert_reqs is one of"),
+        ("rediss+cluster://h1?ssl_check_hostname=yes", "ssl_check_hostname is true or false"),
+    ],
+)
+def test_a_tls_cluster_urls_bad_options_are_named(url: str, said: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_redis_url(url)
+    assert said in str(raised.value)
+    assert "rediss+cluster://" in str(raised.value)
+
+
+def test_a_tls_cluster_url_gives_the_prefix_its_hash_tag() -> None:
+    assert Settings(redis_url="rediss+cluster://h:1?ssl_cert_reqs=none").key_prefix == "{sb}:"

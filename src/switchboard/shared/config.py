@@ -668,11 +668,14 @@ def _parse_json5(text: str, file: Path) -> Any:
 
 # The scheme of a Redis Cluster URL (read in full by `store.urls`).
 REDIS_CLUSTER_SCHEME = "redis+cluster"
+REDIS_TLS_CLUSTER_SCHEME = "rediss+cluster"
 
 
 def cluster_url(url: str | None) -> bool:
-    """Whether ``url`` names a Redis Cluster (``redis+cluster://``)."""
-    return bool(url) and str(url).lower().startswith(f"{REDIS_CLUSTER_SCHEME}://")
+    """Whether ``url`` names a Redis Cluster (``redis+cluster://``, ``rediss+cluster://``)."""
+    return bool(url) and str(url).lower().startswith(
+        (f"{REDIS_CLUSTER_SCHEME}://", f"{REDIS_TLS_CLUSTER_SCHEME}://")
+    )
 
 
 class Settings(BaseSettings):
@@ -707,8 +710,9 @@ class Settings(BaseSettings):
     auth_max_failures: int = Field(default=20, ge=1, le=1_000_000)
     auth_failure_window_s: int = Field(default=60, ge=1, le=86_400)
     # The hot-path adapters (a held Redis connection per thread, the OpenAI body
-    # shortcut, garbage-collector tuning, enqueue batching): off runs the plain path of
-    # every library, for reading, debugging and measuring what the adapters buy.
+    # shortcut, garbage-collector tuning, enqueue batching, uvloop and httptools): off
+    # runs the plain path of every library, for reading, debugging and measuring what the
+    # adapters buy.
     fast_paths: bool = True
     # Replicas that must hold a run's accept, its end and a transcript append before the
     # answer (Redis WAIT on the write's connection; 0: off), and how long WAIT may take

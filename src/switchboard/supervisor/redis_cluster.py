@@ -18,12 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Self
+from urllib.parse import quote
 
 import redis
 from redis.cluster import ClusterNode
 
 from switchboard.shared.errors import Unavailable
-from switchboard.supervisor.redis_server import RedisServer, redis_free_port
+from switchboard.supervisor.redis_server import RedisServer, TlsFiles, redis_free_port
 
 SLOTS = 16384
 HOST = "127.0.0.1"
@@ -43,8 +44,10 @@ _Check = Callable[[], "str | None"]
 class RedisClusterNode(RedisServer):
     """One cluster-enabled redis-server; its cluster state is ``<data_dir>/nodes.conf``."""
 
-    def __init__(self, data_dir: Path, port: int, *, node_timeout_ms: int) -> None:
-        super().__init__(data_dir, port)
+    def __init__(
+        self, data_dir: Path, port: int, *, node_timeout_ms: int, tls: TlsFiles | None = None
+    ) -> None:
+        super().__init__(data_dir, port, tls=tls)
         self.node_timeout_ms = node_timeout_ms
         self.nodes_conf = self.data_dir / "nodes.conf"
         self.node_id: str | None = None  # set once the node is running (CLUSTER MYID)
@@ -61,6 +64,8 @@ class RedisClusterNode(RedisServer):
             *("--cluster-node-timeout", str(self.node_timeout_ms)),
             # A primary syncs a new replica at once (Redis 7 waits 5 s for more by default).
             *("--repl-diskless-sync-delay", "0"),
+            # With TLS, the cluster bus and replication speak it too.
+            *(("--tls-cluster", "yes", "--tls-replication", "yes") if self.tls else ()),
         ]
 
     def __repr__(self) -> str:
@@ -77,6 +82,7 @@ class RedisClusterGroup:
         primaries: int = 3,
         replicas_per_primary: int = 0,
         node_timeout_ms: int = 1000,
+        tls: TlsFiles | None = None,
     ) -> None:
         if primaries < 1 or replicas_per_primary < 0:
             raise ValueError("a cluster needs at least one primary and no negative replicas")
@@ -84,6 +90,7 @@ class RedisClusterGroup:
         self.primaries = primaries
         self.replicas_per_primary = replicas_per_primary
         self.node_timeout_ms = node_timeout_ms
+        self.tls = tls  # every node, its bus and its replication on TLS only
         self.nodes: list[RedisClusterNode] = []  # primaries first, then the replicas
         # The start layout: each replica's primary, and each primary's slot range.
         self._primary_of: dict[int, RedisClusterNode] = {}
@@ -136,7 +143,10 @@ class RedisClusterGroup:
         """The product's URL of the cluster: the primaries' addresses at start."""
         if not self._primary_ports:
             raise RuntimeError("the cluster group is not started")
-        return "redis+cluster://" + ",".join(f"{HOST}:{p}" for p in self._primary_ports)
+        nodes = ",".join(f"{HOST}:{p}" for p in self._primary_ports)
+        if self.tls is not None:
+            return f"rediss+cluster://{nodes}?ssl_ca_certs={quote(str(self.tls.ca_file))}"
+        return f"redis+cluster://{nodes}"
 
     @property
     def pids(self) -> list[int]:
@@ -159,6 +169,7 @@ class RedisClusterGroup:
             startup_nodes=startup,
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
+            **(self.tls.client_kwargs() if self.tls else {}),  # type: ignore[arg-type]
         )
 
     def primary_for(self, key: str) -> RedisClusterNode:
@@ -253,7 +264,9 @@ class RedisClusterGroup:
             (data_dir / "nodes.conf").unlink(missing_ok=True)
             port = _free_cluster_port(taken)
             taken.add(port)
-            node = RedisClusterNode(data_dir, port, node_timeout_ms=self.node_timeout_ms)
+            node = RedisClusterNode(
+                data_dir, port, node_timeout_ms=self.node_timeout_ms, tls=self.tls
+            )
             self.nodes.append(node)
             node.start()
             with node.client() as client:

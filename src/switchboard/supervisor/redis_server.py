@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 from types import TracebackType
@@ -64,6 +65,27 @@ def _bundled_redis_server() -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """A server's certificate and key and the CA its clients trust (PEM files), for a
+    redis-server that speaks TLS only (`RedisServer(tls=...)`)."""
+
+    cert_file: Path
+    key_file: Path
+    ca_file: Path
+
+    def server_args(self) -> list[str]:
+        """redis-server's TLS options; clients need no certificate of their own."""
+        return [
+            *("--tls-cert-file", str(self.cert_file), "--tls-key-file", str(self.key_file)),
+            *("--tls-ca-cert-file", str(self.ca_file), "--tls-auth-clients", "no"),
+        ]
+
+    def client_kwargs(self) -> dict[str, object]:
+        """redis-py's options for a client of such a server."""
+        return {"ssl": True, "ssl_ca_certs": str(self.ca_file)}
+
+
 def redis_free_port() -> int:
     """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -82,10 +104,12 @@ class RedisServer:
         *,
         appendonly: bool = False,
         unix_socket: Path | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).absolute()  # redis-server chdirs into --dir
         self.appendonly = appendonly
         self.unix_socket = unix_socket.absolute() if unix_socket else None
+        self.tls = tls  # TLS only: its port speaks TLS, and no plain port is open
         self.log_path = self.data_dir / LOG_FILE_NAME
         self._port_is_fixed = port is not None
         self._port = port if port is not None else redis_free_port()
@@ -151,6 +175,7 @@ class RedisServer:
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
             retry=Retry(NoBackoff(), 0),
+            **(self.tls.client_kwargs() if self.tls else {}),  # type: ignore[arg-type]
         )
 
     def __enter__(self) -> Self:
@@ -168,7 +193,11 @@ class RedisServer:
     def _argv(self) -> list[str]:
         """The redis-server command line; persistence depends on `appendonly`."""
         assert self.executable is not None
-        argv = [self.executable, "--bind", "127.0.0.1", "--port", str(self._port)]
+        argv = [self.executable, "--bind", "127.0.0.1"]
+        if self.tls is None:
+            argv += ["--port", str(self._port)]
+        else:  # TLS only: no plain port
+            argv += ["--port", "0", "--tls-port", str(self._port), *self.tls.server_args()]
         argv += ["--dir", str(self.data_dir), "--daemonize", "no"]
         argv += ["--maxmemory-policy", "noeviction", "--logfile", str(self.log_path)]
         if self.appendonly:

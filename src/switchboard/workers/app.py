@@ -16,7 +16,7 @@ from kombu import Exchange, Queue  # type: ignore[attr-defined]
 from switchboard import telemetry
 from switchboard.shared.config import ConfigError, Settings, get_settings
 from switchboard.shared.errors import InvalidInput, Unavailable
-from switchboard.shared.store.urls import ClusterUrl, parse_redis_url
+from switchboard.shared.store.urls import ClusterUrl, parse_redis_url, unix_kombu_url
 from switchboard.workers.routing import (
     ALL_QUEUES,
     FLOWS_QUEUE,
@@ -60,8 +60,10 @@ def _kombu_broker(url: str, transport: dict[str, object]) -> tuple[str, str | No
     ``transport`` options, so workers follow a failover as the store does. Any other
     scheme kombu does not know is refused with the forms expected, and a cluster
     (``redis+cluster://``, state only) with the broker settings that can carry the queues."""
-    if url.startswith(("redis://", "rediss://", "unix://")):
+    if url.startswith(("redis://", "rediss://")):
         return url, "switchboard.workers.transport:Transport"
+    if url.startswith("unix://"):
+        return unix_kombu_url(url), "switchboard.workers.transport:Transport"
     if url.startswith("sentinel://"):
         return url, "switchboard.workers.transport:SentinelTransport"
     if url.startswith(("redis+", "rediss+")):

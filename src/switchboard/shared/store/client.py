@@ -81,14 +81,21 @@ from redis.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
 from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store.cluster import (
     AsyncSlotOwnerConnection,
+    AsyncSSLSlotOwnerConnection,
     SlotOwner,
     SlotOwnerConnection,
+    SSLSlotOwnerConnection,
     follow_slot_owner,
 )
 from switchboard.shared.store.lua_scripts import load as load_lua
 from switchboard.shared.store.lua_scripts import script_names
 from switchboard.shared.store.thread_held import ThreadHeldRedis
-from switchboard.shared.store.urls import ClusterUrl, SentinelUrl, parse_redis_url
+from switchboard.shared.store.urls import (
+    ClusterUrl,
+    SentinelUrl,
+    parse_redis_url,
+    plain_url_options,
+)
 
 log = logging.getLogger("switchboard.store")
 
@@ -532,13 +539,11 @@ def blocking_pool(
         pool_options["redis_connect_func"] = load_scripts_on_connect
     parsed = parse_redis_url(url)
     if parsed is None:
-        return redis.BlockingConnectionPool.from_url(url, **pool_options)
+        return redis.BlockingConnectionPool.from_url(url, **plain_url_options(url, pool_options))
     if isinstance(parsed, ClusterUrl):
         return cast(
             redis.BlockingConnectionPool,
-            _slot_owner_pool(
-                redis.BlockingConnectionPool, SlotOwnerConnection, parsed, prefix, pool_options
-            ),
+            _slot_owner_pool(redis.BlockingConnectionPool, parsed, prefix, pool_options),
         )
     options = {**parsed.connection_kwargs(), **pool_options, "is_master": True}
     pool = SentinelBlockingPool(parsed.master, _sentinels(parsed), **options)  # type: ignore[no-untyped-call]
@@ -570,15 +575,22 @@ def connect(
 
 def _slot_owner_pool(
     pool_class: Any,
-    connection_class: type[Any],
     parsed: ClusterUrl,
     prefix: str | None,
     options: dict[str, Any],
+    *,
+    asynchronous: bool = False,
 ) -> Any:
     """A pool of ``pool_class`` whose connections go to the primary that owns the slot of
-    the store's keys (the key ``prefix`` is their hash tag), followed as it moves."""
+    the store's keys (the key ``prefix`` is their hash tag), followed as it moves; over
+    TLS for a ``rediss+cluster://`` URL."""
     if not prefix or "{" not in prefix:
         raise ValueError(f"on a Redis Cluster the key prefix carries a {{hash tag}}: {prefix!r}")
+    connection_class: type[Any]
+    if asynchronous:
+        connection_class = AsyncSSLSlotOwnerConnection if parsed.tls else AsyncSlotOwnerConnection
+    else:
+        connection_class = SSLSlotOwnerConnection if parsed.tls else SlotOwnerConnection
     owner = SlotOwner(parsed, prefix)
     pool = pool_class(
         connection_class=connection_class,
@@ -602,10 +614,11 @@ def connect_plain(url: str, *, prefix: str | None = None, **options: Any) -> Sto
     on a cluster, to the owner of the slot of the keys under ``prefix``."""
     parsed = parse_redis_url(url)
     if parsed is None:
+        options = plain_url_options(url, options)
         return cast(StoreRedis, StoreRedis.from_url(url, driver_info=DRIVER_INFO, **options))
     if isinstance(parsed, ClusterUrl):
         options = {"driver_info": DRIVER_INFO, **options}
-        pool = _slot_owner_pool(redis.ConnectionPool, SlotOwnerConnection, parsed, prefix, options)
+        pool = _slot_owner_pool(redis.ConnectionPool, parsed, prefix, options)
         return cast(StoreRedis, StoreRedis.from_pool(pool))
     client = _sentinels(parsed).master_for(  # type: ignore[no-untyped-call]
         parsed.master, redis_class=StoreRedis, driver_info=DRIVER_INFO, **options
@@ -654,14 +667,13 @@ def connect_async(url: str, *, prefix: str | None = None, **options: Any) -> Asy
     the owner of the slot of the keys under ``prefix``)."""
     parsed = parse_redis_url(url)
     if parsed is None:
+        options = plain_url_options(url, options)
         return cast(
             AsyncStoreRedis, AsyncStoreRedis.from_url(url, driver_info=DRIVER_INFO, **options)
         )
     if isinstance(parsed, ClusterUrl):
         options = {"driver_info": DRIVER_INFO, **options}
-        pool = _slot_owner_pool(
-            aioredis.ConnectionPool, AsyncSlotOwnerConnection, parsed, prefix, options
-        )
+        pool = _slot_owner_pool(aioredis.ConnectionPool, parsed, prefix, options, asynchronous=True)
         return cast(AsyncStoreRedis, AsyncStoreRedis.from_pool(pool))
     kwargs = _sentinel_kwargs(AsyncRetry(NoBackoff(), 0))
     sentinels = AsyncNewestSentinel(  # type: ignore[no-untyped-call]

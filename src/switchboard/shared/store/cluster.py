@@ -137,7 +137,7 @@ class SlotOwner:
                     socket_timeout=DISCOVERY_TIMEOUT_S,
                     socket_connect_timeout=DISCOVERY_TIMEOUT_S,
                     retry=Retry(NoBackoff(), 0),  # a dead owner fails the check at once
-                    **self.parsed.connection_kwargs(),
+                    **self.parsed.client_kwargs(),
                 )
         reply: Any = probe.role()
         role = reply[0]
@@ -149,7 +149,7 @@ class SlotOwner:
             startup_nodes=seeds,
             socket_timeout=DISCOVERY_TIMEOUT_S,
             socket_connect_timeout=DISCOVERY_TIMEOUT_S,
-            **self.parsed.connection_kwargs(),
+            **self.parsed.client_kwargs(),
         )
 
 
@@ -207,6 +207,14 @@ class AsyncSlotOwnerConnection(aioredis.Connection):
             raise redis.ConnectionError(
                 f"the store's slot is not on {self.host}:{self.port}: {exc}"
             ) from exc
+
+
+class SSLSlotOwnerConnection(SlotOwnerConnection, redis.SSLConnection):
+    """`SlotOwnerConnection` over TLS (``rediss+cluster://``)."""
+
+
+class AsyncSSLSlotOwnerConnection(AsyncSlotOwnerConnection, aioredis.SSLConnection):
+    """`AsyncSlotOwnerConnection` over TLS (``rediss+cluster://``)."""
 
 
 def follow_slot_owner(

@@ -11,6 +11,10 @@
   found through the nodes listed (seeds: any of its nodes, port 6379 unless given). The
   store's keys share one hash slot (`ClusterUrl`, ``store/cluster.py``); a cluster has
   database 0 only, so the URL takes no ``/db``.
+- ``rediss+cluster://…[?ssl_ca_certs=PATH&…]``: the same over TLS (as managed clusters
+  offer it), with redis-py's ``ssl_*`` connection options as query parameters
+  (`TLS_OPTIONS`): the CA to trust, a client certificate and key, ``ssl_cert_reqs``
+  and ``ssl_check_hostname``.
 
 The Celery broker defaults to the same URL; a sentinel URL becomes kombu's own form
 (`SentinelUrl.kombu_url` with ``master_name`` in the transport options). kombu has no
@@ -23,22 +27,68 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import SplitResult, quote, unquote, urlsplit
+from urllib.parse import (
+    SplitResult,
+    parse_qsl,
+    quote,
+    unquote,
+    urlencode,
+    urlsplit,
+)
 
-from switchboard.shared.config import REDIS_CLUSTER_SCHEME, ConfigError
+from switchboard.shared.config import REDIS_CLUSTER_SCHEME, REDIS_TLS_CLUSTER_SCHEME, ConfigError
 
 SENTINEL_SCHEME = "redis+sentinel"
 CLUSTER_SCHEME = REDIS_CLUSTER_SCHEME
+TLS_CLUSTER_SCHEME = REDIS_TLS_CLUSTER_SCHEME
+# The TLS options a ``rediss+cluster://`` URL takes as query parameters (redis-py's names).
+TLS_OPTIONS = (
+    "ssl_ca_certs",
+    "ssl_ca_path",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_cert_reqs",
+    "ssl_check_hostname",
+)
+_CERT_REQS = ("none", "optional", "required")
 PLAIN_SCHEMES = ("redis", "rediss", "unix")
 DEFAULT_SENTINEL_PORT = 26379
 DEFAULT_CLUSTER_PORT = 6379
 
 SENTINEL_FORM = f"{SENTINEL_SCHEME}://[:password@]host:port[,host:port...]/<master>[/db]"
-CLUSTER_FORM = f"{CLUSTER_SCHEME}://[:password@]host:port[,host:port...]"
+CLUSTER_FORM = (
+    f"{CLUSTER_SCHEME}://[:password@]host:port[,host:port...] "
+    f"(over TLS: {TLS_CLUSTER_SCHEME}://…[?ssl_ca_certs=PATH&…])"
+)
 EXPECTED_FORMS = (
     "redis://host:port[/db], rediss://host:port[/db], unix:///path.sock, "
     f"{SENTINEL_FORM} or {CLUSTER_FORM}"
 )
+
+
+# TCP socket options a unix-socket connection does not take: redis-py's
+# UnixDomainSocketConnection refuses them (TypeError), so they are dropped for `unix://`.
+TCP_ONLY_OPTIONS = ("socket_keepalive", "socket_keepalive_options")
+
+
+def plain_url_options(url: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The connection ``options`` a plain URL's connections can take: for ``unix://``,
+    without the TCP-only ones (keepalive); for ``redis://`` and ``rediss://``, all."""
+    if not url.lower().startswith("unix://"):
+        return options
+    return {k: v for k, v in options.items() if k not in TCP_ONLY_OPTIONS}
+
+
+def unix_kombu_url(url: str) -> str:
+    """kombu's form of a ``unix:///path.sock[?db=N]`` URL, for the broker:
+    ``redis+socket:///path.sock[?virtual_host=N]`` (kombu reads no ``unix://`` and takes
+    the database as its virtual host); credentials and other parameters kept."""
+    parts = urlsplit(url)
+    query = [
+        ("virtual_host" if key == "db" else key, value)
+        for key, value in parse_qsl(parts.query, keep_blank_values=True)
+    ]
+    return f"redis+socket://{parts.netloc}{parts.path}" + (f"?{urlencode(query)}" if query else "")
 
 
 @dataclass(frozen=True)
@@ -74,20 +124,30 @@ class SentinelUrl:
 
 @dataclass(frozen=True)
 class ClusterUrl:
-    """A ``redis+cluster://`` URL, read: the seed nodes the cluster is found through."""
+    """A ``redis+cluster://`` (or, over TLS, ``rediss+cluster://``) URL, read: the seed
+    nodes the cluster is found through, and how to connect to a node."""
 
     nodes: tuple[tuple[str, int], ...]
     username: str | None = None
     password: str | None = None
+    tls: bool = False
+    # redis-py's `ssl_*` connection options, from the URL's query (`TLS_OPTIONS`).
+    tls_options: tuple[tuple[str, Any], ...] = ()
 
     def connection_kwargs(self) -> dict[str, Any]:
-        """What every connection to a node is opened with (credentials)."""
-        kwargs: dict[str, Any] = {}
+        """What every connection to a node is opened with: credentials, and the TLS
+        options for a TLS connection class."""
+        kwargs: dict[str, Any] = dict(self.tls_options)
         if self.username:
             kwargs["username"] = self.username
         if self.password is not None:
             kwargs["password"] = self.password
         return kwargs
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """`connection_kwargs` for a redis-py client (`Redis`, `RedisCluster`): with
+        ``ssl`` set when the cluster is reached over TLS."""
+        return {**self.connection_kwargs(), "ssl": True} if self.tls else self.connection_kwargs()
 
 
 def parse_redis_url(
@@ -105,7 +165,7 @@ def parse_redis_url(
         raise ConfigError(f"{setting}: not a URL: expected {EXPECTED_FORMS}", key_path=setting)
     if scheme in PLAIN_SCHEMES:
         return None
-    if scheme == CLUSTER_SCHEME:
+    if scheme in (CLUSTER_SCHEME, TLS_CLUSTER_SCHEME):
         return _parse_cluster(url, setting)
     if scheme != SENTINEL_SCHEME:
         raise ConfigError(
@@ -119,22 +179,42 @@ def _parse_cluster(url: str, setting: str) -> ClusterUrl:
     def bad(problem: str) -> ConfigError:
         return ConfigError(f"{setting}: {problem}: expected {CLUSTER_FORM}", key_path=setting)
 
-    parts, username, password, hosts = _split(url, bad, "node", "cluster")
+    tls = url.lower().startswith(f"{TLS_CLUSTER_SCHEME}://")
+    parts, username, password, hosts = _split(url, bad, "node", "cluster", query=tls)
     if parts.path.strip("/"):
         raise bad("a cluster has database 0 only: the URL takes no /db")
     nodes = tuple(_address(item, bad, "node", DEFAULT_CLUSTER_PORT) for item in hosts.split(","))
-    return ClusterUrl(nodes, username, password)
+    options = _tls_options(parts.query, bad) if tls else ()
+    return ClusterUrl(nodes, username, password, tls=tls, tls_options=options)
+
+
+def _tls_options(query: str, bad: Callable[[str], ConfigError]) -> tuple[tuple[str, Any], ...]:
+    """The ``ssl_*`` options of a ``rediss+cluster://`` URL's query, checked."""
+    options: list[tuple[str, Any]] = []
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if key not in TLS_OPTIONS:
+            raise bad(f"unknown option {key!r} (a TLS cluster URL takes {', '.join(TLS_OPTIONS)})")
+        if key == "ssl_cert_reqs" and value.lower() not in _CERT_REQS:
+            raise bad(f"ssl_cert_reqs is one of {', '.join(_CERT_REQS)}, not {value!r}")
+        if key == "ssl_check_hostname":
+            if value.lower() not in ("true", "false"):
+                raise bad(f"ssl_check_hostname is true or false, not {value!r}")
+            options.append((key, value.lower() == "true"))
+            continue
+        options.append((key, value.lower() if key == "ssl_cert_reqs" else value))
+    return tuple(options)
 
 
 def _split(
-    url: str, bad: Callable[[str], ConfigError], what: str, form: str
+    url: str, bad: Callable[[str], ConfigError], what: str, form: str, *, query: bool = False
 ) -> tuple[SplitResult, str | None, str | None, str]:
-    """The URL's parts, its user and password, and its comma-separated host list."""
+    """The URL's parts, its user and password, and its comma-separated host list (a
+    ?query only where ``query`` allows one)."""
     try:
         parts = urlsplit(url)
     except ValueError as exc:  # an unbalanced [ ] around an IPv6 address
         raise bad(f"unclosed [ in a {what} address ({exc})") from None
-    if parts.query or parts.fragment:
+    if parts.fragment or (parts.query and not query):
         raise bad(f"a {form} URL takes no ?query or #fragment")
     userinfo, at, hosts = parts.netloc.rpartition("@")
     username = password = None
