@@ -24,6 +24,7 @@ from switchboard.shared.config import Settings, SwitchboardConfig, parse_config
 from switchboard.shared.services import Services
 from switchboard.workers.app import create_celery_app
 from switchboard.workers.pool import TaskPool
+from switchboard.workers.tasks import run_host
 
 TOKEN = "test-token"
 
@@ -91,6 +92,11 @@ def worker(celery_app: Celery, services: Services) -> Iterator[Any]:
         shutdown_timeout=30,
     ) as w:
         yield w
+    # Celery's test worker sends no `worker_shutdown`: stop its run loops (and their
+    # store threads) here, as the signal does in a worker process.
+    host = run_host(celery_app)
+    if host is not None:
+        host.loops.close()
 
 
 @pytest.fixture

@@ -1,11 +1,32 @@
-"""Stopping the product's processes that a test started, each in its own process group."""
+"""The product's processes that a test started, each in its own process group: waiting
+for an api to answer, and stopping them."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Sequence
+
+import httpx
+
+
+def wait_healthy(
+    url: str, procs: Sequence[subprocess.Popen[bytes]] = (), timeout_s: float = 30
+) -> None:
+    """Return once the api at ``url`` answers ``/healthz`` 200; fail (AssertionError) when
+    one of ``procs`` exits first or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        exited = [proc.args for proc in procs if proc.poll() is not None]
+        assert not exited, f"exited while the api started: {exited}"
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return
+        assert time.monotonic() < deadline, f"{url} did not answer /healthz in {timeout_s:g}s"
+        time.sleep(0.1)
 
 
 def stop_groups(procs: Sequence[subprocess.Popen[bytes]], timeout_s: float = 20) -> None:
