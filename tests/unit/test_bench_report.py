@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from switchboard.bench import EXIT_INCOMPLETE, EXIT_MISSED, exit_code
 from switchboard.bench.costs import Costs
 from switchboard.bench.harness import stack_env
-from switchboard.bench.report import TABLE_END, TABLE_START, write_readme
+from switchboard.bench.report import TABLE_END, TABLE_START, Outcome, write_readme
 from switchboard.shared.config import Settings
 
 pytestmark = pytest.mark.unit
@@ -69,3 +70,35 @@ def test_stack_processes_get_the_asked_mode_not_the_callers(
     assert env["SWITCHBOARD_REDIS_URL"] == "redis://127.0.0.1:1/0"
     monkeypatch.setenv("SWITCHBOARD_FAST_PATHS", env["SWITCHBOARD_FAST_PATHS"])
     assert Settings().fast_paths is False  # what the started processes read
+
+
+def _outcome(*, passed: bool, correct: bool = True) -> Outcome:
+    return Outcome(
+        scenario="latency",
+        title="latency",
+        figure={},
+        anchor={},
+        ratio=None,
+        target="",
+        passed=passed,
+        figure_text="",
+        anchor_text="",
+        checks={"allCompleted": correct},
+    )
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "errors", "quick", "code"),
+    [
+        ([_outcome(passed=True)], {}, False, 0),
+        ([_outcome(passed=False)], {}, False, EXIT_MISSED),
+        ([_outcome(passed=False)], {}, True, 0),  # a quick run judges no speed
+        ([_outcome(passed=True, correct=False)], {}, True, EXIT_INCOMPLETE),
+        ([_outcome(passed=False, correct=False)], {}, False, EXIT_INCOMPLETE),
+        ([_outcome(passed=True)], {"fanout": "could not start"}, False, EXIT_INCOMPLETE),
+    ],
+)
+def test_exit_code_tells_an_incomplete_run_from_a_missed_target(
+    outcomes: list[Outcome], errors: dict[str, str], quick: bool, code: int
+) -> None:
+    assert exit_code(outcomes, errors, quick=quick) == code
