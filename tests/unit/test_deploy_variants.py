@@ -186,7 +186,7 @@ def test_compose_rabbitmq_variant_points_every_process_at_its_broker() -> None:
         assert "${SWITCHBOARD_RABBITMQ_PASSWORD:?" in env["SWITCHBOARD_BROKER_URL"]
         settings = Settings(redis_url=env["SWITCHBOARD_REDIS_URL"], broker_url=url)
         assert settings.effective_broker_url == url
-        assert _kombu_broker(url, {}) == (url, None)  # kombu's own amqp transport
+        assert _kombu_broker(url, {}) == (url, None, None)  # kombu's own amqp transport
         assert "rabbitmq" in services[name]["depends_on"], name
     # Flower's own env block (the shared one plus its login) gets the broker URL too.
     assert "SWITCHBOARD_FLOWER_BASIC_AUTH" in services["flower"]["environment"]
@@ -223,8 +223,8 @@ def test_compose_sentinel_variant_is_a_primary_a_replica_and_three_sentinels() -
         assert service["environment"]["SWITCHBOARD_REDIS_URL"] == SENTINEL_URL, name
         assert "SWITCHBOARD_BROKER_URL" not in service["environment"]  # the same Redis
         assert sentinels <= set(service["depends_on"]), name
-    broker, transport = _kombu_broker(SENTINEL_URL, options := {})
-    assert transport and transport.endswith(":SentinelTransport")
+    broker, transport, ssl = _kombu_broker(SENTINEL_URL, options := {})
+    assert transport and transport.endswith(":SentinelTransport") and ssl is None
     assert options["master_name"] == "mymaster" and broker.count("sentinel://") == 3
 
 

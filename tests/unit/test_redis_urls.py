@@ -132,7 +132,8 @@ def test_bad_sentinel_urls_name_the_problem_and_the_form(url: str, problem: str)
     assert problem in message
     assert message.startswith("SWITCHBOARD_REDIS_URL: ")
     assert message.endswith(
-        "expected redis+sentinel://[:password@]host:port[,host:port...]/<master>[/db]"
+        "expected redis+sentinel://[:password@]host:port[,host:port...]/<master>[/db] "
+        "(over TLS: rediss+sentinel://…[?ssl_ca_certs=PATH&…])"
     )
 
 
@@ -248,3 +249,56 @@ def test_a_tls_cluster_urls_bad_options_are_named(url: str, said: str) -> None:
 
 def test_a_tls_cluster_url_gives_the_prefix_its_hash_tag() -> None:
     assert Settings(redis_url="rediss+cluster://h:1?ssl_cert_reqs=none").key_prefix == "{sb}:"
+
+
+def test_a_tls_sentinel_url_reaches_sentinels_and_primary_over_tls() -> None:
+    parsed = parse_redis_url(
+        "rediss+sentinel://:pw@s1:26380,s2/mymaster/2?ssl_ca_certs=/etc/ca.pem"
+        "&ssl_check_hostname=true"
+    )
+    assert isinstance(parsed, SentinelUrl)
+    assert parsed.tls and parsed.sentinels == (("s1", 26380), ("s2", 26379))
+    assert (parsed.master, parsed.db) == ("mymaster", 2)
+    tls = {"ssl": True, "ssl_ca_certs": "/etc/ca.pem", "ssl_check_hostname": True}
+    assert parsed.sentinel_kwargs() == tls
+    assert parsed.connection_kwargs() == {"db": 2, **tls, "password": "pw"}
+    assert parsed.kombu_ssl() == {"ssl_ca_certs": "/etc/ca.pem", "ssl_check_hostname": True}
+    plain = parse_redis_url("redis+sentinel://s1/mymaster")
+    assert isinstance(plain, SentinelUrl) and not plain.tls
+    assert plain.sentinel_kwargs() == {} and plain.kombu_ssl() is None
+    assert plain.connection_kwargs() == {"db": 0}
+    # TLS with the system's certificate authorities: kombu still needs a non-empty dict.
+    bare = parse_redis_url("rediss+sentinel://s1/mymaster")
+    assert isinstance(bare, SentinelUrl) and bare.kombu_ssl() == {"ssl_cert_reqs": "required"}
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("redis+sentinel://s1/m?ssl_ca_certs=/ca.pem", "takes no ?query"),
+        ("rediss+sentinel://s1/m?timeout=3", "unknown option 'timeout'"),
+        ("rediss+sentinel://s1/m?ssl_cert_reqs=maybe", "ssl_cert_reqs is one of"),
+        ("rediss+sentinel://s1?ssl_cert_reqs=none", "no master name"),
+    ],
+)
+def test_a_tls_sentinel_urls_bad_options_are_named(url: str, said: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_redis_url(url)
+    assert said in str(raised.value)
+    assert "rediss+sentinel://" in str(raised.value)
+
+
+def test_celery_broker_on_a_tls_sentinel_group_asks_and_connects_over_tls() -> None:
+    """The broker is kombu's sentinel form; the sentinels are asked over TLS (transport
+    option ``sentinel_kwargs``) and the primary reached over TLS (``broker_use_ssl``)."""
+    url = "rediss+sentinel://:pw@s1,s2:26380/mymaster/1?ssl_ca_certs=/etc/ca.pem"
+    app = create_celery_app(Settings(redis_url=url))
+    assert app.conf.broker_url == "sentinel://:pw@s1:26379/1;sentinel://:pw@s2:26380/1"
+    assert app.conf.broker_transport == "switchboard.workers.transport:SentinelTransport"
+    options = app.conf.broker_transport_options
+    assert options["master_name"] == "mymaster"
+    assert options["sentinel_kwargs"] == {"ssl": True, "ssl_ca_certs": "/etc/ca.pem"}
+    assert app.conf.broker_use_ssl == {"ssl_ca_certs": "/etc/ca.pem"}
+    plain = create_celery_app(Settings(redis_url="redis+sentinel://s1/mymaster"))
+    assert "sentinel_kwargs" not in plain.conf.broker_transport_options
+    assert not plain.conf.broker_use_ssl

@@ -34,7 +34,7 @@ from switchboard.workers.app import ALL_QUEUES
 
 router = APIRouter()
 
-_REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
+_REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
 
 
 class SwitchboardCollector(Collector):

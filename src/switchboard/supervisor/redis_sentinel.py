@@ -5,7 +5,9 @@ and three sentinels, real redis-server processes on free loopback ports, stopped
 The primary is a plain `RedisServer`, every replica a `RedisReplica` following it, every
 sentinel a `RedisSentinel` (``redis-server <conf> --sentinel``) monitoring it under one
 master name. `url` is the product's ``redis+sentinel://`` URL of the group; `named_primary`
-asks the sentinels, so it stays right after a failover.
+asks the sentinels, so it stays right after a failover. With ``tls`` every node speaks TLS
+only (the sentinels too, and replication), and `url` is the ``rediss+sentinel://`` one
+naming the CA.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ import time
 from pathlib import Path
 from types import TracebackType
 from typing import Self
+from urllib.parse import quote
 
 import redis
 
 from switchboard.shared.errors import Unavailable
-from switchboard.supervisor.redis_server import RedisServer, find_redis_server
+from switchboard.supervisor.redis_server import RedisServer, TlsFiles, find_redis_server
 
 HOST = "127.0.0.1"
 MASTER_NAME = "sbtest"
@@ -52,12 +55,20 @@ def redis_sentinel_missing() -> str | None:
 class RedisReplica(RedisServer):
     """A redis-server that replicates ``primary_port`` from its start (``--replicaof``)."""
 
-    def __init__(self, data_dir: Path, primary_port: int, port: int | None = None) -> None:
-        super().__init__(data_dir, port)
+    def __init__(
+        self,
+        data_dir: Path,
+        primary_port: int,
+        port: int | None = None,
+        *,
+        tls: TlsFiles | None = None,
+    ) -> None:
+        super().__init__(data_dir, port, tls=tls)
         self.primary_port = primary_port
 
     def _argv(self) -> list[str]:
-        return [*super()._argv(), "--replicaof", HOST, str(self.primary_port)]
+        tls = ("--tls-replication", "yes") if self.tls else ()
+        return [*super()._argv(), "--replicaof", HOST, str(self.primary_port), *tls]
 
     def __repr__(self) -> str:
         return f"RedisReplica({HOST}:{self.port} of {self.primary_port}, pid={self.pid})"
@@ -76,8 +87,9 @@ class RedisSentinel(RedisServer):
         quorum: int = 2,
         down_after_ms: int = DOWN_AFTER_MS,
         failover_timeout_ms: int = FAILOVER_TIMEOUT_MS,
+        tls: TlsFiles | None = None,
     ) -> None:
-        super().__init__(data_dir)
+        super().__init__(data_dir, tls=tls)
         self.conf = self.data_dir / "sentinel.conf"
         self.primary_port = primary_port
         self.master_name = master_name
@@ -94,11 +106,17 @@ class RedisSentinel(RedisServer):
             f"sentinel down-after-milliseconds {name} {self.down_after_ms}\n"
             f"sentinel failover-timeout {name} {self.failover_timeout_ms}\n"
         )
+        if self.tls is None:
+            ports = ["--port", str(self.port)]
+        else:  # TLS only, and the primary and replicas are reached over TLS too
+            ports = ["--port", "0", "--tls-port", str(self.port), *self.tls.server_args()]
+            ports += ["--tls-replication", "yes"]
         return [
             self.executable,
             str(self.conf),
             "--sentinel",
-            *("--port", str(self.port), "--bind", HOST, "--dir", str(self.data_dir)),
+            *ports,
+            *("--bind", HOST, "--dir", str(self.data_dir)),
             *("--logfile", str(self.log_path), "--daemonize", "no"),
         ]
 
@@ -120,6 +138,7 @@ class RedisSentinelGroup:
         down_after_ms: int = DOWN_AFTER_MS,
         failover_timeout_ms: int = FAILOVER_TIMEOUT_MS,
         ready_timeout_s: float = READY_TIMEOUT_S,
+        tls: TlsFiles | None = None,
     ) -> None:
         if replicas < 0 or sentinels < 1:
             raise ValueError(
@@ -132,6 +151,7 @@ class RedisSentinelGroup:
         self.down_after_ms = down_after_ms
         self.failover_timeout_ms = failover_timeout_ms
         self.ready_timeout_s = ready_timeout_s
+        self.tls = tls  # every node (sentinels included) and replication on TLS only
         self._primary: RedisServer | None = None
         self.replicas: list[RedisReplica] = []
         self.sentinels: list[RedisSentinel] = []
@@ -145,11 +165,11 @@ class RedisSentinelGroup:
         if self._primary is not None:
             raise RuntimeError("the Sentinel group is already started")
         try:
-            self._primary = RedisServer(self.base_dir / "primary")
+            self._primary = RedisServer(self.base_dir / "primary", tls=self.tls)
             self._primary.start()
             port = self._primary.port
             for n in range(self.replica_count):
-                replica = RedisReplica(self.base_dir / f"replica{n}", port)
+                replica = RedisReplica(self.base_dir / f"replica{n}", port, tls=self.tls)
                 self.replicas.append(replica)
                 replica.start()
             for n in range(self.sentinel_count):
@@ -160,6 +180,7 @@ class RedisSentinelGroup:
                     quorum=self.sentinel_count // 2 + 1,
                     down_after_ms=self.down_after_ms,
                     failover_timeout_ms=self.failover_timeout_ms,
+                    tls=self.tls,
                 )
                 self.sentinels.append(sentinel)
                 sentinel.start()
@@ -211,10 +232,14 @@ class RedisSentinelGroup:
         return self.url_for_db(0)
 
     def url_for_db(self, db: int) -> str:
-        """The product's URL of database ``db`` of the group, through its sentinels."""
+        """The product's URL of database ``db`` of the group, through its sentinels (over
+        TLS: ``rediss+sentinel://…?ssl_ca_certs=<the CA>``)."""
         if not self.sentinels:
             raise RuntimeError("the Sentinel group is not started")
         hosts = ",".join(f"{HOST}:{s.port}" for s in self.sentinels)
+        if self.tls is not None:
+            ca = quote(str(self.tls.ca_file))
+            return f"rediss+sentinel://{hosts}/{self.master_name}/{db}?ssl_ca_certs={ca}"
         return f"redis+sentinel://{hosts}/{self.master_name}/{db}"
 
     def named_primary(self) -> set[int]:

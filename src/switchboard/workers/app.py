@@ -10,6 +10,8 @@ control command, and keeps doing so for workers that start later.
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import Celery
 from kombu import Exchange, Queue  # type: ignore[attr-defined]
 
@@ -51,21 +53,26 @@ def _queue(name: str, queue_type: str = "classic") -> Queue:
     return Queue(name, Exchange(name), routing_key=name)  # type: ignore[no-untyped-call]
 
 
-def _kombu_broker(url: str, transport: dict[str, object]) -> tuple[str, str | None]:
-    """The broker URL in kombu's terms and the product's transport for it, if any.
+def _kombu_broker(
+    url: str, transport: dict[str, object]
+) -> tuple[str, str | None, dict[str, Any] | None]:
+    """The broker URL in kombu's terms, the product's transport for it, if any, and
+    Celery's ``broker_use_ssl`` for a TLS sentinel group (else None).
 
     A ``redis+sentinel://h1:p1,h2:p2/<master>/<db>`` URL (the store's form, and the
     broker's when SWITCHBOARD_BROKER_URL is unset) becomes kombu's
     ``sentinel://h1:p1/<db>;sentinel://h2:p2/<db>`` with ``master_name`` added to the
-    ``transport`` options, so workers follow a failover as the store does. Any other
+    ``transport`` options, so workers follow a failover as the store does; over TLS
+    (``rediss+sentinel://``) the sentinels are asked over TLS (``sentinel_kwargs`` in the
+    ``transport`` options) and the primary reached over TLS (``broker_use_ssl``). Any other
     scheme kombu does not know is refused with the forms expected, and a cluster
     (``redis+cluster://``, state only) with the broker settings that can carry the queues."""
     if url.startswith(("redis://", "rediss://")):
-        return url, "switchboard.workers.transport:Transport"
+        return url, "switchboard.workers.transport:Transport", None
     if url.startswith("unix://"):
-        return unix_kombu_url(url), "switchboard.workers.transport:Transport"
+        return unix_kombu_url(url), "switchboard.workers.transport:Transport", None
     if url.startswith("sentinel://"):
-        return url, "switchboard.workers.transport:SentinelTransport"
+        return url, "switchboard.workers.transport:SentinelTransport", None
     if url.startswith(("redis+", "rediss+")):
         setting = "SWITCHBOARD_BROKER_URL or SWITCHBOARD_REDIS_URL"
         parsed = parse_redis_url(url, setting)
@@ -78,8 +85,11 @@ def _kombu_broker(url: str, transport: dict[str, object]) -> tuple[str, str | No
             )
         assert parsed is not None  # the plain forms returned above
         transport["master_name"] = parsed.master
-        return parsed.kombu_url(), "switchboard.workers.transport:SentinelTransport"
-    return url, None
+        if parsed.tls:
+            transport["sentinel_kwargs"] = parsed.sentinel_kwargs()
+        transport_class = "switchboard.workers.transport:SentinelTransport"
+        return parsed.kombu_url(), transport_class, parsed.kombu_ssl()
+    return url, None, None
 
 
 def create_celery_app(settings: Settings | None = None) -> Celery:
@@ -96,7 +106,7 @@ def create_celery_app(settings: Settings | None = None) -> Celery:
         "socket_keepalive": True,
         "health_check_interval": 25,
     }
-    broker, transport_class = _kombu_broker(broker, transport)
+    broker, transport_class, broker_ssl = _kombu_broker(broker, transport)
     if settings.broker_queue_type == "quorum" and not broker.startswith(("amqp", "pyamqp")):
         raise InvalidInput(
             "SWITCHBOARD_BROKER_QUEUE_TYPE=quorum needs RabbitMQ as the broker "
@@ -116,6 +126,7 @@ def create_celery_app(settings: Settings | None = None) -> Celery:
         worker_prefetch_multiplier=1,
         worker_cancel_long_running_tasks_on_connection_loss=True,
         broker_transport_options=transport,
+        broker_use_ssl=broker_ssl,
         broker_connection_retry_on_startup=True,
         visibility_timeout=VISIBILITY_TIMEOUT_S,
         task_queues=[_queue(name, settings.broker_queue_type) for name in ALL_QUEUES],

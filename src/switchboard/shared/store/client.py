@@ -504,8 +504,9 @@ def _sentinel_kwargs(retry: Any) -> dict[str, Any]:
 
 
 def _sentinels(parsed: SentinelUrl) -> NewestSentinel:
-    """The URL's sentinels, asked by the sync clients' pools."""
-    kwargs = _sentinel_kwargs(Retry(NoBackoff(), 0))
+    """The URL's sentinels, asked by the sync clients' pools (over TLS for a
+    ``rediss+sentinel://`` URL, as are the connections to the primary)."""
+    kwargs = {**_sentinel_kwargs(Retry(NoBackoff(), 0)), **parsed.sentinel_kwargs()}
     return NewestSentinel(  # type: ignore[no-untyped-call]
         list(parsed.sentinels), sentinel_kwargs=kwargs, **parsed.connection_kwargs()
     )
@@ -675,7 +676,7 @@ def connect_async(url: str, *, prefix: str | None = None, **options: Any) -> Asy
         options = {"driver_info": DRIVER_INFO, **options}
         pool = _slot_owner_pool(aioredis.ConnectionPool, parsed, prefix, options, asynchronous=True)
         return cast(AsyncStoreRedis, AsyncStoreRedis.from_pool(pool))
-    kwargs = _sentinel_kwargs(AsyncRetry(NoBackoff(), 0))
+    kwargs = {**_sentinel_kwargs(AsyncRetry(NoBackoff(), 0)), **parsed.sentinel_kwargs()}
     sentinels = AsyncNewestSentinel(  # type: ignore[no-untyped-call]
         list(parsed.sentinels), sentinel_kwargs=kwargs, **parsed.connection_kwargs()
     )

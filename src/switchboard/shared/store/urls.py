@@ -7,6 +7,8 @@
   listed (port 26379 unless given) on every new connection, so a client follows a
   failover without a restart. The user and password are the primary's (and its
   replicas'); the sentinels themselves are reached without them.
+- ``rediss+sentinel://…[?ssl_ca_certs=PATH&…]``: the same over TLS, to the sentinels and
+  to the primary, with the TLS options of ``rediss+cluster://`` below.
 - ``redis+cluster://[[user]:password@]host[:port][,host[:port]…]``: a Redis Cluster,
   found through the nodes listed (seeds: any of its nodes, port 6379 unless given). The
   store's keys share one hash slot (`ClusterUrl`, ``store/cluster.py``); a cluster has
@@ -39,9 +41,11 @@ from urllib.parse import (
 from switchboard.shared.config import REDIS_CLUSTER_SCHEME, REDIS_TLS_CLUSTER_SCHEME, ConfigError
 
 SENTINEL_SCHEME = "redis+sentinel"
+TLS_SENTINEL_SCHEME = "rediss+sentinel"
 CLUSTER_SCHEME = REDIS_CLUSTER_SCHEME
 TLS_CLUSTER_SCHEME = REDIS_TLS_CLUSTER_SCHEME
-# The TLS options a ``rediss+cluster://`` URL takes as query parameters (redis-py's names).
+# The TLS options a ``rediss+cluster://`` or ``rediss+sentinel://`` URL takes as query
+# parameters (redis-py's names).
 TLS_OPTIONS = (
     "ssl_ca_certs",
     "ssl_ca_path",
@@ -55,7 +59,10 @@ PLAIN_SCHEMES = ("redis", "rediss", "unix")
 DEFAULT_SENTINEL_PORT = 26379
 DEFAULT_CLUSTER_PORT = 6379
 
-SENTINEL_FORM = f"{SENTINEL_SCHEME}://[:password@]host:port[,host:port...]/<master>[/db]"
+SENTINEL_FORM = (
+    f"{SENTINEL_SCHEME}://[:password@]host:port[,host:port...]/<master>[/db] "
+    f"(over TLS: {TLS_SENTINEL_SCHEME}://…[?ssl_ca_certs=PATH&…])"
+)
 CLUSTER_FORM = (
     f"{CLUSTER_SCHEME}://[:password@]host:port[,host:port...] "
     f"(over TLS: {TLS_CLUSTER_SCHEME}://…[?ssl_ca_certs=PATH&…])"
@@ -93,22 +100,40 @@ def unix_kombu_url(url: str) -> str:
 
 @dataclass(frozen=True)
 class SentinelUrl:
-    """A ``redis+sentinel://`` URL, read: where the sentinels are and what to ask them for."""
+    """A ``redis+sentinel://`` (or, over TLS, ``rediss+sentinel://``) URL, read: where the
+    sentinels are, what to ask them for, and how to connect."""
 
     sentinels: tuple[tuple[str, int], ...]
     master: str
     db: int = 0
     username: str | None = None
     password: str | None = None
+    tls: bool = False
+    # redis-py's `ssl_*` connection options, from the URL's query (`TLS_OPTIONS`).
+    tls_options: tuple[tuple[str, Any], ...] = ()
 
     def connection_kwargs(self) -> dict[str, object]:
-        """What every connection to the primary is opened with (database, credentials)."""
-        kwargs: dict[str, object] = {"db": self.db}
+        """What every connection to the primary is opened with: database, credentials, and
+        over TLS ``ssl`` (redis-py's sentinel pools then open TLS connections) with the
+        TLS options."""
+        kwargs: dict[str, object] = {"db": self.db, **self.sentinel_kwargs()}
         if self.username:
             kwargs["username"] = self.username
         if self.password is not None:
             kwargs["password"] = self.password
         return kwargs
+
+    def sentinel_kwargs(self) -> dict[str, Any]:
+        """What a connection to a sentinel adds to its own options: over TLS, ``ssl`` and
+        the TLS options (the sentinels take the primary's certificate authority)."""
+        return {"ssl": True, **dict(self.tls_options)} if self.tls else {}
+
+    def kombu_ssl(self) -> dict[str, Any] | None:
+        """Celery's ``broker_use_ssl`` for the same primary over TLS (kombu opens its
+        sentinel-managed connections with TLS when it is set), else None."""
+        if not self.tls:
+            return None
+        return dict(self.tls_options) or {"ssl_cert_reqs": "required"}
 
     def kombu_url(self) -> str:
         """kombu's form of the same sentinels: ``sentinel://h1:p1/db;sentinel://h2:p2/db``
@@ -167,7 +192,7 @@ def parse_redis_url(
         return None
     if scheme in (CLUSTER_SCHEME, TLS_CLUSTER_SCHEME):
         return _parse_cluster(url, setting)
-    if scheme != SENTINEL_SCHEME:
+    if scheme not in (SENTINEL_SCHEME, TLS_SENTINEL_SCHEME):
         raise ConfigError(
             f"{setting}: unsupported scheme {scheme}://: expected {EXPECTED_FORMS}",
             key_path=setting,
@@ -189,11 +214,12 @@ def _parse_cluster(url: str, setting: str) -> ClusterUrl:
 
 
 def _tls_options(query: str, bad: Callable[[str], ConfigError]) -> tuple[tuple[str, Any], ...]:
-    """The ``ssl_*`` options of a ``rediss+cluster://`` URL's query, checked."""
+    """The ``ssl_*`` options of a ``rediss+cluster://`` or ``rediss+sentinel://`` URL's
+    query, checked."""
     options: list[tuple[str, Any]] = []
     for key, value in parse_qsl(query, keep_blank_values=True):
         if key not in TLS_OPTIONS:
-            raise bad(f"unknown option {key!r} (a TLS cluster URL takes {', '.join(TLS_OPTIONS)})")
+            raise bad(f"unknown option {key!r} (a TLS URL takes {', '.join(TLS_OPTIONS)})")
         if key == "ssl_cert_reqs" and value.lower() not in _CERT_REQS:
             raise bad(f"ssl_cert_reqs is one of {', '.join(_CERT_REQS)}, not {value!r}")
         if key == "ssl_check_hostname":
@@ -231,7 +257,8 @@ def _parse_sentinel(url: str, setting: str) -> SentinelUrl:
     def bad(problem: str) -> ConfigError:
         return ConfigError(f"{setting}: {problem}: expected {SENTINEL_FORM}", key_path=setting)
 
-    parts, username, password, hosts = _split(url, bad, "sentinel", "sentinel")
+    tls = url.lower().startswith(f"{TLS_SENTINEL_SCHEME}://")
+    parts, username, password, hosts = _split(url, bad, "sentinel", "sentinel", query=tls)
     sentinels = tuple(
         _address(item, bad, "sentinel", DEFAULT_SENTINEL_PORT) for item in hosts.split(",")
     )
@@ -246,7 +273,8 @@ def _parse_sentinel(url: str, setting: str) -> SentinelUrl:
         if not segments[1].isdigit():
             raise bad(f"the database must be a number, not {segments[1]!r}")
         db = int(segments[1])
-    return SentinelUrl(sentinels, master, db, username, password)
+    options = _tls_options(parts.query, bad) if tls else ()
+    return SentinelUrl(sentinels, master, db, username, password, tls=tls, tls_options=options)
 
 
 def _address(
