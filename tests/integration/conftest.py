@@ -22,6 +22,7 @@ from celery.contrib.testing.worker import start_worker
 from switchboard.api.app import create_app
 from switchboard.shared.config import Settings, SwitchboardConfig, parse_config
 from switchboard.shared.services import Services
+from switchboard.testing.procs import wait_healthy
 from switchboard.workers.app import create_celery_app
 from switchboard.workers.pool import TaskPool
 from switchboard.workers.tasks import run_host
@@ -179,6 +180,22 @@ class SwitchboardProcesses:
         )
         self.started.append(proc)
         return proc
+
+    def service(
+        self, *, beat: bool = True, concurrency: int = 2
+    ) -> tuple[str, list[subprocess.Popen[bytes]]]:
+        """An api on a free port, a worker and (unless ``beat`` is False) a beat, once the
+        api answers; (the api's URL, the processes)."""
+        port = free_port()
+        procs = [
+            self("api", "--port", str(port)),
+            self("worker", "--concurrency", str(concurrency)),
+        ]
+        if beat:
+            procs.append(self("beat"))
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url, procs)
+        return url, procs
 
     def kill_all(self) -> None:
         """kill -9 every process group still running."""

@@ -7,14 +7,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from celery import Celery
 
 from switchboard.shared.config import Settings
 from switchboard.shared.event_loops import uvicorn_loop
-from switchboard.testing.procs import wait_healthy
-from switchboard.testing.up import free_port
+from switchboard.testing.procs import send_and_wait
 from switchboard.workers.app import create_celery_app
 from switchboard.workers.tasks import RunHost, run_host
 
@@ -35,18 +33,9 @@ def test_api_and_worker_processes_serve_a_run_on_the_loop_the_setting_names(
     """A send waits for its run through a real api and worker; the api runs on uvloop with
     httptools and the worker's runs on uvloop exactly when the fast paths are on."""
     switchboard_procs.env["SWITCHBOARD_FAST_PATHS"] = "true" if fast_paths else "false"
-    port = free_port()
-    api = switchboard_procs("api", "--port", str(port))
-    worker = switchboard_procs("worker", "--concurrency", "2")
-    url = f"http://127.0.0.1:{port}"
-    wait_healthy(url, [api, worker])
-    args = {"sessionKey": "agent:main:loops", "message": "hello", "timeoutSeconds": 30}
-    with httpx.Client(base_url=url, headers={"Authorization": "Bearer t"}, timeout=40) as http:
-        resp = http.post("/tools/invoke", json={"tool": "sessions_send", "args": args})
-    assert resp.status_code == 200, resp.text
-    result = resp.json()["result"]
-    assert result["status"] == "ok", result
-    assert "hello" in result["reply"]
+    url, [api, worker] = switchboard_procs.service(beat=False)
+    result = send_and_wait(url, "agent:main:loops", "hello")
+    assert result["status"] == "ok" and "hello" in result["reply"], result
 
     api_maps, worker_maps = _mapped(api.pid), _mapped(worker.pid)
     assert ("/uvloop/" in api_maps) is fast_paths

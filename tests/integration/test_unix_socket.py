@@ -15,8 +15,7 @@ import pytest
 import redis
 
 from switchboard.supervisor.redis_server import RedisServer
-from switchboard.testing.procs import stop_groups, wait_healthy
-from switchboard.testing.up import free_port
+from switchboard.testing.procs import send_and_wait, stop_groups
 
 pytestmark = pytest.mark.integration
 
@@ -39,23 +38,12 @@ def test_api_worker_and_beat_serve_a_send_over_a_unix_socket(
 ) -> None:
     sock = socket_server.unix_socket
     assert sock is not None
-    port = free_port()
     switchboard_procs.env["SWITCHBOARD_REDIS_URL"] = f"unix://{sock}?db={DB}"
-    procs = [
-        switchboard_procs("api", "--port", str(port)),
-        switchboard_procs("worker", "--concurrency", "2"),
-        switchboard_procs("beat"),
-    ]
-    url = f"http://127.0.0.1:{port}"
+    url, procs = switchboard_procs.service()
     try:
-        wait_healthy(url, procs)
-        args = {"sessionKey": "agent:main:sock", "message": "over the socket", "timeoutSeconds": 30}
+        result = send_and_wait(url, "agent:main:sock", "over the socket")
+        assert result["status"] == "ok" and result["reply"] == "over the socket", result
         with httpx.Client(base_url=url, headers={"Authorization": "Bearer t"}, timeout=40) as http:
-            resp = http.post("/tools/invoke", json={"tool": "sessions_send", "args": args})
-            assert resp.status_code == 200, resp.text
-            result = resp.json()["result"]
-            assert result["status"] == "ok", result
-            assert result["reply"] == "over the socket"
             # The announce reaches the requester: the send's own flow, done by the worker.
             deadline = time.monotonic() + 30
             while True:

@@ -1,5 +1,5 @@
 """The product's processes that a test started, each in its own process group: waiting
-for an api to answer, and stopping them."""
+for an api to answer, a send through it, and stopping them."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import httpx
 
@@ -41,3 +42,17 @@ def stop_groups(procs: Sequence[subprocess.Popen[bytes]], timeout_s: float = 20)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout_s / 2)
+
+
+def send_and_wait(
+    url: str, session_key: str, message: str, *, token: str = "t", timeout_s: float = 30
+) -> dict[str, Any]:
+    """``sessions_send`` with a wait through the api at ``url`` (``/tools/invoke``); its
+    result once the call answered 200 (AssertionError with the body otherwise)."""
+    args = {"sessionKey": session_key, "message": message, "timeoutSeconds": timeout_s}
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=timeout_s + 10) as http:
+        resp = http.post("/tools/invoke", json={"tool": "sessions_send", "args": args})
+    assert resp.status_code == 200, resp.text
+    result: dict[str, Any] = resp.json()["result"]
+    return result
