@@ -29,7 +29,7 @@ import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TextIO
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
@@ -324,7 +324,10 @@ def configured_secrets(settings: Settings, config: SwitchboardConfig) -> list[st
         if channel.webhook is not None:
             found += channel.webhook.headers.values()
     for url in (settings.redis_url, settings.broker_url):
-        found.append(urlsplit(url).password if url else None)
+        parts = urlsplit(url or "")
+        found.append(parts.password)
+        # A password in the query (a sentinel URL's `sentinel_password`).
+        found += [v for k, v in parse_qsl(parts.query) if k.endswith("password")]
     found += [os.environ.get(name) for name in _SECRET_ENV]
     return [secret for secret in found if secret]
 

@@ -198,6 +198,9 @@ def test_configured_secrets_collects_every_credential(monkeypatch: pytest.Monkey
     found = configured_secrets(settings, config)
     for secret in (TOKEN, "config-token", API_KEY, HOOK_SECRET, "redis-pass", "env-openai-key"):
         assert secret in found
+    # A sentinel URL's own password for the sentinels, in its query.
+    sentinel = Settings(token=TOKEN, redis_url="redis+sentinel://s1/m?sentinel_password=sen%26pw")
+    assert "sen&pw" in configured_secrets(sentinel, config)
 
 
 _PROCESS = """

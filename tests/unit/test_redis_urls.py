@@ -121,7 +121,7 @@ def test_on_a_cluster_the_key_prefix_becomes_the_hash_tag() -> None:
         ("redis+sentinel://h1:70000/m", "bad port '70000'"),
         ("redis+sentinel://h1:1/m/zero", "the database must be a number"),
         ("redis+sentinel://h1:1/m/0/x", "too many path segments"),
-        ("redis+sentinel://h1:1/m?db=2", "no ?query"),
+        ("redis+sentinel://h1:1/m?db=2", "unknown option 'db'"),
         ("redis+sentinel://[::1:1/m", "unclosed ["),
     ],
 )
@@ -132,8 +132,8 @@ def test_bad_sentinel_urls_name_the_problem_and_the_form(url: str, problem: str)
     assert problem in message
     assert message.startswith("SWITCHBOARD_REDIS_URL: ")
     assert message.endswith(
-        "expected redis+sentinel://[:password@]host:port[,host:port...]/<master>[/db] "
-        "(over TLS: rediss+sentinel://…[?ssl_ca_certs=PATH&…])"
+        "expected redis+sentinel://[:password@]host:port[,host:port...]/<master>[/db]"
+        "[?sentinel_password=…] (over TLS: rediss+sentinel://…[?ssl_ca_certs=PATH&…])"
     )
 
 
@@ -275,7 +275,7 @@ def test_a_tls_sentinel_url_reaches_sentinels_and_primary_over_tls() -> None:
 @pytest.mark.parametrize(
     ("url", "said"),
     [
-        ("redis+sentinel://s1/m?ssl_ca_certs=/ca.pem", "takes no ?query"),
+        ("redis+sentinel://s1/m?ssl_ca_certs=/ca.pem", "unknown option 'ssl_ca_certs'"),
         ("rediss+sentinel://s1/m?timeout=3", "unknown option 'timeout'"),
         ("rediss+sentinel://s1/m?ssl_cert_reqs=maybe", "ssl_cert_reqs is one of"),
         ("rediss+sentinel://s1?ssl_cert_reqs=none", "no master name"),
@@ -302,3 +302,20 @@ def test_celery_broker_on_a_tls_sentinel_group_asks_and_connects_over_tls() -> N
     plain = create_celery_app(Settings(redis_url="redis+sentinel://s1/mymaster"))
     assert "sentinel_kwargs" not in plain.conf.broker_transport_options
     assert not plain.conf.broker_use_ssl
+
+
+def test_a_sentinel_url_gives_the_sentinels_their_own_password() -> None:
+    parsed = parse_redis_url(
+        "redis+sentinel://:datapw@s1/mymaster?sentinel_username=watch&sentinel_password=p%26w"
+    )
+    assert isinstance(parsed, SentinelUrl)
+    assert parsed.sentinel_kwargs() == {"username": "watch", "password": "p&w"}
+    assert parsed.connection_kwargs() == {"db": 0, "password": "datapw"}  # the data nodes'
+    tls = parse_redis_url("rediss+sentinel://s1/m?sentinel_password=pw&ssl_cert_reqs=none")
+    assert isinstance(tls, SentinelUrl)
+    assert tls.sentinel_kwargs() == {"ssl": True, "ssl_cert_reqs": "none", "password": "pw"}
+    assert tls.kombu_ssl() == {"ssl_cert_reqs": "none"}  # the password is the sentinels' only
+    app = create_celery_app(Settings(redis_url="redis+sentinel://s1/m?sentinel_password=pw"))
+    assert app.conf.broker_transport_options["sentinel_kwargs"] == {"password": "pw"}
+    assert not app.conf.broker_use_ssl
+    assert "pw" not in app.conf.broker_url

@@ -7,7 +7,8 @@ sentinel a `RedisSentinel` (``redis-server <conf> --sentinel``) monitoring it un
 master name. `url` is the product's ``redis+sentinel://`` URL of the group; `named_primary`
 asks the sentinels, so it stays right after a failover. With ``tls`` every node speaks TLS
 only (the sentinels too, and replication), and `url` is the ``rediss+sentinel://`` one
-naming the CA.
+naming the CA; with ``sentinel_password`` the sentinels require it (``requirepass``, and
+give it to each other), and `url` carries it as ``?sentinel_password=…``.
 """
 
 from __future__ import annotations
@@ -88,8 +89,10 @@ class RedisSentinel(RedisServer):
         down_after_ms: int = DOWN_AFTER_MS,
         failover_timeout_ms: int = FAILOVER_TIMEOUT_MS,
         tls: TlsFiles | None = None,
+        password: str | None = None,
     ) -> None:
         super().__init__(data_dir, tls=tls)
+        self.password = password
         self.conf = self.data_dir / "sentinel.conf"
         self.primary_port = primary_port
         self.master_name = master_name
@@ -106,6 +109,9 @@ class RedisSentinel(RedisServer):
             f"sentinel down-after-milliseconds {name} {self.down_after_ms}\n"
             f"sentinel failover-timeout {name} {self.failover_timeout_ms}\n"
         )
+        if self.password is not None:  # asked of clients, and given to the other sentinels
+            with self.conf.open("a") as conf:
+                conf.write(f"requirepass {self.password}\nsentinel sentinel-pass {self.password}\n")
         if self.tls is None:
             ports = ["--port", str(self.port)]
         else:  # TLS only, and the primary and replicas are reached over TLS too
@@ -119,6 +125,11 @@ class RedisSentinel(RedisServer):
             *("--bind", HOST, "--dir", str(self.data_dir)),
             *("--logfile", str(self.log_path), "--daemonize", "no"),
         ]
+
+    def _client_kwargs(self) -> dict[str, object]:
+        """A client of this sentinel gives its password, if it requires one."""
+        kwargs = super()._client_kwargs()
+        return {**kwargs, "password": self.password} if self.password is not None else kwargs
 
     def __repr__(self) -> str:
         return f"RedisSentinel({HOST}:{self.port}, pid={self.pid})"
@@ -139,6 +150,7 @@ class RedisSentinelGroup:
         failover_timeout_ms: int = FAILOVER_TIMEOUT_MS,
         ready_timeout_s: float = READY_TIMEOUT_S,
         tls: TlsFiles | None = None,
+        sentinel_password: str | None = None,
     ) -> None:
         if replicas < 0 or sentinels < 1:
             raise ValueError(
@@ -152,6 +164,7 @@ class RedisSentinelGroup:
         self.failover_timeout_ms = failover_timeout_ms
         self.ready_timeout_s = ready_timeout_s
         self.tls = tls  # every node (sentinels included) and replication on TLS only
+        self.sentinel_password = sentinel_password  # the sentinels' requirepass
         self._primary: RedisServer | None = None
         self.replicas: list[RedisReplica] = []
         self.sentinels: list[RedisSentinel] = []
@@ -181,6 +194,7 @@ class RedisSentinelGroup:
                     down_after_ms=self.down_after_ms,
                     failover_timeout_ms=self.failover_timeout_ms,
                     tls=self.tls,
+                    password=self.sentinel_password,
                 )
                 self.sentinels.append(sentinel)
                 sentinel.start()
@@ -237,10 +251,14 @@ class RedisSentinelGroup:
         if not self.sentinels:
             raise RuntimeError("the Sentinel group is not started")
         hosts = ",".join(f"{HOST}:{s.port}" for s in self.sentinels)
+        query = []
+        if self.sentinel_password is not None:
+            query.append(f"sentinel_password={quote(self.sentinel_password, safe='')}")
         if self.tls is not None:
-            ca = quote(str(self.tls.ca_file))
-            return f"rediss+sentinel://{hosts}/{self.master_name}/{db}?ssl_ca_certs={ca}"
-        return f"redis+sentinel://{hosts}/{self.master_name}/{db}"
+            query.append(f"ssl_ca_certs={quote(str(self.tls.ca_file))}")
+        scheme = "redis+sentinel" if self.tls is None else "rediss+sentinel"
+        url = f"{scheme}://{hosts}/{self.master_name}/{db}"
+        return f"{url}?{'&'.join(query)}" if query else url
 
     def named_primary(self) -> set[int]:
         """The primary's port as every running sentinel names it right now."""

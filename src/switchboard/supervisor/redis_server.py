@@ -175,8 +175,12 @@ class RedisServer:
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
             retry=Retry(NoBackoff(), 0),
-            **(self.tls.client_kwargs() if self.tls else {}),  # type: ignore[arg-type]
+            **self._client_kwargs(),  # type: ignore[arg-type]
         )
+
+    def _client_kwargs(self) -> dict[str, object]:
+        """What a client of this server adds to its options (TLS, when it speaks TLS)."""
+        return self.tls.client_kwargs() if self.tls else {}
 
     def __enter__(self) -> Self:
         self.start()

@@ -64,7 +64,8 @@ def _kombu_broker(
     ``sentinel://h1:p1/<db>;sentinel://h2:p2/<db>`` with ``master_name`` added to the
     ``transport`` options, so workers follow a failover as the store does; over TLS
     (``rediss+sentinel://``) the sentinels are asked over TLS (``sentinel_kwargs`` in the
-    ``transport`` options) and the primary reached over TLS (``broker_use_ssl``). Any other
+    ``transport`` options, with the sentinels' own password if the URL gives one) and the
+    primary reached over TLS (``broker_use_ssl``). Any other
     scheme kombu does not know is refused with the forms expected, and a cluster
     (``redis+cluster://``, state only) with the broker settings that can carry the queues."""
     if url.startswith(("redis://", "rediss://")):
@@ -85,7 +86,7 @@ def _kombu_broker(
             )
         assert parsed is not None  # the plain forms returned above
         transport["master_name"] = parsed.master
-        if parsed.tls:
+        if parsed.sentinel_kwargs():  # TLS, or the sentinels' own password
             transport["sentinel_kwargs"] = parsed.sentinel_kwargs()
         transport_class = "switchboard.workers.transport:SentinelTransport"
         return parsed.kombu_url(), transport_class, parsed.kombu_ssl()

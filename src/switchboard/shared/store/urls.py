@@ -6,7 +6,8 @@
   primary of the group ``<master>`` as Redis Sentinel names it, asked of the sentinels
   listed (port 26379 unless given) on every new connection, so a client follows a
   failover without a restart. The user and password are the primary's (and its
-  replicas'); the sentinels themselves are reached without them.
+  replicas'); sentinels that require a password of their own (``requirepass`` in their
+  configuration) are given it as ``?sentinel_password=…`` (and ``sentinel_username=…``).
 - ``rediss+sentinel://…[?ssl_ca_certs=PATH&…]``: the same over TLS, to the sentinels and
   to the primary, with the TLS options of ``rediss+cluster://`` below.
 - ``redis+cluster://[[user]:password@]host[:port][,host[:port]…]``: a Redis Cluster,
@@ -54,13 +55,16 @@ TLS_OPTIONS = (
     "ssl_cert_reqs",
     "ssl_check_hostname",
 )
+# The options a sentinel URL takes as query parameters: the sentinels' own credentials.
+SENTINEL_OPTIONS = ("sentinel_username", "sentinel_password")
 _CERT_REQS = ("none", "optional", "required")
 PLAIN_SCHEMES = ("redis", "rediss", "unix")
 DEFAULT_SENTINEL_PORT = 26379
 DEFAULT_CLUSTER_PORT = 6379
 
 SENTINEL_FORM = (
-    f"{SENTINEL_SCHEME}://[:password@]host:port[,host:port...]/<master>[/db] "
+    f"{SENTINEL_SCHEME}://[:password@]host:port[,host:port...]/<master>[/db]"
+    "[?sentinel_password=…] "
     f"(over TLS: {TLS_SENTINEL_SCHEME}://…[?ssl_ca_certs=PATH&…])"
 )
 CLUSTER_FORM = (
@@ -111,12 +115,18 @@ class SentinelUrl:
     tls: bool = False
     # redis-py's `ssl_*` connection options, from the URL's query (`TLS_OPTIONS`).
     tls_options: tuple[tuple[str, Any], ...] = ()
+    # The sentinels' own username and password (`SENTINEL_OPTIONS`), if they require one.
+    sentinel_username: str | None = None
+    sentinel_password: str | None = None
+
+    def _tls_kwargs(self) -> dict[str, Any]:
+        return {"ssl": True, **dict(self.tls_options)} if self.tls else {}
 
     def connection_kwargs(self) -> dict[str, object]:
         """What every connection to the primary is opened with: database, credentials, and
         over TLS ``ssl`` (redis-py's sentinel pools then open TLS connections) with the
         TLS options."""
-        kwargs: dict[str, object] = {"db": self.db, **self.sentinel_kwargs()}
+        kwargs: dict[str, object] = {"db": self.db, **self._tls_kwargs()}
         if self.username:
             kwargs["username"] = self.username
         if self.password is not None:
@@ -124,9 +134,15 @@ class SentinelUrl:
         return kwargs
 
     def sentinel_kwargs(self) -> dict[str, Any]:
-        """What a connection to a sentinel adds to its own options: over TLS, ``ssl`` and
-        the TLS options (the sentinels take the primary's certificate authority)."""
-        return {"ssl": True, **dict(self.tls_options)} if self.tls else {}
+        """What a connection to a sentinel adds to its own options: the sentinels' own
+        credentials, if any, and over TLS ``ssl`` and the TLS options (the sentinels take
+        the primary's certificate authority)."""
+        kwargs = self._tls_kwargs()
+        if self.sentinel_username:
+            kwargs["username"] = self.sentinel_username
+        if self.sentinel_password is not None:
+            kwargs["password"] = self.sentinel_password
+        return kwargs
 
     def kombu_ssl(self) -> dict[str, Any] | None:
         """Celery's ``broker_use_ssl`` for the same primary over TLS (kombu opens its
@@ -213,13 +229,19 @@ def _parse_cluster(url: str, setting: str) -> ClusterUrl:
     return ClusterUrl(nodes, username, password, tls=tls, tls_options=options)
 
 
-def _tls_options(query: str, bad: Callable[[str], ConfigError]) -> tuple[tuple[str, Any], ...]:
-    """The ``ssl_*`` options of a ``rediss+cluster://`` or ``rediss+sentinel://`` URL's
-    query, checked."""
+def _tls_options(
+    query: str, bad: Callable[[str], ConfigError], *, tls: bool = True, extra: tuple[str, ...] = ()
+) -> tuple[tuple[str, Any], ...]:
+    """The ``ssl_*`` options (``tls``) and the ``extra`` ones of a URL's query, checked;
+    the extra ones are answered as they are."""
+    accepted = (*extra, *(TLS_OPTIONS if tls else ()))
     options: list[tuple[str, Any]] = []
     for key, value in parse_qsl(query, keep_blank_values=True):
-        if key not in TLS_OPTIONS:
-            raise bad(f"unknown option {key!r} (a TLS URL takes {', '.join(TLS_OPTIONS)})")
+        if key not in accepted:
+            raise bad(f"unknown option {key!r} (this URL takes {', '.join(accepted)})")
+        if key in extra:
+            options.append((key, value))
+            continue
         if key == "ssl_cert_reqs" and value.lower() not in _CERT_REQS:
             raise bad(f"ssl_cert_reqs is one of {', '.join(_CERT_REQS)}, not {value!r}")
         if key == "ssl_check_hostname":
@@ -258,7 +280,7 @@ def _parse_sentinel(url: str, setting: str) -> SentinelUrl:
         return ConfigError(f"{setting}: {problem}: expected {SENTINEL_FORM}", key_path=setting)
 
     tls = url.lower().startswith(f"{TLS_SENTINEL_SCHEME}://")
-    parts, username, password, hosts = _split(url, bad, "sentinel", "sentinel", query=tls)
+    parts, username, password, hosts = _split(url, bad, "sentinel", "sentinel", query=True)
     sentinels = tuple(
         _address(item, bad, "sentinel", DEFAULT_SENTINEL_PORT) for item in hosts.split(",")
     )
@@ -273,8 +295,19 @@ def _parse_sentinel(url: str, setting: str) -> SentinelUrl:
         if not segments[1].isdigit():
             raise bad(f"the database must be a number, not {segments[1]!r}")
         db = int(segments[1])
-    options = _tls_options(parts.query, bad) if tls else ()
-    return SentinelUrl(sentinels, master, db, username, password, tls=tls, tls_options=options)
+    options = _tls_options(parts.query, bad, tls=tls, extra=SENTINEL_OPTIONS)
+    auth = {key: value for key, value in options if key in SENTINEL_OPTIONS}
+    return SentinelUrl(
+        sentinels,
+        master,
+        db,
+        username,
+        password,
+        tls=tls,
+        tls_options=tuple((k, v) for k, v in options if k not in SENTINEL_OPTIONS),
+        sentinel_username=auth.get("sentinel_username") or None,
+        sentinel_password=auth.get("sentinel_password"),
+    )
 
 
 def _address(
