@@ -225,11 +225,11 @@ def _parse_cluster(url: str, setting: str) -> ClusterUrl:
     if parts.path.strip("/"):
         raise bad("a cluster has database 0 only: the URL takes no /db")
     nodes = tuple(_address(item, bad, "node", DEFAULT_CLUSTER_PORT) for item in hosts.split(","))
-    options = _tls_options(parts.query, bad) if tls else ()
+    options = _query_options(parts.query, bad) if tls else ()
     return ClusterUrl(nodes, username, password, tls=tls, tls_options=options)
 
 
-def _tls_options(
+def _query_options(
     query: str, bad: Callable[[str], ConfigError], *, tls: bool = True, extra: tuple[str, ...] = ()
 ) -> tuple[tuple[str, Any], ...]:
     """The ``ssl_*`` options (``tls``) and the ``extra`` ones of a URL's query, checked;
@@ -295,7 +295,7 @@ def _parse_sentinel(url: str, setting: str) -> SentinelUrl:
         if not segments[1].isdigit():
             raise bad(f"the database must be a number, not {segments[1]!r}")
         db = int(segments[1])
-    options = _tls_options(parts.query, bad, tls=tls, extra=SENTINEL_OPTIONS)
+    options = _query_options(parts.query, bad, tls=tls, extra=SENTINEL_OPTIONS)
     auth = {key: value for key, value in options if key in SENTINEL_OPTIONS}
     return SentinelUrl(
         sentinels,
