@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -22,7 +23,7 @@ from celery.contrib.testing.worker import start_worker
 from switchboard.api.app import create_app
 from switchboard.shared.config import Settings, SwitchboardConfig, parse_config
 from switchboard.shared.services import Services
-from switchboard.testing.procs import wait_healthy
+from switchboard.testing.procs import stop_groups, wait_healthy
 from switchboard.workers.app import create_celery_app
 from switchboard.workers.pool import TaskPool
 from switchboard.workers.tasks import run_host
@@ -181,11 +182,13 @@ class SwitchboardProcesses:
         self.started.append(proc)
         return proc
 
-    def service(
+    @contextlib.contextmanager
+    def serving(
         self, *, beat: bool = True, concurrency: int = 2
-    ) -> tuple[str, list[subprocess.Popen[bytes]]]:
-        """An api on a free port, a worker and (unless ``beat`` is False) a beat, once the
-        api answers; (the api's URL, the processes)."""
+    ) -> Iterator[tuple[str, list[subprocess.Popen[bytes]]]]:
+        """An api on a free port, a worker and (unless ``beat`` is False) a beat: yields
+        (the api's URL, the processes) once the api answers, and stops them (SIGTERM, as
+        for a restart) on leaving."""
         port = free_port()
         procs = [
             self("api", "--port", str(port)),
@@ -194,8 +197,11 @@ class SwitchboardProcesses:
         if beat:
             procs.append(self("beat"))
         url = f"http://127.0.0.1:{port}"
-        wait_healthy(url, procs)
-        return url, procs
+        try:
+            wait_healthy(url, procs)
+            yield url, procs
+        finally:
+            stop_groups(procs, timeout_s=15)
 
     def kill_all(self) -> None:
         """kill -9 every process group still running."""

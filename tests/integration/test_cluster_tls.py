@@ -17,7 +17,7 @@ from tlskit import StoreClients, assert_certificate_verified, skip_without_tls, 
 
 from switchboard.shared.config import Settings
 from switchboard.supervisor.redis_cluster import RedisClusterGroup
-from switchboard.testing.procs import send_and_wait, stop_groups
+from switchboard.testing.procs import send_and_wait
 
 pytestmark = pytest.mark.integration
 
@@ -69,12 +69,9 @@ def test_api_worker_and_beat_serve_a_send_with_the_state_on_a_tls_cluster(
     TLS cluster: a send waits for its reply through a real api and worker."""
     switchboard_procs.env["SWITCHBOARD_REDIS_URL"] = tls_cluster.url
     switchboard_procs.env["SWITCHBOARD_BROKER_URL"] = redis_url
-    url, procs = switchboard_procs.service()
-    try:
+    with switchboard_procs.serving() as (url, _):
         result = send_and_wait(url, "agent:main:tls", "over tls")
         assert result["status"] == "ok" and result["reply"] == "over tls", result
-    finally:
-        stop_groups(procs, timeout_s=15)
     owner = tls_cluster.primary_for(PREFIX)
     with owner.client() as client:
         assert client.exists(f"{PREFIX}s:agent:main:tls")  # the state is on the cluster

@@ -33,11 +33,10 @@ def test_api_and_worker_processes_serve_a_run_on_the_loop_the_setting_names(
     """A send waits for its run through a real api and worker; the api runs on uvloop with
     httptools and the worker's runs on uvloop exactly when the fast paths are on."""
     switchboard_procs.env["SWITCHBOARD_FAST_PATHS"] = "true" if fast_paths else "false"
-    url, [api, worker] = switchboard_procs.service(beat=False)
-    result = send_and_wait(url, "agent:main:loops", "hello")
-    assert result["status"] == "ok" and "hello" in result["reply"], result
-
-    api_maps, worker_maps = _mapped(api.pid), _mapped(worker.pid)
+    with switchboard_procs.serving(beat=False) as (url, [api, worker]):
+        result = send_and_wait(url, "agent:main:loops", "hello")
+        assert result["status"] == "ok" and "hello" in result["reply"], result
+        api_maps, worker_maps = _mapped(api.pid), _mapped(worker.pid)
     assert ("/uvloop/" in api_maps) is fast_paths
     assert ("/httptools/" in api_maps) is fast_paths
     assert ("/uvloop/" in worker_maps) is fast_paths

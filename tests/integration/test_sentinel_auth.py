@@ -14,7 +14,7 @@ import redis
 from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store import Store
 from switchboard.supervisor.redis_sentinel import RedisSentinelGroup, redis_sentinel_missing
-from switchboard.testing.procs import send_and_wait, stop_groups
+from switchboard.testing.procs import send_and_wait
 
 pytestmark = pytest.mark.integration
 
@@ -64,11 +64,8 @@ def test_api_worker_and_beat_serve_a_send_through_password_protected_sentinels(
     the password too (its ``sentinel_kwargs``)."""
     switchboard_procs.env["SWITCHBOARD_REDIS_URL"] = guarded_group.url
     switchboard_procs.env.pop("SWITCHBOARD_BROKER_URL", None)
-    url, procs = switchboard_procs.service()
-    try:
+    with switchboard_procs.serving() as (url, _):
         result = send_and_wait(url, "agent:main:guarded", "past the sentinels")
         assert result["status"] == "ok" and result["reply"] == "past the sentinels", result
-    finally:
-        stop_groups(procs, timeout_s=15)
     with guarded_group.primary.client() as primary:
         assert primary.exists("sb:s:agent:main:guarded")

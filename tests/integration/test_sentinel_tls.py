@@ -17,7 +17,7 @@ import pytest
 from tlskit import StoreClients, assert_certificate_verified, skip_without_tls, tls_files
 
 from switchboard.supervisor.redis_sentinel import RedisSentinelGroup, redis_sentinel_missing
-from switchboard.testing.procs import send_and_wait, stop_groups
+from switchboard.testing.procs import send_and_wait
 
 pytestmark = pytest.mark.integration
 
@@ -69,12 +69,9 @@ def test_api_worker_and_beat_serve_a_send_with_state_and_queues_on_tls_sentinel(
     kombu's sentinel transport over TLS, and a send waits for its reply."""
     switchboard_procs.env["SWITCHBOARD_REDIS_URL"] = tls_group.url
     switchboard_procs.env.pop("SWITCHBOARD_BROKER_URL", None)
-    url, procs = switchboard_procs.service()
-    try:
+    with switchboard_procs.serving() as (url, _):
         result = send_and_wait(url, "agent:main:tls", "over tls")
         assert result["status"] == "ok" and result["reply"] == "over tls", result
-    finally:
-        stop_groups(procs, timeout_s=15)
     with tls_group.primary.client() as primary:
         assert primary.exists("sb:s:agent:main:tls")  # the state is on the group's primary
         assert any(  # and so are Celery's queues (kombu's bindings)

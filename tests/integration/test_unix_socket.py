@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from switchboard.supervisor.redis_server import RedisServer
-from switchboard.testing.procs import send_and_wait, stop_groups
+from switchboard.testing.procs import send_and_wait
 
 pytestmark = pytest.mark.integration
 
@@ -39,8 +39,7 @@ def test_api_worker_and_beat_serve_a_send_over_a_unix_socket(
     sock = socket_server.unix_socket
     assert sock is not None
     switchboard_procs.env["SWITCHBOARD_REDIS_URL"] = f"unix://{sock}?db={DB}"
-    url, procs = switchboard_procs.service()
-    try:
+    with switchboard_procs.serving() as (url, _):
         result = send_and_wait(url, "agent:main:sock", "over the socket")
         assert result["status"] == "ok" and result["reply"] == "over the socket", result
         with httpx.Client(base_url=url, headers={"Authorization": "Bearer t"}, timeout=40) as http:
@@ -56,8 +55,6 @@ def test_api_worker_and_beat_serve_a_send_over_a_unix_socket(
                     break
                 time.sleep(0.2)
             assert "over the socket" in texts
-    finally:
-        stop_groups(procs, timeout_s=15)
     for log_file in tmp_path.glob("*.log"):  # the api's, the worker's and the beat's
         log, name = log_file.read_text(), log_file.stem
         failed = [line for line in log.splitlines() if '"level": "error"' in line]
