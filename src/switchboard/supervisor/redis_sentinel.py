@@ -104,24 +104,22 @@ class RedisSentinel(RedisServer):
         assert self.executable is not None
         self.data_dir.mkdir(parents=True, exist_ok=True)
         name = self.master_name
-        self.conf.write_text(
+        conf = (
             f"sentinel monitor {name} {HOST} {self.primary_port} {self.quorum}\n"
             f"sentinel down-after-milliseconds {name} {self.down_after_ms}\n"
             f"sentinel failover-timeout {name} {self.failover_timeout_ms}\n"
         )
         if self.password is not None:  # asked of clients, and given to the other sentinels
-            with self.conf.open("a") as conf:
-                conf.write(f"requirepass {self.password}\nsentinel sentinel-pass {self.password}\n")
-        if self.tls is None:
-            ports = ["--port", str(self.port)]
-        else:  # TLS only, and the primary and replicas are reached over TLS too
-            ports = ["--port", "0", "--tls-port", str(self.port), *self.tls.server_args()]
-            ports += ["--tls-replication", "yes"]
+            conf += f"requirepass {self.password}\nsentinel sentinel-pass {self.password}\n"
+        self.conf.write_text(conf)
+        # With TLS, the primary and the replicas are reached over TLS too.
+        tls = ("--tls-replication", "yes") if self.tls else ()
         return [
             self.executable,
             str(self.conf),
             "--sentinel",
-            *ports,
+            *self._port_args(),
+            *tls,
             *("--bind", HOST, "--dir", str(self.data_dir)),
             *("--logfile", str(self.log_path), "--daemonize", "no"),
         ]

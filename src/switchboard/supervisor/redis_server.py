@@ -178,6 +178,13 @@ class RedisServer:
             **self._client_kwargs(),  # type: ignore[arg-type]
         )
 
+    def _port_args(self) -> list[str]:
+        """The server's port options: its port, or with TLS only its TLS port (no plain
+        port) and the certificate options."""
+        if self.tls is None:
+            return ["--port", str(self._port)]
+        return ["--port", "0", "--tls-port", str(self._port), *self.tls.server_args()]
+
     def _client_kwargs(self) -> dict[str, object]:
         """What a client of this server adds to its options (TLS, when it speaks TLS)."""
         return self.tls.client_kwargs() if self.tls else {}
@@ -197,11 +204,7 @@ class RedisServer:
     def _argv(self) -> list[str]:
         """The redis-server command line; persistence depends on `appendonly`."""
         assert self.executable is not None
-        argv = [self.executable, "--bind", "127.0.0.1"]
-        if self.tls is None:
-            argv += ["--port", str(self._port)]
-        else:  # TLS only: no plain port
-            argv += ["--port", "0", "--tls-port", str(self._port), *self.tls.server_args()]
+        argv = [self.executable, "--bind", "127.0.0.1", *self._port_args()]
         argv += ["--dir", str(self.data_dir), "--daemonize", "no"]
         argv += ["--maxmemory-policy", "noeviction", "--logfile", str(self.log_path)]
         if self.appendonly:
