@@ -121,9 +121,11 @@ def test_commands_go_straight_to_the_connection_with_the_clients_reply_callbacks
     bytes takes redis-py's path."""
     full_path: list[str] = []
     execute = redis.Redis._execute_command
+    this_thread = threading.current_thread()
 
     def counting(self: redis.Redis, *args: object, **options: object) -> object:
-        full_path.append(str(args[0]))
+        if threading.current_thread() is this_thread:  # not another store's follower thread
+            full_path.append(str(args[0]))
         return execute(self, *args, **options)
 
     monkeypatch.setattr(redis.Redis, "_execute_command", counting)

@@ -82,7 +82,7 @@ def _submit(cluster: Cluster) -> list[str]:
         ids.append(_start(cluster, f"agent:main:{CHANNEL}:group:parent-{i}", line))
     for i in range(PLAIN_SESSIONS):
         for j in range(PLAIN_QUEUED):
-            message = f"/sleep {1 + (i + j) % 3}\nplain {i}.{j}"
+            message = f"/sleep {2 + (i + j) % 3}\nplain {i}.{j}"
             ids.append(_start(cluster, f"agent:main:hook:plain-{i}", message))
     return ids
 
