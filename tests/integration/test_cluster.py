@@ -303,3 +303,39 @@ def test_an_idle_pool_checks_only_the_owner_and_asks_no_other_node(
     assert after[owner.port][1] - before[owner.port][1] >= 3  # ROLE on the owner
     for node in others:
         assert after[node.port] == before[node.port], node  # nothing on the others
+
+
+@pytest.mark.integration
+def test_closed_clients_stop_checking_the_owner(cluster_group: RedisClusterGroup) -> None:
+    """Every store client on a cluster URL follows the slot's owner (ROLE twice a second);
+    once closed it checks nothing more (a cluster of the test's own)."""
+    owner = cluster_group.primary_for(PREFIX)
+
+    def roles() -> int:
+        with owner.client() as client:
+            stats: dict[str, Any] = client.info("commandstats")
+        return int(stats.get("cmdstat_role", {}).get("calls", 0))
+
+    async def async_client_round_trip() -> None:
+        client = connect_async(cluster_group.url, prefix=PREFIX, socket_timeout=3)
+        await client.ping()
+        await asyncio.sleep(1.2)  # its follower's first checks
+        await client.aclose()
+
+    stores = [
+        Store.from_url(cluster_group.url, fast_paths=fast, prefix=PREFIX) for fast in (True, False)
+    ]
+    probe = connect_plain(cluster_group.url, prefix=PREFIX, socket_timeout=3)
+    for store in stores:
+        store.ping()
+    probe.ping()
+    before = roles()
+    asyncio.run(async_client_round_trip())
+    assert roles() - before >= 3 * 2  # three sync followers and the async one, ~2/s each
+    for store in stores:
+        store.close()
+    probe.close()
+    time.sleep(0.5)  # an async follower's check under way ends
+    closed = roles()
+    time.sleep(2)  # four checks of each, were they still following
+    assert roles() == closed

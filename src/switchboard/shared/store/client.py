@@ -62,10 +62,10 @@ import contextlib
 import functools
 import hashlib
 import logging
+import os
 import socket
 import threading
 import time
-import weakref
 from typing import Any, cast
 
 import redis
@@ -87,6 +87,7 @@ from switchboard.shared.store.cluster import (
     SSLSlotOwnerConnection,
     follow_slot_owner,
 )
+from switchboard.shared.store.follow import Follower
 from switchboard.shared.store.lua_scripts import load as load_lua
 from switchboard.shared.store.lua_scripts import script_names
 from switchboard.shared.store.thread_held import ThreadHeldRedis
@@ -109,6 +110,9 @@ _PASSED_THROUGH = (NoScriptError, WatchError)
 SENTINEL_TIMEOUT_S = 2.0
 # How often a sentinel pool's primary is checked (`follow_primary`).
 PRIMARY_CHECK_S = 0.5
+# How long closing a sync store client waits for its follower thread to end (a check under
+# way can take a connect timeout).
+FOLLOWER_JOIN_S = 2.5
 # How long a sentinel that did not answer is skipped while another one answers.
 SENTINEL_SKIP_S = 10.0
 
@@ -312,6 +316,14 @@ class _Translating(redis.Redis):
     durability: Durability = NO_WAIT
     # Its pool's connections load every script as they connect (the fast path).
     scripts_loaded = False
+    # What follows its pool's primary (a Sentinel group's, a cluster slot's); stopped on close.
+    following: Follower | None = None
+
+    def close(self) -> None:
+        """Close the client's connections and stop following its pool's primary."""
+        if self.following is not None:
+            self.following.stop(join_s=FOLLOWER_JOIN_S)
+        super().close()
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         """Run one command; a Redis error is raised as `StoreUnavailable`. An acknowledged
@@ -424,11 +436,12 @@ def _newest(
 
 def follow_primary(
     pool: Any, every_s: float = PRIMARY_CHECK_S, checker: Sentinel | None = None
-) -> None:
+) -> Follower:
     """Cut every connection of the sentinel ``pool`` once the sentinels' newest
-    configuration names another primary (checked every ``every_s`` in a daemon thread
-    that ends with the pool). A pool made elsewhere (kombu's) is given `NewestSentinel`'s
-    rule too, so its connections reconnect where the check found the primary.
+    configuration names another primary (checked every ``every_s`` by a `Follower`, which
+    the store client owning the pool stops when closed). A pool made elsewhere (kombu's)
+    is given `NewestSentinel`'s rule too, so its connections reconnect where the check
+    found the primary; its follower ends with the pool.
 
     A connection is cut by shutting its socket down, not closed: whoever uses it (a
     thread's held connection, kombu's event loop, the api's event loop) sees the server
@@ -437,38 +450,32 @@ def follow_primary(
     own, from the thread."""
     if type(pool.sentinel_manager) is Sentinel:
         pool.sentinel_manager.__class__ = NewestSentinel
-    threading.Thread(
-        target=_follow_primary,
-        args=(weakref.ref(pool), every_s, checker or pool.sentinel_manager),
+    return Follower(
+        pool,
+        functools.partial(_check_primary, checker or pool.sentinel_manager),
+        every_s=every_s,
         name=f"sentinel-primary-{pool.service_name}",
-        daemon=True,
-    ).start()
+    )
 
 
-def _follow_primary(ref: weakref.ref[Any], every_s: float, checker: Any) -> None:
-    while True:
-        time.sleep(every_s)
-        pool = ref()
-        if pool is None:
-            return
-        known = pool.master_address  # None until a first connection asked for it
-        try:
-            named = checker.discover_master(pool.service_name)
-        except redis.RedisError:
-            named = None  # none names one (a failover under way): connections find out
-        if known is not None and named is not None and tuple(named) != tuple(known):
-            log.warning(
-                "Redis primary of %r moved from %s:%s to %s:%s; reconnecting",
-                pool.service_name,
-                *known,
-                *named,
-            )
-            if hasattr(pool, "proxy"):  # the sync pool keeps it on its proxy
-                pool.proxy.master_address = named
-            else:
-                pool.master_address = named
-            _cut_connections(pool)
-        del pool
+def _check_primary(checker: Any, pool: Any) -> None:
+    known = pool.master_address  # None until a first connection asked for it
+    try:
+        named = checker.discover_master(pool.service_name)
+    except redis.RedisError:
+        named = None  # none names one (a failover under way): connections find out
+    if known is not None and named is not None and tuple(named) != tuple(known):
+        log.warning(
+            "Redis primary of %r moved from %s:%s to %s:%s; reconnecting",
+            pool.service_name,
+            *known,
+            *named,
+        )
+        if hasattr(pool, "proxy"):  # the sync pool keeps it on its proxy
+            pool.proxy.master_address = named
+        else:
+            pool.master_address = named
+        _cut_connections(pool)
 
 
 def _cut_connections(pool: Any) -> None:
@@ -490,8 +497,19 @@ def _cut_connections(pool: Any) -> None:
         if writer is not None:
             sock = writer.get_extra_info("socket")
         if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+            _shut_down(sock)
+
+
+def _shut_down(sock: Any) -> None:
+    """Shut the socket down for both directions, through a duplicate of its descriptor:
+    an event loop's transport socket (uvloop's) refuses ``shutdown()`` itself, and a
+    shutdown acts on the socket, whichever descriptor names it."""
+    with contextlib.suppress(OSError, ValueError):
+        fd = sock.fileno()
+        if fd < 0:
+            return  # closed meanwhile
+        with socket.socket(fileno=os.dup(fd)) as dup:
+            dup.shutdown(socket.SHUT_RDWR)
 
 
 def _sentinel_kwargs(retry: Any) -> dict[str, Any]:
@@ -526,8 +544,9 @@ _POOL_OPTIONS: dict[str, Any] = {
 
 def blocking_pool(
     url: str, *, scripts_on_connect: bool = False, prefix: str | None = None
-) -> redis.BlockingConnectionPool:
-    """A pool with keepalive and health checks for the store's client.
+) -> tuple[redis.BlockingConnectionPool, Follower | None]:
+    """A pool with keepalive and health checks for the store's client, and what follows
+    its primary (none for one Redis).
 
     With every connection in use (a worker with more threads than the pool holds, all
     calling at once), a caller waits up to 20 s for one instead of failing. For a
@@ -540,16 +559,13 @@ def blocking_pool(
         pool_options["redis_connect_func"] = load_scripts_on_connect
     parsed = parse_redis_url(url)
     if parsed is None:
-        return redis.BlockingConnectionPool.from_url(url, **plain_url_options(url, pool_options))
+        options = plain_url_options(url, pool_options)
+        return redis.BlockingConnectionPool.from_url(url, **options), None
     if isinstance(parsed, ClusterUrl):
-        return cast(
-            redis.BlockingConnectionPool,
-            _slot_owner_pool(redis.BlockingConnectionPool, parsed, prefix, pool_options),
-        )
+        return _slot_owner_pool(redis.BlockingConnectionPool, parsed, prefix, pool_options)
     options = {**parsed.connection_kwargs(), **pool_options, "is_master": True}
     pool = SentinelBlockingPool(parsed.master, _sentinels(parsed), **options)  # type: ignore[no-untyped-call]
-    follow_primary(pool)
-    return pool
+    return pool, follow_primary(pool)
 
 
 def connect(
@@ -563,7 +579,7 @@ def connect(
     redis-py's plain pooled client without (both on a sentinel pool for a sentinel URL,
     on the slot owner's for a cluster URL, whose keys are under ``prefix``); its
     acknowledged writes confirmed on replicas as ``durability`` says."""
-    pool = blocking_pool(url, scripts_on_connect=fast_paths, prefix=prefix)
+    pool, following = blocking_pool(url, scripts_on_connect=fast_paths, prefix=prefix)
     # redis-py types its constructors as returning Redis; they return the class called on.
     client: StoreRedis | HeldStoreRedis
     if fast_paths:
@@ -571,6 +587,7 @@ def connect(
     else:
         client = cast(StoreRedis, StoreRedis.from_pool(pool))
     client.durability = durability
+    client.following = following
     return client
 
 
@@ -581,10 +598,10 @@ def _slot_owner_pool(
     options: dict[str, Any],
     *,
     asynchronous: bool = False,
-) -> Any:
+) -> tuple[Any, Follower]:
     """A pool of ``pool_class`` whose connections go to the primary that owns the slot of
-    the store's keys (the key ``prefix`` is their hash tag), followed as it moves; over
-    TLS for a ``rediss+cluster://`` URL."""
+    the store's keys (the key ``prefix`` is their hash tag), and what follows it as it
+    moves; over TLS for a ``rediss+cluster://`` URL."""
     if not prefix or "{" not in prefix:
         raise ValueError(f"on a Redis Cluster the key prefix carries a {{hash tag}}: {prefix!r}")
     connection_class: type[Any]
@@ -599,8 +616,7 @@ def _slot_owner_pool(
         **parsed.connection_kwargs(),
         **options,
     )
-    follow_slot_owner(pool, owner, _cut_connections)
-    return pool
+    return pool, follow_slot_owner(pool, owner, _cut_connections)
 
 
 def dedicated_connection(client: redis.Redis) -> redis.Connection:
@@ -619,13 +635,15 @@ def connect_plain(url: str, *, prefix: str | None = None, **options: Any) -> Sto
         return cast(StoreRedis, StoreRedis.from_url(url, driver_info=DRIVER_INFO, **options))
     if isinstance(parsed, ClusterUrl):
         options = {"driver_info": DRIVER_INFO, **options}
-        pool = _slot_owner_pool(redis.ConnectionPool, parsed, prefix, options)
-        return cast(StoreRedis, StoreRedis.from_pool(pool))
-    client = _sentinels(parsed).master_for(  # type: ignore[no-untyped-call]
-        parsed.master, redis_class=StoreRedis, driver_info=DRIVER_INFO, **options
-    )
-    follow_primary(client.connection_pool)
-    return cast(StoreRedis, client)
+        pool, following = _slot_owner_pool(redis.ConnectionPool, parsed, prefix, options)
+        plain = cast(StoreRedis, StoreRedis.from_pool(pool))
+    else:
+        plain = _sentinels(parsed).master_for(  # type: ignore[no-untyped-call]
+            parsed.master, redis_class=StoreRedis, driver_info=DRIVER_INFO, **options
+        )
+        following = follow_primary(plain.connection_pool)
+    plain.following = following
+    return plain
 
 
 class AsyncStorePipeline(aioredis.client.Pipeline):
@@ -643,6 +661,15 @@ class AsyncStorePipeline(aioredis.client.Pipeline):
 
 class AsyncStoreRedis(aioredis.Redis):
     """The api's async store client; its commands raise `StoreUnavailable` for a Redis error."""
+
+    # As `_Translating.following`; stopped on close without waiting (not on the loop).
+    following: Follower | None = None
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        """Close the client's connections and stop following its pool's primary."""
+        if self.following is not None:
+            self.following.stop()
+        await super().aclose(close_connection_pool)
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
         """Run one command; a Redis error is raised as `StoreUnavailable`."""
@@ -674,8 +701,12 @@ def connect_async(url: str, *, prefix: str | None = None, **options: Any) -> Asy
         )
     if isinstance(parsed, ClusterUrl):
         options = {"driver_info": DRIVER_INFO, **options}
-        pool = _slot_owner_pool(aioredis.ConnectionPool, parsed, prefix, options, asynchronous=True)
-        return cast(AsyncStoreRedis, AsyncStoreRedis.from_pool(pool))
+        pool, following = _slot_owner_pool(
+            aioredis.ConnectionPool, parsed, prefix, options, asynchronous=True
+        )
+        client = cast(AsyncStoreRedis, AsyncStoreRedis.from_pool(pool))
+        client.following = following
+        return client
     kwargs = {**_sentinel_kwargs(AsyncRetry(NoBackoff(), 0)), **parsed.sentinel_kwargs()}
     sentinels = AsyncNewestSentinel(  # type: ignore[no-untyped-call]
         list(parsed.sentinels), sentinel_kwargs=kwargs, **parsed.connection_kwargs()
@@ -683,5 +714,5 @@ def connect_async(url: str, *, prefix: str | None = None, **options: Any) -> Asy
     client = sentinels.master_for(
         parsed.master, redis_class=AsyncStoreRedis, driver_info=DRIVER_INFO, **options
     )
-    follow_primary(client.connection_pool, checker=_sentinels(parsed))
+    client.following = follow_primary(client.connection_pool, checker=_sentinels(parsed))
     return cast(AsyncStoreRedis, client)

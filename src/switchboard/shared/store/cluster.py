@@ -35,8 +35,6 @@ import asyncio
 import contextlib
 import logging
 import threading
-import time
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +45,7 @@ from redis.cluster import ClusterNode
 from redis.exceptions import AskError, ClusterDownError, ReadOnlyError, RedisClusterException
 from redis.retry import Retry
 
+from switchboard.shared.store.follow import Follower
 from switchboard.shared.store.urls import ClusterUrl
 
 log = logging.getLogger("switchboard.store")
@@ -219,39 +218,38 @@ class AsyncSSLSlotOwnerConnection(AsyncSlotOwnerConnection, aioredis.SSLConnecti
 
 def follow_slot_owner(
     pool: Any, owner: SlotOwner, cut: Callable[[Any], None], every_s: float = OWNER_CHECK_S
-) -> None:
+) -> Follower:
     """Cut every connection of ``pool`` (``cut(pool)``) once the cluster names another
-    owner of the slot (checked every ``every_s`` in a daemon thread that ends with the
-    pool)."""
-    threading.Thread(
-        target=_follow,
-        args=(weakref.ref(pool), owner, cut, every_s),
+    owner of the slot (checked every ``every_s`` by a `Follower`, which the store client
+    owning the pool stops when closed); ``owner`` is closed when it ends."""
+    return Follower(
+        pool,
+        _OwnerCheck(owner, cut),
+        every_s=every_s,
         name="cluster-slot-owner",
-        daemon=True,
-    ).start()
+        on_end=owner.close,
+    )
 
 
-def _follow(
-    ref: weakref.ref[Any], owner: SlotOwner, cut: Callable[[Any], None], every_s: float
-) -> None:
-    known: tuple[str, int] | None = None
-    while True:
-        time.sleep(every_s)
-        pool = ref()
-        if pool is None:
-            owner.close()
-            return
+class _OwnerCheck:
+    """One check of `follow_slot_owner`: the owner the cluster names, against the last."""
+
+    def __init__(self, owner: SlotOwner, cut: Callable[[Any], None]) -> None:
+        self.owner = owner
+        self.cut = cut
+        self.known: tuple[str, int] | None = None
+
+    def __call__(self, pool: Any) -> None:
         try:
-            named = owner.check()
+            named = self.owner.check()
         except redis.RedisError:
             named = None  # an election under way: connections find out themselves
-        if known is not None and named is not None and named != known:
+        if self.known is not None and named is not None and named != self.known:
             log.warning(
                 "Redis Cluster slot of %r moved from %s:%s to %s:%s; reconnecting",
-                owner.tag_key,
-                *known,
+                self.owner.tag_key,
+                *self.known,
                 *named,
             )
-            cut(pool)
-        known = named or known
-        del pool
+            self.cut(pool)
+        self.known = named or self.known
