@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
+from types import FrameType
 
 import pytest
 import redis
@@ -30,6 +32,14 @@ def pytest_configure(config: pytest.Config) -> None:
     chosen = config.getoption("--fast-paths")
     if chosen is not None:
         os.environ["SWITCHBOARD_FAST_PATHS"] = chosen
+    signal.signal(signal.SIGTERM, _interrupted)
+
+
+def _interrupted(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM (a CI job's timeout, a ``kill``) ends the run as Ctrl-C does: the fixtures'
+    teardown and atexit then stop the private servers and processes the tests started,
+    which the default action (dying at once) would leave running."""
+    raise KeyboardInterrupt
 
 
 # --- Redis: a private server per session, never a developer's data -------------------------
