@@ -119,3 +119,77 @@ def test_redis_restart_under_load_degrades_to_503_then_resumes(
         assert replies == [f"run {i}.{j}" for j in range(RUNS_PER_SESSION)]
     again, _ = _post(url, "/rpc", wait_body)
     assert again.status_code == 200 and again.json()["status"] == "ok", again.text
+
+
+def _invoke_send(url: str, asker: str, message: str, timeout_s: int) -> dict[str, Any]:
+    """A client's waiting ``sessions_send`` into ``relay-target``, acting for ``asker``."""
+    body = {
+        "tool": "sessions_send",
+        "sessionKey": asker,
+        "args": {"sessionKey": "relay-target", "message": message, "timeoutSeconds": timeout_s},
+    }
+    resp, took = _post(url, "/tools/invoke", body)
+    return {"status": resp.status_code, "body": resp.json(), "took": took}
+
+
+@pytest.mark.parametrize(
+    ("down_s", "timeout_s", "expected"),
+    # Down past the wait's first poll (5 s after the send), then back within the wait;
+    # down past the whole wait.
+    [(6.0, 30, "ok"), (6.0, 3, "timeout")],
+    ids=["back-within-the-wait", "away-past-the-wait"],
+)
+def test_a_waiting_send_rides_out_a_redis_restart(
+    make_cluster: Callable[[str], Cluster],
+    aof_redis: RedisServer,
+    down_s: float,
+    timeout_s: int,
+    expected: str,
+) -> None:
+    """A send is made before its wait: Redis going away during the wait must not answer
+    503, which a client retries, sending the message twice. Back within the wait, the
+    reply comes; away past it, the answer is the send's timeout (the message was
+    delivered); either way the send made exactly one flow, and its run ends ok."""
+    cluster = make_cluster(aof_redis.url)
+    cluster.worker(concurrency=4)
+    cluster.beat()
+    _, url = cluster.api()
+    asker = f"agent:main:hook:asker-{expected}"
+    answers: list[dict[str, Any]] = []
+    sending = threading.Thread(
+        target=lambda: answers.append(_invoke_send(url, asker, "/sleep 2\n/reply pong", timeout_s))
+    )
+    sending.start()
+    wait_until(
+        lambda: any(r.status == "running" for r in cluster.runs()),
+        30,
+        "the target run to start",
+        0.05,
+    )
+    aof_redis.stop()
+    time.sleep(down_s)
+    aof_redis.start()
+    sending.join(timeout_s + REQUEST_TIMEOUT_S)
+    assert answers, "the waiting send never got an answer"
+    answer = answers[0]
+    took = answer["took"]
+    print(f"\nRedis down {down_s:.0f}s; the send answered {answer['status']} after {took:.1f}s")
+    assert answer["status"] == 200, answer
+    result = answer["body"]["result"]
+    assert result["status"] == expected, result
+    if expected == "ok":
+        assert result["reply"] == "pong", result
+    else:
+        assert "No reply within 3s" in result["error"], result
+        assert took < down_s, answer  # answered at its deadline, not once Redis was back
+    assert result["flowId"] and result["runId"]
+
+    def ended() -> bool:
+        run = cluster.services.store.runs.get(result["runId"])
+        return run is not None and run.terminal
+
+    wait_until(ended, 60, "the target run to end", 0.2)
+    run = cluster.services.store.runs.get(result["runId"])
+    assert run is not None and run.status == "ok", run
+    flows = [f for f in cluster.flows() if f["requesterSessionKey"] == asker]
+    assert [f["flowId"] for f in flows] == [result["flowId"]], flows

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -14,13 +15,18 @@ from switchboard.api.auth import require_token
 from switchboard.api.body import parse_json_body, tool_body_schema
 from switchboard.api.scopes import OWNER, AuditNote, Principal, audit_note, principal_of
 from switchboard.shared import keys as sk
-from switchboard.shared.errors import NotFound
+from switchboard.shared.errors import NotFound, StoreUnavailable
 from switchboard.shared.gateway.resolve import resolve_session_ref
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import RunRecord
 from switchboard.shared.tools.catalog import ALL_TOOLS
 from switchboard.shared.tools.offer import tools_for_session
 from switchboard.shared.tools.registry import ToolContext, ToolSpec, WaitFor
+
+log = logging.getLogger("switchboard.api")
+
+# How often a wait after a tool acted (`WaitFor.acted`) waits again while the store is away.
+OUTAGE_RETRY_S = 0.5
 
 router = APIRouter()
 
@@ -81,15 +87,20 @@ async def invoke(request: Request) -> dict[str, Any]:
         _start_as, svc, body.sessionKey, body.tool, body.args, principal, note
     )
     if isinstance(outcome, WaitFor) and (outcome.also or spec.ready is not None):
-        target = await wait_any(ctx, spec, outcome, app_run_wait(request.app))
+        wait = app_run_wait(request.app)
+        target = await _waited(outcome, lambda w: wait_any(ctx, spec, w, wait))
         outcome = await _complete(ctx, spec, outcome, target)
     elif isinstance(outcome, WaitFor):
-        # The run was started by this request, after `since`: the waiter needs no first read.
-        state = request.app.state
-        target = await state.waiter.wait(
-            outcome.target_run_id, outcome.timeout_s, state.fetch_run, since=since
-        )
-        outcome = await _complete(ctx, spec, outcome, target)
+        # The run was started by this request, after `since`: the waiter needs no first
+        # read (a wait again after an outage reads it).
+        first, waiter, fetch = outcome, request.app.state.waiter, request.app.state.fetch_run
+
+        def waiting(w: WaitFor) -> Awaitable[RunRecord | None]:
+            return waiter.wait(  # type: ignore[no-any-return]
+                w.target_run_id, w.timeout_s, fetch, since=since if w is first else None
+            )
+
+        outcome = await _complete(ctx, spec, outcome, await _waited(outcome, waiting))
     if note is not None:
         note.outcome = tool_status(outcome)
     return {"ok": True, "result": outcome}
@@ -122,9 +133,39 @@ async def call_tool(
     """
     spec, outcome = await run_in_threadpool(_start, ctx, name, args)
     if isinstance(outcome, WaitFor):
-        target = await wait_any(ctx, spec, outcome, wait)
+        target = await _waited(outcome, lambda w: wait_any(ctx, spec, w, wait))
         outcome = await _complete(ctx, spec, outcome, target)
     return outcome
+
+
+async def _waited(
+    wait_for: WaitFor, wait: Callable[[WaitFor], Awaitable[RunRecord | None]]
+) -> RunRecord | None:
+    """What ``wait`` answered for ``wait_for``. A wait whose store is away raises
+    `StoreUnavailable` (a 503 the client retries), unless the tool already acted
+    (`WaitFor.acted`: a send was made), where a retry would act twice: that wait rides the
+    outage out, waiting again every `OUTAGE_RETRY_S` for what is left of its timeout, and
+    one the outage outlasts is answered as a wait that saw no end (`RunRecord.unseen`), as
+    its tool answers a timeout."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(0.0, wait_for.timeout_s)
+    current = wait_for
+    while True:
+        try:
+            return await wait(current)
+        except StoreUnavailable as exc:
+            if not wait_for.acted:
+                raise
+            left = deadline - loop.time()
+            if left <= 0:
+                log.warning(
+                    "run %s: the store was away until the wait's end (%s); answered as a timeout",
+                    wait_for.target_run_id,
+                    exc.fields.get("detail", exc.message),
+                )
+                return RunRecord.unseen(wait_for.target_run_id)
+            await asyncio.sleep(min(OUTAGE_RETRY_S, left))
+            current = wait_for.remaining(max(0.0, deadline - loop.time()))
 
 
 async def wait_any(

@@ -51,6 +51,7 @@ class WaitFor(Exception):
         context: Mapping[str, Any],
         *,
         also: Sequence[str] = (),
+        acted: bool = False,
     ) -> None:
         super().__init__(target_run_id)
         self.target_run_id = target_run_id
@@ -59,6 +60,16 @@ class WaitFor(Exception):
         # More runs whose end may answer the call: it is answered once any one of them
         # ends (and the tool's `ready`, if it has one, agrees), or at the timeout.
         self.also = tuple(also)
+        # The handler acted before the wait (it started the run): a store outage that
+        # outlasts the wait answers as a wait that saw no end, never as an error a client
+        # would retry (and so act twice).
+        self.acted = acted
+
+    def remaining(self, timeout_s: float) -> WaitFor:
+        """The same wait with ``timeout_s`` left of it."""
+        return WaitFor(
+            self.target_run_id, timeout_s, self.context, also=self.also, acted=self.acted
+        )
 
     @property
     def target_run_ids(self) -> tuple[str, ...]:

@@ -106,6 +106,12 @@ class RunRecord:
         return self.cancel_at_ms is not None
 
     @classmethod
+    def unseen(cls, run_id: str) -> RunRecord:
+        """A run its caller started whose state could not be read (the store away): not
+        ended, as far as anyone can tell (status ``unknown``)."""
+        return cls(run_id=run_id, session_key="", status="unknown")
+
+    @classmethod
     def from_hash(cls, run_id: str, h: Mapping[str, str]) -> RunRecord:
         """Build from a decoded HGETALL reply."""
         timeout = h.get("timeoutS")

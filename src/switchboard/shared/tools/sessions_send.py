@@ -255,7 +255,7 @@ def _send(
             "flowId": flow_id,
         }
     context = {"runId": run_id, "sessionKey": shown, "flowId": flow_id, "timeoutS": timeout_s}
-    raise WaitFor(run_id, float(timeout_s), context)
+    raise WaitFor(run_id, float(timeout_s), context, acted=True)
 
 
 def _abandon(ctx: ToolContext, flow_id: str) -> None:
