@@ -34,7 +34,11 @@ from switchboard.shared.services import Services
 from switchboard.shared.store import codec
 from switchboard.shared.store.codec import as_text
 from switchboard.shared.store.runs import RunRecord
-from switchboard.supervisor.redis_sentinel import RedisSentinelGroup, redis_sentinel_missing
+from switchboard.supervisor.redis_sentinel import (
+    DOWN_AFTER_MS,
+    RedisSentinelGroup,
+    redis_sentinel_missing,
+)
 from switchboard.testing.webhook_receiver import WebhookReceiver
 from switchboard.wiring import build_services
 from switchboard.workers.app import create_celery_app
@@ -100,13 +104,16 @@ def wait_until(
 
 
 @contextlib.contextmanager
-def redis_sentinel_group(where: Path, replicas: int = 1) -> Iterator[RedisSentinelGroup]:
+def redis_sentinel_group(
+    where: Path, replicas: int = 1, down_after_ms: int = DOWN_AFTER_MS
+) -> Iterator[RedisSentinelGroup]:
     """A private primary, ``replicas`` replicas and three sentinels under ``where``, ready
-    to fail over; skips the test where this machine cannot run a Sentinel group."""
+    to fail over (a node is down to a sentinel after ``down_after_ms`` without an answer);
+    skips the test where this machine cannot run a Sentinel group."""
     missing = redis_sentinel_missing()
     if missing:
         pytest.skip(missing)
-    with RedisSentinelGroup(where, replicas=replicas) as group:
+    with RedisSentinelGroup(where, replicas=replicas, down_after_ms=down_after_ms) as group:
         yield group
 
 

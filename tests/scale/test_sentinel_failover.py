@@ -67,6 +67,12 @@ PROBE_AFTER = 5  # the prober stops once this many of its sends succeed after th
 PLAIN_SESSIONS = 50
 PLAIN_QUEUED = 5
 PLAIN_SLEEPS = 3
+# A sentinel that has just learned of the promoted replica has this long to get its first
+# answer. At the group's default (1 s) a loaded machine missed it: the new primary, busy
+# with every client reconnecting and its replica's resync, was failed over again a second
+# after its promotion, and the writes only it held (WAIT was still waiting on that
+# replica) went with it. One failover is what this test is about.
+DOWN_AFTER_MS = 3000
 
 
 @dataclass
@@ -81,7 +87,7 @@ class Setup:
 def setup(tmp_path: Path) -> Iterator[Setup]:
     """The group, a webhook receiver, and the service on the group; all stopped after."""
     with (
-        redis_sentinel_group(tmp_path / "group", replicas=2) as group,
+        redis_sentinel_group(tmp_path / "group", replicas=2, down_after_ms=DOWN_AFTER_MS) as group,
         WebhookReceiver() as webhook,
     ):
         workdir = tmp_path / "service"
