@@ -36,7 +36,6 @@ from switchboard.shared.store.audit import AuditStore
 from switchboard.shared.store.client import connect_plain
 from switchboard.shared.store.keyspace import Keyspace
 from switchboard.shared.store.tokens import TokenRecord, TokenStore
-from switchboard.shared.tools.catalog import ALL_TOOLS
 
 token_app = typer.Typer(
     help="Scoped api tokens: create (printed once), list, revoke.", no_args_is_help=True
@@ -89,6 +88,10 @@ def _scope(
             _fail("usage", f"--session {session!r} is not a session of agent {agent_id}", 2)
     names = None
     if tools is not None:
+        # Imported here: the tool catalog pulls in the model stack, which every other
+        # command (and a refused `up`) would otherwise wait for at start.
+        from switchboard.shared.tools.catalog import ALL_TOOLS
+
         names = sorted({t.strip() for t in tools.split(",") if t.strip()})
         known_tools = {spec.name for spec in ALL_TOOLS}
         unknown = [t for t in names if t not in known_tools]
