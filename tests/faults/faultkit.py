@@ -33,6 +33,7 @@ from switchboard.shared.flows.a2a_flow import get_flow
 from switchboard.shared.services import Services
 from switchboard.shared.store import codec
 from switchboard.shared.store.codec import as_text
+from switchboard.shared.store.events import decode_entry
 from switchboard.shared.store.runs import RunRecord
 from switchboard.supervisor.redis_sentinel import (
     DOWN_AFTER_MS,
@@ -280,6 +281,14 @@ class Cluster:
     def run_hash(self, run_id: str) -> dict[str, str]:
         """A run's raw fields (userSeq is not on RunRecord)."""
         return codec.decode_hash(self.redis.hgetall(self.services.store.ks.run(run_id)))
+
+    def events(self, event_type: str) -> list[dict[str, Any]]:
+        """The data of every ``event_type`` event in the events stream, oldest first (a
+        run's end step writes its ``run.ended`` there in the same script, only when the
+        end applies)."""
+        entries = self.redis.xrange(self.services.store.ks.events) or []
+        decoded = (decode_entry(entry_id, fields) for entry_id, fields in entries)
+        return [data for _, kind, data in decoded if kind == event_type]
 
     def flows(self) -> list[dict[str, Any]]:
         """Every reply-back flow, as flows.get shows it."""

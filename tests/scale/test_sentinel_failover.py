@@ -285,10 +285,20 @@ def _scenario(
     outcome = count_by((r.status, r.attempt) for r in runs)
     print(f"runs: {len(runs)}; (status, attempt): {outcome}; sweeps: {sweep_totals(cluster.procs)}")
     assert {r.status for r in runs} == {"ok"}, outcome
+    # One applied end per run: each end step that applies writes its run.ended event in
+    # the same script. A worker logs the ends it saw applied; one whose answer the kill
+    # took (applied and replicated, the primary gone before it replied) is not logged,
+    # and the run's next claim finds it ended.
+    applied = count_by(e["runId"] for e in cluster.events("run.ended"))
+    assert applied == {run_id: 1 for run_id in by_id}, {
+        r: applied.get(r, 0) for r in by_id if applied.get(r, 0) != 1
+    }
     ends = run_ends(service.all_workers)
-    assert set(ends) == set(by_id), set(ends) ^ set(by_id)
+    assert set(ends) <= set(by_id), set(ends) - set(by_id)
     twice = {k: n for k, n in ends.items() if n > 1}
     assert twice == {}, twice
+    unlogged = set(by_id) - set(ends)
+    print(f"ends applied whose answer the failover took (not logged): {len(unlogged)}")
     # Runs whose lease lapsed while no primary was known ran again from their start (the
     # sweep took them back); the first attempt's late writes were refused, never applied.
     refused = [f for w in service.all_workers for f in fenced_writes(w)]
