@@ -19,6 +19,7 @@ from switchboard.shared.errors import NotFound, StoreUnavailable
 from switchboard.shared.gateway.resolve import resolve_session_ref
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import RunRecord
+from switchboard.shared.store.waiter import RunWaiter
 from switchboard.shared.tools.catalog import ALL_TOOLS
 from switchboard.shared.tools.offer import tools_for_session
 from switchboard.shared.tools.registry import ToolContext, ToolSpec, WaitFor
@@ -93,12 +94,13 @@ async def invoke(request: Request) -> dict[str, Any]:
     elif isinstance(outcome, WaitFor):
         # The run was started by this request, after `since`: the waiter needs no first
         # read (a wait again after an outage reads it).
-        first, waiter, fetch = outcome, request.app.state.waiter, request.app.state.fetch_run
+        first = outcome
+        waiter: RunWaiter = request.app.state.waiter
 
         def waiting(w: WaitFor) -> Awaitable[RunRecord | None]:
-            return waiter.wait(  # type: ignore[no-any-return]
-                w.target_run_id, w.timeout_s, fetch, since=since if w is first else None
-            )
+            fetch = request.app.state.fetch_run
+            since_first = since if w is first else None
+            return waiter.wait(w.target_run_id, w.timeout_s, fetch, since=since_first)
 
         outcome = await _complete(ctx, spec, outcome, await _waited(outcome, waiting))
     if note is not None:
