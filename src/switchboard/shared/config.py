@@ -719,6 +719,14 @@ class Settings(BaseSettings):
     # for them (ms): fewer in time log a WARNING and the write stands (docs/operations.md).
     redis_wait_replicas: int = Field(default=0, ge=0, le=64)
     redis_wait_timeout_ms: int = Field(default=1000, ge=1, le=60_000)
+    # How many slot groups the store's keys are cut into (docs/scaling.md): on a Redis
+    # Cluster each group is a hash slot of its own, so the state spreads over the shards;
+    # unset: 64 on a cluster, 1 (one keyspace, as on one Redis) otherwise. Fixed for the
+    # life of a deployment's data: every process refuses to start on a store cut otherwise.
+    slot_groups: int | None = Field(default=None, ge=1, le=1024)
+    # Refuse (CrossSlotError) a script or transaction whose keys span hash slots, as a
+    # Redis Cluster would, on any Redis: the tests run with it on; it costs a CRC per key.
+    slot_check: bool = False
 
     @field_validator("log_level")
     @classmethod
@@ -731,13 +739,27 @@ class Settings(BaseSettings):
         return value.strip().lower() if isinstance(value, str) else value
 
     @model_validator(mode="after")
-    def _one_slot_on_a_cluster(self) -> Self:
-        """On a Redis Cluster (``redis+cluster://``) every store key carries the prefix as
-        its hash tag (``sb:`` becomes ``{sb}:``), so every script's keys share one slot;
-        a prefix that already holds a ``{tag}`` is kept as it is."""
-        if cluster_url(self.redis_url) and "{" not in self.key_prefix:
+    def _slot_groups_by_engine(self) -> Self:
+        """Unset slot groups are 64 on a Redis Cluster (``redis+cluster://``), 1 elsewhere.
+        With one group on a cluster every store key carries the prefix as its hash tag
+        (``sb:`` becomes ``{sb}:``, a prefix that already holds a ``{tag}`` is kept), so
+        every key is in one slot; with several, each group's keys carry a tag of their own
+        (`Keyspace`) and the prefix may hold none."""
+        if self.slot_groups is None:
+            self.slot_groups = 1  # 64 on a cluster once the store routes by slot
+        if self.slot_groups > 1 and ("{" in self.key_prefix or "}" in self.key_prefix):
+            raise ValueError(
+                f"key_prefix {self.key_prefix!r} holds a {{hash tag}}: with slot_groups "
+                f"{self.slot_groups} each group's keys get one of their own"
+            )
+        if self.slot_groups == 1 and cluster_url(self.redis_url) and "{" not in self.key_prefix:
             self.key_prefix = "{" + self.key_prefix.rstrip(":") + "}:"
         return self
+
+    @property
+    def groups(self) -> int:
+        """The slot groups (`slot_groups`, resolved)."""
+        return self.slot_groups or 1
 
     @property
     def effective_broker_url(self) -> str | None:

@@ -74,6 +74,7 @@ from redis.asyncio import sentinel as aiosentinel
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.driver_info import DriverInfo
+from redis.crc import key_slot
 from redis.exceptions import NoScriptError, ResponseError, WatchError
 from redis.retry import Retry
 from redis.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
@@ -215,6 +216,39 @@ class Durability:
 NO_WAIT = Durability()
 
 
+class CrossSlotError(RuntimeError):
+    """A script or transaction named keys of more than one hash slot: a bug in the store
+    (a Redis Cluster refuses it with CROSSSLOT), found on any Redis with the slot check on
+    (``SWITCHBOARD_SLOT_CHECK``). Not a `StoreUnavailable`: nothing retries it."""
+
+
+# Commands whose every argument after the name is a key; any other keyed command's key is
+# its first argument, and a script's keys are counted by its third.
+_ALL_KEYS = frozenset({"DEL", "UNLINK", "EXISTS", "TOUCH"})
+_SCRIPTS = frozenset({"EVALSHA", "EVAL"})
+
+
+def command_keys(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The keys a command names, as the slot check reads them (none for a command that
+    names none the check cares about: PUBLISH's channel, WAIT)."""
+    name = str(args[0]).upper()
+    if name in _SCRIPTS:
+        return args[3 : 3 + int(args[2])]
+    if name in _ALL_KEYS:
+        return args[1:]
+    if name in ("PUBLISH", "WAIT", "MULTI", "EXEC", "PING", "INFO", "SCRIPT") or len(args) < 2:
+        return ()
+    return args[1:2]
+
+
+def check_one_slot(what: str, keys: Any) -> None:
+    """Raise `CrossSlotError` unless every key in ``keys`` is in one hash slot."""
+    slots = {key_slot(k if isinstance(k, bytes) else str(k).encode()) for k in keys}
+    if len(slots) > 1:
+        shown = ", ".join(sorted(str(k) for k in keys)[:6])
+        raise CrossSlotError(f"{what} spans {len(slots)} hash slots: {shown}")
+
+
 def load_scripts_on_connect(conn: redis.connection.AbstractConnection) -> None:
     """redis-py's connect handshake, then every store script loaded on the connection's
     server (pipelined: one round trip). A fast-path pool connects with it, so a store
@@ -250,6 +284,7 @@ class StorePipeline(redis.client.Pipeline):
 
     durability: Durability = NO_WAIT
     scripts_loaded = False
+    slot_check = False
     _acknowledged = False
     # A shortfall raises `NotReplicated` (set for a single refused write, see `_Translating`).
     refuse_short = False
@@ -258,6 +293,8 @@ class StorePipeline(redis.client.Pipeline):
         """Queue a command, noting an acknowledged write."""
         if self.durability.acknowledged(args):
             self._acknowledged = True
+        if self.slot_check and str(args[0]).upper() in _SCRIPTS:
+            check_one_slot(f"script {args[1]}", command_keys(args))
         super().pipeline_execute_command(*args, **options)
         return self
 
@@ -299,6 +336,9 @@ class StorePipeline(redis.client.Pipeline):
 
     def _execute_transaction(self, connection: Any, commands: Any, raise_on_error: bool) -> Any:
         """A transaction, then (with an acknowledged write in it) WAIT after its EXEC."""
+        if self.slot_check:
+            keys = [k for args, _ in commands for k in command_keys(args)]
+            check_one_slot("transaction", keys)
         replies = super()._execute_transaction(connection, commands, raise_on_error)
         if self._acknowledged:
             connection.send_command(*self.durability.wait_args())
@@ -318,6 +358,8 @@ class _Translating(redis.Redis):
     scripts_loaded = False
     # What follows its pool's primary (a Sentinel group's, a cluster slot's); stopped on close.
     following: Follower | None = None
+    # Refuse scripts and transactions whose keys span hash slots (`CrossSlotError`).
+    slot_check = False
 
     def close(self) -> None:
         """Close the client's connections and stop following its pool's primary."""
@@ -328,6 +370,8 @@ class _Translating(redis.Redis):
     def execute_command(self, *args: Any, **options: Any) -> Any:
         """Run one command; a Redis error is raised as `StoreUnavailable`. An acknowledged
         write goes out with WAIT when `Durability` is on."""
+        if self.slot_check and str(args[0]).upper() in _SCRIPTS:
+            check_one_slot(f"script {args[1]}", command_keys(args))
         if self.durability.acknowledged(args):
             pipe = self.pipeline(transaction=False)
             pipe.refuse_short = self.durability.refuses(args)
@@ -345,6 +389,7 @@ class _Translating(redis.Redis):
         pipe = StorePipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
         pipe.durability = self.durability
         pipe.scripts_loaded = self.scripts_loaded
+        pipe.slot_check = self.slot_check
         return pipe
 
 
@@ -574,11 +619,13 @@ def connect(
     fast_paths: bool = True,
     durability: Durability = NO_WAIT,
     prefix: str | None = None,
+    slot_check: bool = False,
 ) -> StoreRedis | HeldStoreRedis:
     """The store's sync client for ``url``: thread-held connections with ``fast_paths``,
     redis-py's plain pooled client without (both on a sentinel pool for a sentinel URL,
     on the slot owner's for a cluster URL, whose keys are under ``prefix``); its
-    acknowledged writes confirmed on replicas as ``durability`` says."""
+    acknowledged writes confirmed on replicas as ``durability`` says; with ``slot_check``
+    its scripts and transactions must each name keys of one hash slot (`CrossSlotError`)."""
     pool, following = blocking_pool(url, scripts_on_connect=fast_paths, prefix=prefix)
     # redis-py types its constructors as returning Redis; they return the class called on.
     client: StoreRedis | HeldStoreRedis
@@ -588,6 +635,7 @@ def connect(
         client = cast(StoreRedis, StoreRedis.from_pool(pool))
     client.durability = durability
     client.following = following
+    client.slot_check = slot_check
     return client
 
 
