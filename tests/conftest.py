@@ -17,21 +17,34 @@ from switchboard.testing.webhook_receiver import WebhookReceiver
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """``--fast-paths=on|off``: the run's SWITCHBOARD_FAST_PATHS (default: the environment's)."""
+    """``--fast-paths=on|off``: the run's SWITCHBOARD_FAST_PATHS; ``--slot-groups=N``: its
+    SWITCHBOARD_SLOT_GROUPS (default: the environment's)."""
     parser.addoption(
         "--fast-paths",
         choices=("on", "off"),
         default=None,
         help="set SWITCHBOARD_FAST_PATHS for the tests and every process they start",
     )
+    parser.addoption(
+        "--slot-groups",
+        type=int,
+        default=None,
+        help="set SWITCHBOARD_SLOT_GROUPS for the tests and every process they start",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Put the chosen switch in the environment: every `Settings` built by a test, and the
-    processes tests start (workers, the api, the CLI), read it from there."""
+    """Put the chosen switches in the environment: every `Settings` built by a test, and the
+    processes tests start (workers, the api, the CLI), read them from there."""
     chosen = config.getoption("--fast-paths")
     if chosen is not None:
         os.environ["SWITCHBOARD_FAST_PATHS"] = chosen
+    groups = config.getoption("--slot-groups")
+    if groups is not None:
+        os.environ["SWITCHBOARD_SLOT_GROUPS"] = str(groups)
+    # A script or transaction whose keys span hash slots fails every test that makes one,
+    # on any Redis, as it would on a Redis Cluster.
+    os.environ.setdefault("SWITCHBOARD_SLOT_CHECK", "on")
     signal.signal(signal.SIGTERM, _interrupted)
 
 

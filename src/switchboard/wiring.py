@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from switchboard.shared.config import Settings, SwitchboardConfig, get_config
-from switchboard.shared.errors import Unavailable
+import logging
+
+from switchboard.shared.config import ConfigError, Settings, SwitchboardConfig, get_config
+from switchboard.shared.errors import StoreUnavailable, Unavailable
 from switchboard.shared.flows import pending
 from switchboard.shared.queue import TaskQueue
 from switchboard.shared.services import Services
 from switchboard.shared.store import Store
 from switchboard.shared.store.client import Durability
 from switchboard.shared.tools.catalog import register_session_tools
+
+log = logging.getLogger("switchboard")
 
 
 def build_services(
@@ -23,15 +27,37 @@ def build_services(
         settings.redis_url,
         fast_paths=settings.fast_paths,
         durability=Durability(settings.redis_wait_replicas, settings.redis_wait_timeout_ms),
+        # Keys share slots only when cut into groups (each under its hash tag).
+        slot_check=settings.slot_check and settings.groups > 1,
         prefix=settings.key_prefix,
+        groups=settings.groups,
         main_key=config.session.main_key,
         scope=config.session.scope,
         retention_s=int(config.runs.retention_hours * 3600),
         max_attempts=config.runs.max_attempts,
         lease_s=settings.lane_lease_s,
     )
+    _check_layout(store)
     lost_after = pending.lost_after_ms(settings.lane_lease_s)
     queue = pending.PendingStepsQueue(queue, store.pending, lost_after)
     services = Services(store=store, config=config, settings=settings, queue=queue)
     register_session_tools(services.tools)
     return services
+
+
+def _check_layout(store: Store) -> None:
+    """Refuse to start on a store whose data is cut into other slot groups than this
+    process's (``SWITCHBOARD_SLOT_GROUPS``); a store not reachable yet is checked by the
+    first process that reaches it."""
+    try:
+        recorded = store.layout_groups()
+    except StoreUnavailable as exc:
+        log.warning("slot groups not checked (the store is not reachable: %s)", exc)
+        return
+    if recorded != store.ks.groups:
+        raise ConfigError(
+            f"the store's data is cut into {recorded} slot groups, this process into "
+            f"{store.ks.groups}: set SWITCHBOARD_SLOT_GROUPS={recorded} (the groups are "
+            "fixed for the life of the data)",
+            key_path="SWITCHBOARD_SLOT_GROUPS",
+        )

@@ -33,13 +33,13 @@ from switchboard.shared.flows.a2a_flow import get_flow
 from switchboard.shared.services import Services
 from switchboard.shared.store import codec
 from switchboard.shared.store.codec import as_text
-from switchboard.shared.store.events import decode_entry
 from switchboard.shared.store.runs import RunRecord
 from switchboard.supervisor.redis_sentinel import (
     DOWN_AFTER_MS,
     RedisSentinelGroup,
     redis_sentinel_missing,
 )
+from switchboard.testing import store_reads
 from switchboard.testing.webhook_receiver import WebhookReceiver
 from switchboard.wiring import build_services
 from switchboard.workers.app import create_celery_app
@@ -265,13 +265,18 @@ class Cluster:
         """The test-side Redis client."""
         return self.services.store.redis
 
-    def _keys(self, pattern: str) -> list[str]:
-        return sorted(as_text(k) for k in self.redis.scan_iter(match=pattern, count=1000))
+    def _ids(self, kind: str) -> list[str]:
+        """The ids of every record of a kind (``r:`` runs, ``flow:``, ``spawn:``) in every
+        slot group's keys."""
+        found = []
+        for group in self.services.store.ks.every_group():
+            head = f"{group.prefix}{kind}"
+            found += [as_text(k)[len(head) :] for k in self.redis.scan_iter(f"{head}*", count=1000)]
+        return sorted(found)
 
     def run_ids(self) -> list[str]:
         """Every run recorded."""
-        prefix = self.services.store.ks.run("")
-        return [k[len(prefix) :] for k in self._keys(f"{prefix}*") if not k.endswith(":waiters")]
+        return [i for i in self._ids("r:") if not i.endswith(":waiters")]
 
     def runs(self) -> list[RunRecord]:
         """Every run record."""
@@ -286,34 +291,29 @@ class Cluster:
         """The data of every ``event_type`` event in the events stream, oldest first (a
         run's end step writes its ``run.ended`` there in the same script, only when the
         end applies)."""
-        entries = self.redis.xrange(self.services.store.ks.events) or []
-        decoded = (decode_entry(entry_id, fields) for entry_id, fields in entries)
-        return [data for _, kind, data in decoded if kind == event_type]
+        found = store_reads.events(self.services.store, event_type)
+        return [{k: v for k, v in e.items() if k != "type"} for e in found]
 
     def flows(self) -> list[dict[str, Any]]:
         """Every reply-back flow, as flows.get shows it."""
-        prefix = self.services.store.ks.flow("")
-        ids = [k[len(prefix) :] for k in self._keys(f"{prefix}*")]
+        ids = self._ids("flow:")
         return [f for f in (get_flow(self.services, i) for i in ids) if f is not None]
 
     def spawns(self) -> list[dict[str, Any]]:
         """Every spawn record's fields."""
-        prefix = self.services.store.ks.spawn("")
         records = self.services.store.spawns
-        found = records.get_many([k[len(prefix) :] for k in self._keys(f"{prefix}*")])
+        found = records.get_many(self._ids("spawn:"))
         return [dict(r.fields) for r in found if r is not None]
 
     def batches(self) -> list[dict[str, Any]]:
         """Every batch record's fields."""
-        prefix = self.services.store.ks.batch("")
-        ids = [k[len(prefix) :] for k in self._keys(f"{prefix}*") if not k.endswith(":done")]
+        ids = [i for i in self._ids("batch:") if not i.endswith(":done")]
         records = self.services.store.spawns
         return [dict(b.fields) for b in (records.get_batch(i) for i in ids) if b is not None]
 
     def deliveries(self) -> list[dict[str, Any]]:
         """Every delivery record."""
-        prefix = self.services.store.ks.delivery("")
-        ids = [k[len(prefix) :] for k in self._keys(f"{prefix}*")]
+        ids = self._ids("dlv:")
         found = (delivery_records.get(self.services, i) for i in ids)
         return [d for d in found if d is not None]
 

@@ -91,7 +91,7 @@ def test_sweeps_catch_up_after_beat_was_stopped(cluster: Cluster, webhook: Webho
     children = [str(s["childKey"]) for s in cluster.spawns()]
     records = svc.store.spawns
     for child in children:  # as if archiveAfterMinutes had passed
-        svc.store.redis.zadd(svc.store.ks.archive_due, {child: now_ms()}, xx=True)
+        svc.store.redis.zadd(svc.store.ks.beside(child).archive_due, {child: now_ms()}, xx=True)
 
     def piled_up() -> bool:
         now = now_ms()

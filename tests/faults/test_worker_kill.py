@@ -26,6 +26,7 @@ from faultkit import (
 
 from switchboard.shared.delivery.records import TERMINAL_STATUSES
 from switchboard.shared.gateway.agent import RunRequest, start_run
+from switchboard.testing import store_reads
 from switchboard.testing.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.faults
@@ -190,4 +191,4 @@ def test_kill_9_with_200_runs_in_flight_loses_and_doubles_nothing(
     print(f"webhook: {len(seen)} keys, {sum(seen.values())} deliveries, doubled {doubled}")
     assert set(seen) == {d["idempotencyKey"] for d in deliveries}
     assert doubled == {}
-    assert cluster.redis.zcard(cluster.services.store.ks.deliveries_due) == 0
+    assert store_reads.index_members(cluster.services.store, "deliveries_due") == []

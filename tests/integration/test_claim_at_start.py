@@ -15,6 +15,7 @@ from switchboard.shared.runtime.executor import execute_run
 from switchboard.shared.services import Services
 from switchboard.shared.store.codec import as_text
 from switchboard.shared.store.runs import Claim, NewRun
+from switchboard.testing import store_reads
 from switchboard.testing.queues import RecordingQueue
 from switchboard.workers.tasks import _then_follow_up
 
@@ -53,7 +54,7 @@ def test_a_run_that_takes_its_lane_is_claimed_in_its_start(services: Services) -
     assert claim.session is not None and claim.session.get("lastRunId") == "run-ca"
     assert [m["content"] for m in claim.history or []] == ["hello there"]
     assert runs.get("run-ca").status == "running"  # type: ignore[union-attr]
-    types = [as_text(f[b"type"]) for _, f in services.store.redis.xrange(services.store.ks.events)]
+    types = [e["type"] for e in store_reads.events(services.store)]
     assert types.count("run.started") == 1
     assert runs.claim("run-ca", key) == "skip:running"
 

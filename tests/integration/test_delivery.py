@@ -21,7 +21,7 @@ from switchboard.shared.delivery import (
 from switchboard.shared.flows.steps import run_step
 from switchboard.shared.policy.send_policy import SEND_BLOCKED
 from switchboard.shared.services import Services
-from switchboard.shared.store import codec
+from switchboard.testing import store_reads
 from switchboard.testing.webhook_receiver import WebhookReceiver
 
 # Retries are due in the due index and enqueued by the recovery sweep (every 0.3 s here).
@@ -201,25 +201,21 @@ def test_webchat_delivery_is_an_event_and_internal_is_recorded(
     internal = _enqueue(services, "idem-int", target=Target(channel="internal"))
     assert _settled(services, web)["status"] == "delivered"
     assert _settled(services, internal)["status"] == "delivered"
-    entries = services.store.redis.xrange(services.store.ks.events)
-    events = [codec.decode_hash(fields) for _, fields in entries]
-    webchat = [e for e in events if e["type"] == "delivery"]  # plus one delivery.settled each
+    webchat = store_reads.events(services.store, "delivery")  # plus one delivery.settled each
     assert len(webchat) == 1
-    data = codec.loads(webchat[0]["data"])
+    data = webchat[0]
     assert data["deliveryId"] == web
     assert data["message"] == "to console"
 
 
 def _events(services: Services, event_type: str) -> list[dict[str, Any]]:
-    entries = services.store.redis.xrange(services.store.ks.events)
-    found = [codec.decode_hash(fields) for _, fields in entries]
-    return [codec.loads(e["data"]) for e in found if e["type"] == event_type]
+    return store_reads.events(services.store, event_type)
 
 
 def test_local_delivery_is_settled_in_its_step_once_and_counted(services: Services) -> None:
     """With no worker at all: a webchat delivery is recorded, sent and settled by the call;
     the same key again is the same delivery, sent once."""
-    before = services.store.redis.hget(services.store.ks.metrics, "deliveries:delivered")
+    before = store_reads.metric(services.store, "deliveries:delivered")
     first = _enqueue(services, "idem-local", target=Target(channel="webchat"), message="now")
     again = _enqueue(services, "idem-local", target=Target(channel="webchat"), message="now")
     assert first == again
@@ -230,9 +226,9 @@ def test_local_delivery_is_settled_in_its_step_once_and_counted(services: Servic
     assert [e["deliveryId"] for e in _events(services, "delivery")] == [first]
     [settled] = _events(services, "delivery.settled")
     assert (settled["status"], settled["attempts"], settled["sessionKey"]) == ("delivered", 1, ROOM)
-    after = services.store.redis.hget(services.store.ks.metrics, "deliveries:delivered")
-    assert int(after or 0) == int(before or 0) + 1
-    due = services.store.redis.zrange(services.store.ks.deliveries_due, 0, -1)
+    after = store_reads.metric(services.store, "deliveries:delivered")
+    assert after == before + 1
+    due = store_reads.index_members(services.store, "deliveries_due")
     assert due == []  # nothing left for the sweep
     assert [d["deliveryId"] for d in deliveries_for(services, ROOM)] == [first]
 
@@ -248,8 +244,7 @@ def test_local_delivery_obeys_the_sessions_own_deny(services: Services) -> None:
     assert _events(services, "delivery") == []
     [settled] = _events(services, "delivery.settled")
     assert (settled["status"], settled["error"]) == ("denied", SEND_BLOCKED)
-    denied = services.store.redis.hget(services.store.ks.metrics, "deliveries:denied")
-    assert int(denied or 0) == 1
+    assert store_reads.metric(services.store, "deliveries:denied") == 1
 
 
 def test_local_delivery_obeys_send_policy_rules(services: Services, settings: Any) -> None:
@@ -308,7 +303,7 @@ def test_refused_connections_are_retried_then_failed_and_listed(
     (row,) = listed["deliveries"]
     assert (row["deliveryId"], row["status"], row["attempts"]) == (delivery_id, "failed", 3)
     assert row["lastError"] == done["lastError"]
-    key = services.store.ks.deliveries_due
+    key = services.store.ks.beside_id(delivery_id).deliveries_due
     assert services.store.redis.zscore(key, delivery_id) is None
 
 
@@ -318,7 +313,7 @@ def test_a_pending_retry_sits_in_the_due_index_until_it_is_due(
     """After a failed attempt the retry is due at nextAttemptAt; settling removes it."""
     webhook.respond(500)
     delivery_id = _enqueue(services, "idem-due")
-    key = services.store.ks.deliveries_due
+    key = services.store.ks.beside_id(delivery_id).deliveries_due
     deadline = time.monotonic() + 10
     while (found := get_delivery(services, delivery_id)) is None or not found.get("lastError"):
         assert time.monotonic() < deadline, f"first attempt not settled: {found}"

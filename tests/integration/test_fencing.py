@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 
 
 def _lease(svc: Services, key: str) -> float | None:
-    score = svc.store.redis.zscore(svc.store.ks.lane_leases, key)
+    score = svc.store.redis.zscore(svc.store.ks.beside(key).lane_leases, key)
     return None if score is None else float(score)
 
 
@@ -63,7 +63,7 @@ def test_a_stale_attempt_does_not_renew_the_lease_its_successor_holds(
         second = _taken_over(services, key, run_id)
         assert second == first + 1
         lapsed = time.time() * 1000 - 60_000
-        services.store.redis.zadd(services.store.ks.lane_leases, {key: lapsed})
+        services.store.redis.zadd(services.store.ks.beside(key).lane_leases, {key: lapsed})
         with caplog.at_level(logging.WARNING, logger="switchboard.run"):
             assert keeper.renew_now() == 0
             assert keeper.renew_now() == 0  # refused once; not tried again
@@ -82,7 +82,7 @@ def test_the_current_attempt_is_renewed_and_an_ended_run_is_not(services: Servic
     run_id, attempt = _claimed(services, key)
     runs = services.store.runs
     stale = time.time() * 1000 - 60_000
-    services.store.redis.zadd(services.store.ks.lane_leases, {key: stale})
+    services.store.redis.zadd(services.store.ks.beside(key).lane_leases, {key: stale})
     assert runs.renew_held([(key, run_id, attempt)]) == []
     assert (_lease(services, key) or 0) > time.time() * 1000
     assert runs.finish(run_id, key, attempt, status="ok", reply="done").applied

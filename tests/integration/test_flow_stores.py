@@ -11,6 +11,7 @@ from switchboard.shared.store import Store
 from switchboard.shared.store.deliveries import NewDelivery
 from switchboard.shared.store.run_records import LinkAdvance
 from switchboard.shared.store.spawns import SpawnRecord
+from switchboard.testing import store_reads
 
 pytestmark = pytest.mark.integration
 
@@ -45,27 +46,29 @@ def test_lost_steps_are_taken_once_and_come_back_after_the_recheck(store: Store)
 
 def test_due_deliveries_are_taken_by_the_same_rule_as_lost_steps(store: Store) -> None:
     """The due index is swept as the pending steps are: taken, pushed on, limited."""
-    new = NewDelivery("d1", "agent:main:x", {"deliveryId": "d1", "status": "pending"}, 0, 60)
+    d1 = store.ks.new_id_beside("agent:main:x")
+    new = NewDelivery(d1, "agent:main:x", {"deliveryId": d1, "status": "pending"}, 0, 60)
     assert store.deliveries.create(new, lost_at_ms=100) is True
     assert store.deliveries.create(new, lost_at_ms=100) is False  # one per id
     assert store.deliveries.take_due(50, recheck_ms=1_000) == []
-    assert store.deliveries.take_due(100, recheck_ms=1_000) == ["d1"]
-    assert store.redis.zscore(store.ks.deliveries_due, "d1") == 1_100
+    assert store.deliveries.take_due(100, recheck_ms=1_000) == [d1]
+    assert store.redis.zscore(store.ks.beside_id(d1).deliveries_due, d1) == 1_100
     assert store.deliveries.take_due(100, recheck_ms=1_000) == []
 
 
 def test_a_delivery_attempt_is_claimed_once_and_settled_by_its_holder(store: Store) -> None:
     """A claim holds the delivery until its lease ends; only that attempt settles it."""
-    new = NewDelivery("d2", "agent:main:x", {"deliveryId": "d2", "status": "pending"}, 0, 60)
+    d2 = store.ks.new_id_beside("agent:main:x")
+    new = NewDelivery(d2, "agent:main:x", {"deliveryId": d2, "status": "pending"}, 0, 60)
     store.deliveries.create(new, lost_at_ms=100)
-    first = store.deliveries.claim("d2", now_ms=1_000, lease_until_ms=5_000, slack_ms=0)
-    busy = store.deliveries.claim("d2", now_ms=2_000, lease_until_ms=6_000, slack_ms=0)
+    first = store.deliveries.claim(d2, now_ms=1_000, lease_until_ms=5_000, slack_ms=0)
+    busy = store.deliveries.claim(d2, now_ms=2_000, lease_until_ms=6_000, slack_ms=0)
     assert (first.verdict, first.attempt, busy.verdict) == ("ok", 1, "busy")
-    assert store.deliveries.settle("d2", 2, {"status": "delivered"}, ttl_s=60, due_ms=None) is False
-    assert store.deliveries.settle("d2", 1, {"status": "delivered"}, ttl_s=60, due_ms=None)
-    found = store.deliveries.get("d2")
+    assert store.deliveries.settle(d2, 2, {"status": "delivered"}, ttl_s=60, due_ms=None) is False
+    assert store.deliveries.settle(d2, 1, {"status": "delivered"}, ttl_s=60, due_ms=None)
+    found = store.deliveries.get(d2)
     assert found is not None and (found["status"], found["attempts"]) == ("delivered", 1)
-    assert store.redis.zscore(store.ks.deliveries_due, "d2") is None
+    assert store.redis.zscore(store.ks.beside_id(d2).deliveries_due, d2) is None
 
 
 def test_a_batch_join_is_won_by_exactly_one_member(store: Store) -> None:
@@ -118,7 +121,7 @@ def test_a_flow_advances_only_from_where_it_was_seen_and_counts_once(store: Stor
     assert store.flows.advance("f1", cas, counted="test:moved") is True
     assert store.flows.advance("f1", cas, counted="test:moved") is False
     assert store.flows.read_hash(store.ks.flow("f1"))["status"] == "announcing"
-    assert store.redis.hget(store.ks.metrics, "test:moved") == b"1"
+    assert store_reads.metric(store, "test:moved") == 1
     assert store.flows.record_once("f1", "run:1", "a") == "a"
     assert store.flows.record_once("f1", "run:1", "b") == "a"
 

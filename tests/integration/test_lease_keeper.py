@@ -13,7 +13,7 @@ pytestmark = pytest.mark.integration
 
 
 def _score(svc: Services, key: str) -> float | None:
-    score = svc.store.redis.zscore(svc.store.ks.lane_leases, key)
+    score = svc.store.redis.zscore(svc.store.ks.beside(key).lane_leases, key)
     return None if score is None else float(score)
 
 
@@ -22,7 +22,8 @@ def test_held_leases_are_pushed_forward_and_released_ones_are_not(services: Serv
     ks = services.store.ks
     stale = time.time() * 1000 - 60_000
     keys = [f"agent:main:lease-{i}" for i in range(3)]
-    services.store.redis.zadd(ks.lane_leases, dict.fromkeys(keys, stale))
+    for key in keys:
+        services.store.redis.zadd(ks.beside(key).lane_leases, {key: stale})
     keeper = LeaseKeeper(runs)
     assert keeper.interval_s == pytest.approx(1.0)  # a third of the 3 s lease, with a floor
 
@@ -62,11 +63,13 @@ def test_an_attempt_ending_leaves_a_later_attempts_cancel_in_place(services: Ser
     can still be stopped by a cancel request."""
     keeper = LeaseKeeper(services.store.runs)
     stopped: list[int] = []
-    first = keeper.holding("agent:main:lease-r", "run-r", lambda: stopped.append(1), attempt=1)
+    key = "agent:main:lease-r"
+    run_id = services.store.ks.new_id_beside(key)
+    first = keeper.holding(key, run_id, lambda: stopped.append(1), attempt=1)
     first.__enter__()
-    with keeper.holding("agent:main:lease-r", "run-r", lambda: stopped.append(2), attempt=2):
+    with keeper.holding(key, run_id, lambda: stopped.append(2), attempt=2):
         first.__exit__(None, None, None)  # the superseded attempt's block ends
         ks = services.store.ks  # a cancel request, as `cancel_run.lua` records it
-        services.store.redis.zadd(ks.cancel_requests, {"run-r": time.time() * 1000})
+        services.store.redis.zadd(ks.beside(key).cancel_requests, {run_id: time.time() * 1000})
         assert keeper.check_cancels() == 1
     assert stopped == [2]

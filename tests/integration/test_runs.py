@@ -216,17 +216,12 @@ def test_run_started_event_comes_from_the_claim(
     worker: Any, rpc: Callable[..., Any], services: Services
 ) -> None:
     """Each run's claim adds one `run.started` (ids, kind, attempt), before its `run.ended`."""
-    from switchboard.shared.store import codec
+    from switchboard.testing import store_reads
 
     started = rpc("agent", sessionKey="main", message="hello")
     assert wait_ok(rpc, started["runId"])["status"] == "ok"
-    entries = services.store.redis.xrange(services.store.ks.events)
-    events = [codec.decode_hash(fields) for _, fields in entries]
-    mine = [
-        (e["type"], codec.loads(e["data"]))
-        for e in events
-        if codec.loads(e["data"]).get("runId") == started["runId"]
-    ]
+    events = store_reads.events(services.store)
+    mine = [(e["type"], e) for e in events if e.get("runId") == started["runId"]]
     assert [kind for kind, _ in mine] == ["run.started", "run.ended"]
     data = mine[0][1]
     assert data["sessionKey"] == "agent:main:main"

@@ -36,7 +36,8 @@ def test_write_sessions_stores_each_row_like_the_store_does(redis_client: redis.
     assert entry.get("model") == "echo" and entry.get("chatType") == "group"
     assert store.sessions.key_for_session_id("sid-5") == "agent:main:k5"
     assert store.sessions.count() == 7
-    assert redis_client.zscore(store.ks.updated_kind("main", "cron"), "agent:main:k1") == 2001
+    index = store.ks.beside("agent:main:k1").updated_kind("main", "cron")
+    assert redis_client.zscore(index, "agent:main:k1") == 2001
     assert sorted(k for k, _ in store.bulk.scan_sessions()) == sorted(
         f"agent:main:k{i}".encode() for i in range(7)
     )
@@ -81,8 +82,8 @@ def test_backlog_counts_queued_unacked_active_and_parked_work(redis_client: redi
     assert store.progress.backlog(["q1", "q2"]) == 0
     redis_client.rpush("q1", "m1", "m2")
     redis_client.hset("unacked", "tag", "m")
-    redis_client.zadd(store.ks.active_runs, {"r1": 1})
-    redis_client.zadd(store.ks.parked_runs, {"r2": 1})
+    redis_client.zadd(store.ks.home.active_runs, {"r1": 1})
+    redis_client.zadd(store.ks.home.parked_runs, {"r2": 1})
     before = store.stats.command_calls()
     assert store.progress.backlog(["q1", "q2"]) == 5
     sent = store.stats.command_calls().since(before)

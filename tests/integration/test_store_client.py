@@ -71,7 +71,7 @@ def test_the_async_store_against_a_down_redis_raises_store_unavailable(dead_url:
         store = AsyncStore.from_url(dead_url, Keyspace())
         calls = (
             store.ping(),
-            store.events_end(),
+            store.follow_events(),
             store.count_failure("203.0.113.9", 60),
             store.run_waiter().fetch("run-1"),
         )

@@ -120,7 +120,7 @@ def test_recent_page_walks_deep_pages_through_ties(services: Services) -> None:
     for i in range(25):
         key = f"agent:main:page-{i:02d}"
         score = 1_000 - i // 4
-        pipe.zadd(ks.updated_all, {key: score})
+        pipe.zadd(ks.beside(key).updated_all, {key: score})
         expected.append((key, score))
     pipe.execute()
     expected.sort(key=lambda pair: (-pair[1], pair[0]))
@@ -154,7 +154,7 @@ def test_recent_entries_is_the_first_page_with_its_entries(services: Services) -
         kind = "cron" if i % 2 else "hook"
         key = f"agent:main:{kind}:t-{i:02d}"
         score = 5_000 - i // 3  # ties of three, mixed over both indexes
-        pipe.zadd(ks.updated_kind("main", kind), {key: score})
+        pipe.zadd(ks.beside(key).updated_kind("main", kind), {key: score})
         if i != 4:  # one index row whose entry is gone
             pipe.hset(ks.session(key), mapping={"sessionId": f"s-{i}", "updatedAt": score})
     pipe.execute()

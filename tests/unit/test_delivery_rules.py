@@ -12,6 +12,7 @@ from switchboard.shared.delivery.adapters import classify_status
 from switchboard.shared.delivery.dispatch import backoff_s
 from switchboard.shared.delivery.records import Target, delivery_id_for
 from switchboard.shared.delivery.targets import target_from_entry, target_from_key
+from switchboard.shared.store.keyspace import Keyspace
 
 pytestmark = pytest.mark.unit
 
@@ -87,5 +88,15 @@ def test_backoff_doubles_from_the_base_up_to_the_cap() -> None:
 
 def test_delivery_ids_derive_from_the_idempotency_key() -> None:
     """The same key gives the same id; different keys differ."""
-    assert delivery_id_for("a2a:f:announce") == delivery_id_for("a2a:f:announce")
-    assert delivery_id_for("a") != delivery_id_for("b")
+    key = "agent:main:main"
+    assert delivery_id_for("a2a:f:announce", key) == delivery_id_for("a2a:f:announce", key)
+    assert delivery_id_for("a", key) != delivery_id_for("b", key)
+
+
+def test_delivery_ids_are_in_their_sessions_slot_group() -> None:
+    """A delivery's id falls in its session's slot group however many groups there are."""
+    for key in ("agent:main:main", "agent:ops:telegram:group:42"):
+        delivery_id = delivery_id_for("a2a:f:announce", key)
+        for groups in (1, 2, 7, 64, 1024):
+            ks = Keyspace("sb:", groups)
+            assert ks.group_of_id(delivery_id) == ks.group_of_key(key)

@@ -17,7 +17,7 @@ import typer
 
 from switchboard.cli import app
 from switchboard.shared.config import Settings
-from switchboard.shared.store.keyspace import Keyspace
+from switchboard.shared.store.keyspace import GroupKeys, Keyspace
 
 pytestmark = pytest.mark.unit
 
@@ -77,21 +77,42 @@ def test_readme_names_every_setting() -> None:
         assert f"`SWITCHBOARD_{field.upper()}" in text, field
 
 
+# Keyspace members that build no key: the slot groups' helpers (`store.slot_groups`).
+_NOT_KEYS = frozenset(
+    {
+        "at",
+        "beside",
+        "beside_id",
+        "every_group",
+        "group_of",
+        "group_of_id",
+        "group_of_key",
+        "home",
+        "new_id",
+        "new_id_beside",
+        "session_ids_of",
+        "updated_agent_match",
+    }
+)
+
+
 def test_architecture_lists_every_redis_key() -> None:
-    """Every key shape Keyspace builds is in docs/architecture.md's Redis model."""
+    """Every key shape Keyspace builds, and every group's own key (`GroupKeys`), is in
+    docs/architecture.md's Redis model."""
     text = (DOCS / "architecture.md").read_text()
     ks = Keyspace()
-    for name, member in inspect.getmembers(Keyspace):
-        if name.startswith("_"):
-            continue
-        if isinstance(member, property):
-            key = getattr(ks, name)
-        elif inspect.isfunction(member):
-            params = list(inspect.signature(member).parameters)[1:]
-            key = member(ks, *(f"<{_camel(p)}>" for p in params))
-        else:
-            continue
-        assert f"`{key}`" in text, f"Keyspace.{name} ({key}) is not in docs/architecture.md"
+    for owner, kind in ((ks, Keyspace), (ks.home, GroupKeys)):
+        for name, member in inspect.getmembers(kind):
+            if name.startswith("_") or name in _NOT_KEYS:
+                continue
+            if isinstance(member, property):
+                key = getattr(owner, name)
+            elif inspect.isfunction(member):
+                params = list(inspect.signature(member).parameters)[1:]
+                key = member(owner, *(f"<{_camel(p)}>" for p in params))
+            else:
+                continue
+            assert f"`{key}`" in text, f"{kind.__name__}.{name} ({key}) is not in the docs"
 
 
 def _camel(name: str) -> str:

@@ -91,7 +91,7 @@ def install_auth(app: FastAPI, settings: Settings, token: str) -> None:
         token=token,
         public_paths=app.state.public_paths,
         redis_url=settings.redis_url,
-        keyspace=Keyspace(settings.key_prefix),
+        keyspace=Keyspace(settings.key_prefix, settings.groups),
         max_failures=settings.auth_max_failures,
         window_s=settings.auth_failure_window_s,
     )

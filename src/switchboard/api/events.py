@@ -1,6 +1,8 @@
 """`GET /events`: the events stream as Server-Sent Events, resumable by stream id.
 
-Each event is ``event: <type>``, ``data: <JSON>`` and ``id: <Redis stream id>`` (types in
+Each event is ``event: <type>``, ``data: <JSON>`` and ``id: <Redis stream id>`` (with the
+slot group after it, ``<ms>-<seq>-<group>``, when the events are in a stream per group:
+`switchboard.shared.store.event_follower`) (types in
 ``switchboard.shared.store.events``). A client that reconnects with ``Last-Event-ID`` (the
 browser's ``EventSource`` does it by itself) gets every event after that id that the
 capped stream still holds; without it the stream starts at the current end. The first
@@ -52,7 +54,9 @@ _READ_BLOCK_MS = 5000
 _READ_MARGIN_S = 15.0
 # Events read per round trip.
 _BATCH = 200
+# A stream id; with the events in one stream per slot group, followed by the group.
 _STREAM_ID = re.compile(r"^\d{1,20}(-\d{1,20})?$")
+_GROUPED_ID = re.compile(r"^\d{1,20}-\d{1,20}-\d{1,5}$")
 
 
 @contextlib.asynccontextmanager
@@ -92,16 +96,26 @@ async def stream_request(
 ) -> StreamRequest:
     """Validate the resume point and resolve the session filter before streaming starts."""
     after = (last_event_id or lastEventId or "").strip() or None
-    if after is not None and not _STREAM_ID.match(after):
+    svc: Services = request.app.state.services
+    groups = svc.store.ks.groups
+    if after is not None and not _valid_id(after, groups):
+        example = "0-0" if groups == 1 else "0-0-0"
         raise InvalidInput(
-            f"invalid Last-Event-ID {after!r}: use an event id from this stream, e.g. 0-0",
+            f"invalid Last-Event-ID {after!r}: use an event id from this stream, e.g. {example}",
             field="lastEventId",
         )
     key = None
     if sessionKey is not None and sessionKey.strip():
-        svc: Services = request.app.state.services
         key = await run_in_threadpool(resolve_session_ref, svc, sessionKey)
     return StreamRequest(after_id=after, session_key=key)
+
+
+def _valid_id(event_id: str, groups: int) -> bool:
+    """Whether ``event_id`` is an id this stream gives: a stream id, or with several slot
+    groups a stream id and one of the groups."""
+    if groups == 1:
+        return _STREAM_ID.match(event_id) is not None
+    return _GROUPED_ID.match(event_id) is not None and int(event_id.rsplit("-", 1)[1]) < groups
 
 
 @router.get(
@@ -128,18 +142,17 @@ async def events(
 async def _follow(request: Request, req: StreamRequest) -> AsyncIterator[ServerSentEvent]:
     """``ready``, then every event after the cursor, as it is appended."""
     store: AsyncStore = request.app.state.events_store
-    cursor = req.after_id or await store.events_end()
-    ready = codec.dumps({"lastEventId": cursor})
-    yield ServerSentEvent(ready, event="ready", id=cursor, retry=RETRY_MS)
+    follower = await store.follow_events(req.after_id)
+    ready = codec.dumps({"lastEventId": follower.cursor})
+    yield ServerSentEvent(ready, event="ready", id=follower.cursor, retry=RETRY_MS)
     while True:
         try:
-            batch = await store.events_after(cursor, count=_BATCH, block_ms=_READ_BLOCK_MS)
+            batch = await follower.next(count=_BATCH, block_ms=_READ_BLOCK_MS)
         except StoreUnavailable as exc:
             log.warning("events stream read failed (%s); retrying", exc.__cause__)
             await asyncio.sleep(1.0)
             continue
         for event_id, event_type, data in batch:
-            cursor = event_id
             if req.session_key is None or data.get("sessionKey") == req.session_key:
                 yield ServerSentEvent(codec.dumps(data), event=event_type, id=event_id)
 

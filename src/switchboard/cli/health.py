@@ -164,7 +164,7 @@ def _beat_problems(settings: Settings) -> list[str]:
     assert settings.redis_url  # _redis_problems reported its absence
     marks = SweepStore(
         connect_plain(settings.redis_url, prefix=settings.key_prefix, socket_timeout=3),
-        Keyspace(settings.key_prefix),
+        Keyspace(settings.key_prefix, settings.groups),
     )
     beat_at_ms = marks.last_ran(HEARTBEAT)
     limit_s = BEAT_STALE_INTERVALS * settings.sweep_interval_s
@@ -189,7 +189,7 @@ def _report_all(settings: Settings) -> list[str]:
     redis = connect_plain(settings.redis_url, prefix=settings.key_prefix, socket_timeout=3)
     now = now_ms()
     limit_s = API_STALE_INTERVALS * API_HEARTBEAT_S
-    apis = ApiHeartbeats(redis, Keyspace(settings.key_prefix)).all()
+    apis = ApiHeartbeats(redis, Keyspace(settings.key_prefix, settings.groups)).all()
     for beat in apis:
         age_s = (now - beat.seen_ms) / 1000
         state = "ok" if age_s <= limit_s else "stale"

@@ -155,7 +155,7 @@ def beat(config: ConfigOpt = None) -> None:
             socket_timeout=3,
             socket_connect_timeout=3,
         )
-        marks = SweepStore(client, Keyspace(settings.key_prefix))
+        marks = SweepStore(client, Keyspace(settings.key_prefix, settings.groups))
         celery_app.conf.beat_scheduler = heartbeat_scheduler(marks, settings.sweep_interval_s)
     celery_app.start(
         [

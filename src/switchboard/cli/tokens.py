@@ -68,7 +68,7 @@ def _stores(config: Any) -> tuple[TokenStore, AuditStore, SwitchboardConfig]:
     client = connect_plain(
         settings.redis_url, prefix=settings.key_prefix, socket_timeout=5, socket_connect_timeout=5
     )
-    ks = Keyspace(settings.key_prefix)
+    ks = Keyspace(settings.key_prefix, settings.groups)
     return TokenStore(client, ks), AuditStore(client, ks), get_config(settings.config)
 
 

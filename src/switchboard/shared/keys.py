@@ -226,9 +226,10 @@ def new_session_id() -> str:
     return str(uuid.uuid4())
 
 
-def subagent_key(agent_id: str) -> str:
-    """Return a fresh ``agent:<id>:subagent:<uuid4>`` key for a spawned sub-agent."""
-    return format_key(normalize_agent_id(agent_id), f"subagent:{new_session_id()}")
+def subagent_key(agent_id: str, uid: str | None = None) -> str:
+    """Return an ``agent:<id>:subagent:<uid>`` key for a spawned sub-agent (``uid``: a
+    fresh UUID4 unless given)."""
+    return format_key(normalize_agent_id(agent_id), f"subagent:{uid or new_session_id()}")
 
 
 def is_subagent_key(key: str) -> bool:

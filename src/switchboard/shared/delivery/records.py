@@ -27,6 +27,7 @@ from switchboard.shared import metrics
 from switchboard.shared.delivery import adapters
 from switchboard.shared.policy.send_policy import SEND_BLOCKED
 from switchboard.shared.services import Services
+from switchboard.shared.store import slot_groups
 from switchboard.shared.store.deliveries import Claim, LocalOutcome, NewDelivery
 from switchboard.shared.store.runs import now_ms
 
@@ -77,7 +78,7 @@ class Outgoing:
     @property
     def delivery_id(self) -> str:
         """The delivery's id (derived from the idempotency key)."""
-        return delivery_id_for(self.idempotency_key)
+        return delivery_id_for(self.idempotency_key, self.session_key)
 
     def new_fields(self, now: int) -> dict[str, Any]:
         """The hash of a new, pending delivery."""
@@ -99,9 +100,11 @@ class Outgoing:
         }
 
 
-def delivery_id_for(idempotency_key: str) -> str:
-    """The delivery id of an idempotency key (deterministic)."""
-    return str(uuid.uuid5(_ID_NAMESPACE, idempotency_key))
+def delivery_id_for(idempotency_key: str, session_key: str) -> str:
+    """The delivery id of an idempotency key (deterministic), in the slot group of the
+    session it concerns (`slot_groups.id_beside`): its record, the session's index of
+    deliveries and the group's due index are written in one step."""
+    return slot_groups.id_beside(session_key, str(uuid.uuid5(_ID_NAMESPACE, idempotency_key)))
 
 
 def retention_s(svc: Services) -> int:

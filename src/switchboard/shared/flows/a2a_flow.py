@@ -10,7 +10,6 @@ nothing. Active flows are kept for twice the run retention, ended ones for the r
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -108,7 +107,7 @@ def new_flow(
 ) -> tuple[str, LinkRecord]:
     """A new flow waiting for the target's primary run, not yet written: its id, and the
     record its primary run's start writes in the same step (`LinkRecord`)."""
-    flow_id = str(uuid.uuid4())
+    flow_id = svc.store.ks.new_id_beside(target_key)  # the target's run starts with it
     now = now_ms()
     fields = {
         "flowId": flow_id,

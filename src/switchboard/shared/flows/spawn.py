@@ -8,7 +8,6 @@ the run's ``on_end`` step (``switchboard.subagent_announce``) always finds it.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +30,7 @@ from switchboard.shared.runtime.attachments import Attachment
 from switchboard.shared.services import Services, ToolContext
 from switchboard.shared.store import Pipeline
 from switchboard.shared.store.codec import as_text
+from switchboard.shared.store.keyspace import Keyspace
 from switchboard.shared.store.runs import NewRun, now_ms
 from switchboard.shared.store.spawns import SpawnStore
 
@@ -91,13 +91,14 @@ class Child:
     key: str
 
     @classmethod
-    def for_plan(cls, plan: ChildPlan, requester: str | None = None) -> Child:
-        """A child with a new spawn id and session key (nested under ``requester``)."""
-        key = sk.subagent_key(plan.agent_id)
-        nested = requester is not None and sk.is_subagent_key(requester)
-        if nested and sk.agent_id_of(str(requester)) == sk.agent_id_of(key):
+    def for_plan(cls, plan: ChildPlan, requester: str, ks: Keyspace) -> Child:
+        """A child of ``requester`` with a new spawn id and session key (nested under a
+        sub-agent requester), both made in the requester's slot group: a spawn, its
+        child's session and its announce share one slot (`store.slot_groups`)."""
+        key = sk.subagent_key(plan.agent_id, ks.new_id_beside(requester))
+        if sk.is_subagent_key(requester) and sk.agent_id_of(requester) == sk.agent_id_of(key):
             key = f"{requester}:{sk.strip_agent_prefix(key)}"
-        return cls(plan, str(uuid.uuid4()), key)
+        return cls(plan, ks.new_id_beside(requester), key)
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,7 @@ def start_batch(
 
     Members are written ``_CHUNK`` at a time, one pipelined round trip each, and each
     chunk's runs are queued over one broker connection before the next chunk is written."""
-    batch_id = str(uuid.uuid4())
+    batch_id = svc.store.ks.new_id_beside(req.key)
     records.create_batch(
         batch_id,
         {
@@ -309,7 +310,7 @@ def _prepare(
     # Runs are capped at an hour, as every run is (gateway.agent.start_run).
     timeout_s = min(float(plan.timeout_s), 3600.0) if plan.timeout_s > 0 else None
     run = NewRun(
-        run_id=str(uuid.uuid4()),
+        run_id=svc.store.ks.new_id_beside(child.key),
         session_key=child.key,
         message=message,
         timeout_s=timeout_s or float(svc.config.runs.timeout_seconds),
@@ -343,7 +344,8 @@ def _record(
     Per child, in order: the spawn record (already naming its run, so the announce step
     always finds it), then the session and the run in one step (``RunStore.start``'s
     script: the session is created, the run recorded and the lane taken atomically), then
-    the label (kept only while no other session holds it); then the requester's lineage
+    the label in the label index (kept only while no other session holds it, and written
+    on the session in a second round trip once taken); then the requester's lineage
     (``scores``: each child's place among the requester's children); then, for a
     ``fork``, the copy of the requester's latest messages into the new transcript (the
     run's own message is appended after them when it is claimed)."""
@@ -356,6 +358,7 @@ def _record(
     for start in starts:
         runs.start_in(pipe, start.run, on_create=start.session, now=now)
     labelled = [s for s in starts if s.child.plan.label]
+    claims = len(pipe)  # where the label claims are among the replies
     for start in labelled:
         records.claim_label(str(start.child.plan.label), start.child.key, client=pipe)
     lineage = {s.child.key: score for s, score in zip(starts, scores, strict=True)}
@@ -367,7 +370,12 @@ def _record(
         if start.child.plan.context == "fork":
             forked = start.child.key
             svc.store.transcripts.fork(req.key, forked, FORK_MESSAGE_LIMIT, now, client=pipe)
-    replies = pipe.execute()[first : first + len(starts)]
+    done = pipe.execute()
+    taken = done[claims : claims + len(labelled)]
+    won = {s.child.key: str(s.child.plan.label) for s, t in zip(labelled, taken, strict=True) if t}
+    if won:
+        records.label_taken(won)
+    replies = done[first : first + len(starts)]
     return [
         (s.run.run_id, s.child.key)
         for s, reply in zip(starts, replies, strict=True)

@@ -25,7 +25,6 @@ between the stash and the enqueue) enqueues the open wake again.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -75,7 +74,7 @@ def append_announce(
         expected="",
         new="appended",
         now_ms=now,
-        wake_id=str(uuid.uuid4()),
+        wake_id=svc.store.ks.new_id_beside(requester),
         only_yielded=only_yielded,
         client=pipe,
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import EllipsisType
@@ -84,7 +83,7 @@ def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
     if req.model:
         validate_model_ref(req.model, svc.config.models.providers)
     check_send_policy(svc, key, channel=req.channel, entry=req.entry)
-    run_id = str(uuid.uuid4())
+    run_id = svc.store.ks.new_id_beside(key)  # in the session's slot group
     message: dict[str, Any] = {"role": "user", "content": text, "timestamp": now_ms()}
     if req.provenance:
         message["provenance"] = dict(req.provenance)

@@ -12,7 +12,6 @@ and the next claim ends it as ``cancelled`` instead of running it.
 from __future__ import annotations
 
 import logging
-import uuid
 
 from switchboard.shared.runtime.cancel_signal import CANCELLED_TEXT
 from switchboard.shared.runtime.executor import after_run_end
@@ -54,7 +53,7 @@ def cancel_paused(svc: Services, yielded: RunRecord) -> CancelResult:
     yielded run's follow-up (a sub-agent's announce), so the chain ends ``cancelled`` and
     the requester is told (`yield_wake.current_run` follows ``wakeRunId`` to it)."""
     run = NewRun(
-        run_id=str(uuid.uuid4()),
+        run_id=svc.store.ks.new_id_beside(yielded.session_key),
         session_key=yielded.session_key,
         message=None,
         timeout_s=yielded.timeout_s or 60.0,

@@ -66,6 +66,7 @@ class Store:
         redis: Redis,
         *,
         prefix: str = "sb:",
+        groups: int = 1,
         main_key: str = "main",
         scope: str = "per-sender",
         retention_s: int = 24 * 3600,
@@ -75,7 +76,7 @@ class Store:
         publish_ends_after_wait: bool = False,
     ) -> None:
         self.redis = redis
-        self.ks = Keyspace(prefix)
+        self.ks = Keyspace(prefix, groups)
         kind_of = partial(sk.session_kind, main_key=main_key, scope=scope)
         self.sessions = SessionStore(redis, self.ks, kind_of)
         self.transcripts = TranscriptStore(redis, self.ks)
@@ -115,16 +116,20 @@ class Store:
         *,
         fast_paths: bool = True,
         durability: Durability = NO_WAIT,
+        slot_check: bool = False,
         **options: Any,
     ) -> Store:
         """A store on a new client for ``url`` (`client.connect`; ``options`` as for
         `Store`): thread-held connections and history read incrementally
         (`TranscriptWindows`) with ``fast_paths``, redis-py's plain client and every
         run's history read whole without; acknowledged writes waited for on replicas as
-        ``durability`` says."""
+        ``durability`` says; with ``slot_check`` a script or transaction whose keys span
+        hash slots is refused on any Redis (`client.CrossSlotError`)."""
         windows = TranscriptWindows() if fast_paths else None
         prefix = options.get("prefix")
-        client = connect(url, fast_paths=fast_paths, durability=durability, prefix=prefix)
+        client = connect(
+            url, fast_paths=fast_paths, durability=durability, prefix=prefix, slot_check=slot_check
+        )
         after_wait = durability.replicas > 0  # a run's end told once replicas have it
         return cls(client, windows=windows, publish_ends_after_wait=after_wait, **options)
 
@@ -132,6 +137,14 @@ class Store:
         """A pipeline (no transaction) the stores' ``client=`` methods queue on: one
         ``execute`` sends a step's writes across stores in one round trip."""
         return self.redis.pipeline(transaction=False)
+
+    def layout_groups(self) -> int:
+        """The slot groups the store's data is cut into, as recorded by the first process
+        that asked (this one's `Keyspace.groups` when none had): a process cut otherwise
+        would not find what the others write."""
+        layout = self.ks.layout
+        self.redis.hsetnx(layout, "groups", self.ks.groups)
+        return int(self.redis.hget(layout, "groups") or self.ks.groups)
 
     def ping(self) -> bool:
         """Whether Redis answers (raises `StoreUnavailable` when it does not)."""

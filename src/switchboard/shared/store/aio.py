@@ -2,7 +2,7 @@
 
 `AsyncStore` holds one async client (`client.AsyncStoreRedis`, so a Redis error arrives as
 `StoreUnavailable`) and offers what the api needs on its loop: the run waiter's reads and
-subscription (`run_waiter`), the events stream (`events_after`, `events_end`), the auth
+subscription (`run_waiter`), the events streams (`follow_events`), the auth
 gate's lockout counts (`locked_ttl`, `count_failure`) and a readiness `ping`. Each api part
 makes its own, because each needs its own socket timeout (a blocking stream read waits
 longer than a lockout check may).
@@ -14,12 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from switchboard.shared.store.client import AsyncStoreRedis, connect_async
-from switchboard.shared.store.events import decode_entry
+from switchboard.shared.store.event_follower import EventFollower
 from switchboard.shared.store.keyspace import Keyspace
 from switchboard.shared.store.waiter import RunWaiter
-
-# One event as read from the stream: (stream id, type, data).
-Event = tuple[str, str, dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -54,22 +51,12 @@ class AsyncStore:
         """A run waiter listening on this store's client."""
         return RunWaiter(self.client, self.ks)
 
-    async def events_after(self, cursor: str, *, count: int, block_ms: int) -> list[Event]:
-        """Up to ``count`` events after ``cursor``, waiting up to ``block_ms`` for one."""
-        reply: Any = await self.client.xread({self.ks.events: cursor}, count=count, block=block_ms)
-        if not reply:
-            return []
-        # RESP2 answers [[stream, entries]], RESP3 {stream: entries}.
-        entries = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
-        return [decode_entry(entry_id, fields) for entry_id, fields in entries]
-
-    async def events_end(self) -> str:
-        """The id of the newest event (new ones come after it); ``0-0`` for none."""
-        newest = await self.client.xrevrange(self.ks.events, count=1)
-        if not newest:
-            return "0-0"
-        entry_id = newest[0][0]
-        return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+    async def follow_events(self, after: str | None = None) -> EventFollower:
+        """A follower of the events streams from after the event id ``after`` (one it
+        gave), or from now on (None)."""
+        if after is None:
+            return await EventFollower.at_end(self.client, self.ks)
+        return EventFollower.after(self.client, self.ks, after)
 
     async def locked_ttl(self, client_ip: str, max_failures: int) -> int | None:
         """The TTL of the client's failure window once it holds ``max_failures`` or more

@@ -10,6 +10,7 @@ client library costs more than Redis spends executing them.
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple, cast
@@ -83,27 +84,28 @@ class BulkLoader:
         names: Sequence[bytes],
         const: bytes,
     ) -> None:
-        session_prefix = self.ks.session("").encode()
-        by_sid: list[bytes] = []
+        by_sid: dict[str, list[bytes]] = defaultdict(list)
+        by_all: dict[str, list[bytes]] = defaultdict(list)
         by_agent: dict[str, list[bytes]] = defaultdict(list)
-        by_kind: dict[tuple[str, str], list[bytes]] = defaultdict(list)
+        by_kind: dict[str, list[bytes]] = defaultdict(list)
         for row in batch:
             key = row.key.encode()
             sid = row.session_id.encode()
             updated = b"%d" % row.updated_at_ms
             values = (sid, b"%d" % row.created_at_ms, updated, row.chat_type.encode())
             varying = b"".join(n + _bulk(v) for n, v in zip(names, values, strict=True))
-            pipe.add(head + _bulk(session_prefix + key) + varying + const)
+            pipe.add(head + _bulk(self.ks.session(row.key).encode()) + varying + const)
             member = _bulk(updated) + _bulk(key)
-            by_sid.append(_bulk(sid) + _bulk(key))
-            by_agent[row.agent_id].append(member)
-            by_kind[row.agent_id, row.kind].append(member)
-        pipe.add(_pairs(b"HSET", self.ks.session_ids, by_sid))
-        pipe.add(_pairs(b"ZADD", self.ks.updated_all, [m for ms in by_agent.values() for m in ms]))
-        for agent_id, members in by_agent.items():
-            pipe.add(_pairs(b"ZADD", self.ks.updated_agent(agent_id), members))
-        for (agent_id, kind), members in by_kind.items():
-            pipe.add(_pairs(b"ZADD", self.ks.updated_kind(agent_id, kind), members))
+            group = self.ks.beside(row.key)
+            by_sid[self.ks.session_ids_of(row.session_id)].append(_bulk(sid) + _bulk(key))
+            by_all[group.updated_all].append(member)
+            by_agent[group.updated_agent(row.agent_id)].append(member)
+            by_kind[group.updated_kind(row.agent_id, row.kind)].append(member)
+        for index, pairs in by_sid.items():
+            pipe.add(_pairs(b"HSET", index, pairs))
+        for indexes in (by_all, by_agent, by_kind):
+            for index, members in indexes.items():
+                pipe.add(_pairs(b"ZADD", index, members))
 
     def extend_transcript(
         self, key: str, payloads: Sequence[bytes], count: int, *, advance: Advance
@@ -124,13 +126,16 @@ class BulkLoader:
 
     def scan_sessions(self) -> Iterator[tuple[bytes, dict[bytes, bytes]]]:
         """Every stored session as (key, raw hash), newest first, read in batches."""
-        prefix = self.ks.session("").encode()
-        keys = cast(list[bytes], self.redis.zrevrange(self.ks.updated_all, 0, -1))
+        pipe = self.redis.pipeline(transaction=False)
+        for group in self.ks.every_group():
+            pipe.zrevrange(group.updated_all, 0, -1, withscores=True)
+        rows = heapq.merge(*pipe.execute(), key=lambda row: -row[1])
+        keys = [cast(bytes, key) for key, _ in rows]
         for start in range(0, len(keys), CHUNK):
             chunk = keys[start : start + CHUNK]
             pipe = self.redis.pipeline(transaction=False)
             for key in chunk:
-                pipe.hgetall(prefix + key)
+                pipe.hgetall(self.ks.session(key.decode()))
             yield from zip(chunk, pipe.execute(), strict=True)
 
 

@@ -73,8 +73,8 @@ import redis.asyncio as aioredis
 from redis.asyncio import sentinel as aiosentinel
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
-from redis.driver_info import DriverInfo
 from redis.crc import key_slot
+from redis.driver_info import DriverInfo
 from redis.exceptions import NoScriptError, ResponseError, WatchError
 from redis.retry import Retry
 from redis.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool

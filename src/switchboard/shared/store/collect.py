@@ -15,7 +15,6 @@ Methods taking ``client`` queue their command on that pipeline (`Store.pipeline`
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -143,24 +142,42 @@ class CollectStore:
         """The state of ``run_ids`` for ``requester``, in one step. ``mode`` 'any': with
         nothing completed, a new wait token on the pending ones that the first completion
         fires; 'all': a token the last pending one's completion fires; 'none': no token.
-        A token is kept ``ttl_s``."""
-        token = TOKEN_PREFIX + str(uuid.uuid4())
+        A token is kept ``ttl_s``.
+
+        A requester's collector children are in its slot group (their runs' ids are made
+        there), so an id of another group is never its child: it is answered unknown or
+        another requester's, without the step."""
+        group = self.ks.group_of_key(requester)
+        own = [r for r in run_ids if self.ks.group_of_id(r) == group]
+        token = TOKEN_PREFIX + self.ks.new_id(group)
         res = self._lua["collect_wait"](
             token=self.ks.run(token),
-            records=[self.ks.collector(r) for r in run_ids],
+            records=[self.ks.collector(r) for r in own],
             requester=requester,
             token_id=token,
             now=now_ms(),
             ttl_s=ttl_s,
             mode=mode,
         )
-        found: dict[str, str | dict[str, Any]] = {}
-        for run_id, item in zip(run_ids, res[1:], strict=True):
+        found: dict[str, str | dict[str, Any]] = self._foreign(
+            [r for r in run_ids if self.ks.group_of_id(r) != group]
+        )
+        for run_id, item in zip(own, res[1:], strict=True):
             if isinstance(item, list):
                 found[run_id] = decode(codec.decode_flat_hash(item))
             else:
                 found[run_id] = _CODES[as_text(item)]
-        return WaitRead(found=found, token=token if int(res[0]) else None)
+        return WaitRead(found={r: found[r] for r in run_ids}, token=token if int(res[0]) else None)
+
+    def _foreign(self, run_ids: Sequence[str]) -> dict[str, str | dict[str, Any]]:
+        """Ids of another slot group than the requester's: unknown, or another's child."""
+        if not run_ids:
+            return {}
+        pipe = self.redis.pipeline(transaction=False)
+        for run_id in run_ids:
+            pipe.hexists(self.ks.collector(run_id), "requesterKey")
+        held = pipe.execute()
+        return {r: NOT_OWNER if h else NOT_FOUND for r, h in zip(run_ids, held, strict=True)}
 
     def fire(self, tokens: Sequence[str], run_id: str) -> list[str]:
         """Count ``run_id``'s completion on these wait tokens; those it ends (as runs end)

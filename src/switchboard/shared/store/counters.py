@@ -1,7 +1,8 @@
 """The metrics hash and the gauges read beside it, and the broker's queue lengths.
 
-Counters live in one hash (``Keyspace.metrics``) that every process adds to; what the
-fields mean is `switchboard.shared.metrics`. Adding is best effort: a counter is an
+Counters live in a hash per slot group (``GroupKeys.metrics``): a step's scripts count in
+their group's, the product's own `add` in the home group's, and a reading sums them all;
+what the fields mean is `switchboard.shared.metrics`. Adding is best effort: a counter is an
 observation, so a failed ``HINCRBY`` is logged and never fails the step that counted.
 """
 
@@ -39,18 +40,35 @@ class CounterStore:
     def add(self, field: str, amount: int = 1) -> None:
         """Add to a counter field; a Redis failure is logged, never raised."""
         try:
-            self.redis.hincrby(self.ks.metrics, field, amount)
+            self.redis.hincrby(self.ks.home.metrics, field, amount)
         except StoreUnavailable as exc:
             log.warning("metric %s not counted: %s", field, exc.fields.get("detail", exc))
 
     def snapshot(self) -> MetricsSnapshot:
-        """The counter hash and the parked and active run counts, in one pipeline."""
+        """The counters (every group's summed) and the parked and active run counts, in
+        one pipeline."""
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hgetall(self.ks.metrics)
-        pipe.zcard(self.ks.parked_runs)
-        pipe.zcard(self.ks.active_runs)
-        raw, parked, active = pipe.execute()
-        return MetricsSnapshot(dict(raw), int(parked), int(active))
+        groups = self.ks.every_group()
+        for group in groups:
+            pipe.hgetall(group.metrics)
+            pipe.zcard(group.parked_runs)
+            pipe.zcard(group.active_runs)
+        replies = pipe.execute()
+        counters: dict[bytes | str, bytes | str] = {}
+        parked = active = 0
+        for at in range(0, len(replies), 3):
+            for name, value in replies[at].items():
+                counters[name] = _summed(counters.get(name), value)
+            parked += int(replies[at + 1])
+            active += int(replies[at + 2])
+        return MetricsSnapshot(counters, parked, active)
+
+
+def _summed(before: bytes | str | None, value: bytes | str) -> bytes | str:
+    """A counter's value added to its sum so far (text, as Redis answers it)."""
+    if before is None:
+        return value
+    return str(int(before) + int(value))
 
 
 class ListLengths:

@@ -80,7 +80,7 @@ class DeliveryStore:
         res = self._lua["delivery_create"](
             delivery=self.ks.delivery(new.delivery_id),
             session_index=self.ks.session_deliveries(new.session_key),
-            due=self.ks.deliveries_due,
+            due=self.ks.beside(new.session_key).deliveries_due,
             lost_at=lost_at_ms,
             **self._record_args(new),
         )
@@ -93,8 +93,8 @@ class DeliveryStore:
         res = self._lua["delivery_create_local"](
             delivery=self.ks.delivery(new.delivery_id),
             session_index=self.ks.session_deliveries(new.session_key),
-            events=self.ks.events,
-            metrics=self.ks.metrics,
+            events=self.ks.beside(new.session_key).events,
+            metrics=self.ks.beside(new.session_key).metrics,
             session=self.ks.session(new.session_key),
             policy=outcome.policy,
             webchat_event=codec.dumps(dict(webchat)) if webchat else "",
@@ -123,7 +123,7 @@ class DeliveryStore:
         """Take the delivery for one attempt (see delivery_claim.lua for the rules)."""
         res = self._lua["delivery_claim"](
             delivery=self.ks.delivery(delivery_id),
-            due=self.ks.deliveries_due,
+            due=self.ks.beside_id(delivery_id).deliveries_due,
             now=now_ms,
             lease_until=lease_until_ms,
             slack_ms=slack_ms,
@@ -149,7 +149,7 @@ class DeliveryStore:
         from now (0: as it is), due again at ``due_ms`` (None: final, out of the index)."""
         res = self._lua["delivery_settle"](
             delivery=self.ks.delivery(delivery_id),
-            due_index=self.ks.deliveries_due,
+            due_index=self.ks.beside_id(delivery_id).deliveries_due,
             attempt=attempt,
             fields=codec.fields_json(fields),
             ttl_s=ttl_s,
@@ -159,11 +159,18 @@ class DeliveryStore:
         return bool(int(res))
 
     def take_due(self, now_ms: int, recheck_ms: int, limit: int = 500) -> list[str]:
-        """The deliveries whose step is due, each pushed ``recheck_ms`` on."""
-        res = self._lua["pending_take_due"](
-            due=self.ks.deliveries_due, now=now_ms, limit=limit, recheck_ms=recheck_ms
-        )
-        return [as_text(v) for v in res]
+        """The deliveries whose step is due, each pushed ``recheck_ms`` on (at most
+        ``limit`` per slot group)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for group in self.ks.every_group():
+            self._lua["pending_take_due"](
+                client=pipe,
+                due=group.deliveries_due,
+                now=now_ms,
+                limit=limit,
+                recheck_ms=recheck_ms,
+            )
+        return [as_text(v) for taken in pipe.execute() for v in taken]
 
     def get(self, delivery_id: str) -> dict[str, Any] | None:
         """The delivery as a JSON-ready dict, or None when unknown or expired."""
@@ -179,11 +186,14 @@ class DeliveryStore:
         return [_decode(codec.decode_hash(raw)) for raw in pipe.execute() if raw]
 
     def publish_event(self, event_type: str, data: Mapping[str, Any]) -> None:
-        """Append an event to the events stream as a send (a Redis failure fails the send,
-        unlike `EventStore.publish`, so the delivery is retried)."""
+        """Append an event to the events stream of the session it names as a send (a
+        Redis failure fails the send, unlike `EventStore.publish`, so the delivery is
+        retried)."""
         fields = {"type": event_type, "data": codec.dumps(dict(data))}
+        session_key = data.get("sessionKey")
+        group = self.ks.beside(session_key) if isinstance(session_key, str) else self.ks.home
         self.redis.xadd(
-            self.ks.events,
+            group.events,
             fields,  # type: ignore[arg-type]
             maxlen=EVENTS_MAXLEN,
             approximate=True,

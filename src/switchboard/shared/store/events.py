@@ -39,7 +39,7 @@ class EventStore:
         fields = {"type": event_type, "data": codec.dumps({**data, "ts": now_ms()})}
         try:
             entry_id = self.redis.xadd(
-                self.ks.events,
+                self._stream(data),
                 fields,  # type: ignore[arg-type]
                 maxlen=EVENTS_MAXLEN,
                 approximate=True,
@@ -48,6 +48,13 @@ class EventStore:
             log.warning("event %s not published: %s", event_type, exc.fields.get("detail", exc))
             return None
         return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+
+    def _stream(self, data: Mapping[str, Any]) -> str:
+        """The stream an event goes to: its session's group's (the home group's when it
+        names none), where the scripts' events of that session go too."""
+        session_key = data.get("sessionKey")
+        group = self.ks.beside(session_key) if isinstance(session_key, str) else self.ks.home
+        return group.events
 
 
 def run_event(rec: RunRecord, **extra: Any) -> dict[str, Any]:

@@ -32,7 +32,7 @@ class FlowStore:
         adding one to the ``counted`` metrics field ('' = none); False when it moved on."""
         res = self._lua["flow_advance"](
             flow=self.ks.flow(flow_id),
-            metrics=self.ks.metrics,
+            metrics=self.ks.beside_id(flow_id).metrics,
             status=cas.status,
             turn=cas.turn,
             fields=codec.fields_json(cas.fields),

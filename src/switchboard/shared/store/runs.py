@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from redis import Redis
@@ -291,7 +291,7 @@ class RunStore:
             run=self.ks.run(run.run_id),
             lane=self.ks.lane(run.session_key),
             lane_queue=self.ks.lane_queue(run.session_key),
-            leases=self.ks.lane_leases,
+            leases=self.ks.beside(run.session_key).lane_leases,
             run_id=run.run_id,
             session_key=run.session_key,
             lease_at_ms=lease,
@@ -312,12 +312,17 @@ class RunStore:
         run that took its lane is claimed in that step too (as `claim` with that
         ``history``), for the caller to execute at once."""
         read = self._history_read(run.session_key, claim_history)
+        link = run.link
+        if link is not None and self.ks.group_of(link[0]) != self.ks.group_of_key(run.session_key):
+            run = self._link_apart(run)  # the link's slot is another: its writes go first
         res = self._start(
             run, on_create, idempotency_key, now_ms(), self.redis, claim_history, read
         )
         if as_text(res[0]) == "moved":
             raise LinkMoved(f"{as_text(run.link[0]) if run.link else 'link'} has moved on")
         verdict = as_text(res[2])
+        if link is not None and run.link is None:  # named once the run is recorded
+            self.name_link(link, as_text(res[3]) if verdict == "duplicate" else run.run_id)
         return Started(
             took_lane=verdict == "lane",
             session_id=as_text(res[1]),
@@ -325,6 +330,21 @@ class RunStore:
             existing_run_id=as_text(res[3]) if verdict == "duplicate" else None,
             claim=_claim_of(run.run_id, res[4], read) if len(res) > 4 else None,
         )
+
+    def _link_apart(self, run: NewRun) -> NewRun:
+        """A run whose link is in another slot group than its session: the link's
+        compare-and-set and record are made first, each in its own step (raising
+        `LinkMoved` when the link has moved on), and the run goes without them; the
+        caller names the run in the link once it is recorded. A crash between the steps
+        leaves the link moved on (or recorded) without its run: a caller's retry finds
+        it so, as after a crash right after the run's start (the flow steps restart a
+        round whose run is not named: `reply_back._rekick`)."""
+        assert run.link is not None
+        if run.link_advance is not None:
+            self.advance_link(run.link[0], run.link_advance)
+        if run.link_record is not None:
+            self.write_link_record(run.link[0], run.link_record)
+        return replace(run, link=None, link_record=None, link_advance=None)
 
     def advance_link(self, key: str, adv: LinkAdvance) -> None:
         """Make a `LinkAdvance` on hash ``key`` on its own (not with a run's start); raise
@@ -340,15 +360,21 @@ class RunStore:
             raise LinkMoved(f"{key} has moved on")
 
     def write_link_record(self, key: str, rec: LinkRecord) -> None:
-        """Write a link record at hash ``key`` on its own (not with a run's start)."""
-        pipe = self.redis.pipeline(transaction=True)
+        """Write a link record at hash ``key`` on its own (not with a run's start), then
+        add it to its indexes (each in its own session's slot group)."""
+        pipe = self.redis.pipeline(transaction=False)
         pipe.hset(key, mapping=dict(rec.fields))  # type: ignore[arg-type]
         pipe.expire(key, rec.ttl_s)
-        for index in rec.indexes:
+        self._index_record(pipe, rec, rec.indexes)
+        pipe.execute()
+
+    @staticmethod
+    def _index_record(pipe: Pipeline, rec: LinkRecord, indexes: Sequence[str]) -> None:
+        """Queue the record's member on ``indexes``, trimmed and kept as the record."""
+        for index in indexes:
             pipe.zadd(index, {rec.member: rec.score})
             pipe.zremrangebyscore(index, "-inf", rec.trim_to)
             pipe.expire(index, rec.ttl_s)
-        pipe.execute()
 
     def name_link(self, link: tuple[str, str], run_id: str) -> None:
         """Name ``run_id`` at the link's (hash, field) unless a run is named there already."""
@@ -372,25 +398,34 @@ class RunStore:
         read: _HistoryRead | None = None,
     ) -> Any:
         key = run.session_key
+        group = self.ks.beside(key)
         own = self.ks.run(run.run_id)  # stands in for an idempotency key or link not given
         rec = run.link_record if run.link else None
+        indexes = rec.indexes if rec else ()
+        if rec is not None:  # indexes of another slot group (a requester's) go first
+            apart = [i for i in indexes if self.ks.group_of(i) != group.group]
+            if apart:
+                early = self.redis.pipeline(transaction=False)
+                self._index_record(early, rec, apart)
+                early.execute()
+                indexes = tuple(i for i in indexes if i not in apart)
         return self._lua["start_run"](
             client=client,
             **self._session_keys(key),
             run=own,
             lane=self.ks.lane(key),
             lane_queue=self.ks.lane_queue(key),
-            leases=self.ks.lane_leases,
+            leases=group.lane_leases,
             idempotency=self.ks.idempotency(key, idempotency_key) if idempotency_key else own,
             link=run.link[0] if run.link else own,
-            active=self.ks.active_runs,
+            active=group.active_runs,
             transcript=self.ks.transcript(key),
-            metrics=self.ks.metrics,
-            events=self.ks.events,
-            record_indexes=rec.indexes if rec else (),
+            metrics=group.metrics,
+            events=group.events,
+            record_indexes=indexes,
             session_key=key,
             now=now,
-            session_id=sk.new_session_id(),
+            session_id=self.ks.new_id(group.group),
             on_create=codec.fields_json(on_create or {}),
             run_id=run.run_id,
             lease_at_ms=now + self.lease_s * 1000,
@@ -406,12 +441,13 @@ class RunStore:
         """A session's hash, the sessionId index and its three updatedAt indexes, as the
         scripts name them."""
         agent_id = sk.agent_id_of(key)
+        group = self.ks.beside(key)
         return {
             "session": self.ks.session(key),
-            "sid_index": self.ks.session_ids,
-            "idx_all": self.ks.updated_all,
-            "idx_agent": self.ks.updated_agent(agent_id),
-            "idx_kind": self.ks.updated_kind(agent_id, self._kind_of(key)),
+            "sid_index": group.session_ids,
+            "idx_all": group.updated_all,
+            "idx_agent": group.updated_agent(agent_id),
+            "idx_kind": group.updated_kind(agent_id, self._kind_of(key)),
         }
 
     def _lane_keys(self, run_id: str, session_key: str) -> dict[str, Any]:
@@ -420,14 +456,15 @@ class RunStore:
         sets and the metrics hash."""
         keys = self._session_keys(session_key)
         del keys["sid_index"]
+        group = self.ks.beside(session_key)
         return {
             **keys,
             "run": self.ks.run(run_id),
             "lane": self.ks.lane(session_key),
-            "leases": self.ks.lane_leases,
-            "active": self.ks.active_runs,
+            "leases": group.lane_leases,
+            "active": group.active_runs,
             "transcript": self.ks.transcript(session_key),
-            "metrics": self.ks.metrics,
+            "metrics": group.metrics,
         }
 
     def _claim_arg(self, history: int | None, read: _HistoryRead | None = None) -> str:
@@ -457,6 +494,10 @@ class RunStore:
         The claim carries the run, its session hash and the last ``history`` messages.
         ``session_key`` is the one the run was enqueued with; a run recorded under another
         key is claimed under that one."""
+        if self.ks.group_of_id(run_id) != self.ks.group_of_key(session_key):
+            # Not the run's session (its id is made in its session's slot group): the
+            # claim step may touch one slot only, so the run names its session first.
+            session_key = as_text(self.redis.hget(self.ks.run(run_id), "sessionKey")) or session_key
         read = self._history_read(session_key, history)
         res = self._claim(run_id, session_key, history, read)
         if as_text(res[0]) == "session":
@@ -468,7 +509,7 @@ class RunStore:
         now = now_ms()
         return self._lua["claim_run"](
             **self._lane_keys(run_id, session_key),
-            events=self.ks.events,
+            events=self.ks.beside(session_key).events,
             run_id=run_id,
             session_key=session_key,
             now=now,
@@ -486,10 +527,11 @@ class RunStore:
         """Move a parked run back to running (one resume wins; no new try: see
         resume_run.lua); the claim carries the session hash and the last ``history``
         messages."""
+        group = self.ks.beside(session_key)
         res = self._lua["resume_run"](
             run=self.ks.run(run_id),
-            parked=self.ks.parked_runs,
-            leases=self.ks.lane_leases,
+            parked=group.parked_runs,
+            leases=group.lane_leases,
             session=self.ks.session(session_key),
             transcript=self.ks.transcript(session_key),
             run_id=run_id,
@@ -516,9 +558,16 @@ class RunStore:
     def renew_leases(self, session_keys: Sequence[str]) -> None:
         """Push the leases of held lanes forward, in one write (lanes no longer leased
         stay so)."""
-        if session_keys:
-            until = now_ms() + self.lease_s * 1000
-            self.redis.zadd(self.ks.lane_leases, dict.fromkeys(session_keys, until), xx=True)
+        if not session_keys:
+            return
+        until = now_ms() + self.lease_s * 1000
+        by_group: dict[str, dict[str, int]] = {}
+        for key in session_keys:
+            by_group.setdefault(self.ks.beside(key).lane_leases, {})[key] = until
+        pipe = self.redis.pipeline(transaction=False)
+        for leases, members in by_group.items():
+            pipe.zadd(leases, members, xx=True)
+        pipe.execute()
 
     def is_current(self, run_id: str, attempt: int) -> bool:
         """The run is running at this attempt (no other attempt has taken it over)."""
@@ -532,18 +581,29 @@ class RunStore:
         (their run was taken over, ended or parked: the caller's copy is stale)."""
         if not held:
             return []
-        keys: list[str] = []
-        entries: list[str | int] = []
-        for session_key, run_id, attempt in held:
-            keys += [self.ks.lane(session_key), self.ks.run(run_id)]
-            entries += [session_key, run_id, attempt]
-        refused = self._lua["renew_held"](
-            leases=self.ks.lane_leases,
-            held=keys,
-            until_ms=now_ms() + self.lease_s * 1000,
-            entries=entries,
-        )
-        return [held[int(i) - 1] for i in refused]
+        by_group: dict[int, list[int]] = {}  # positions in `held`, per slot group
+        for at, (session_key, _, _) in enumerate(held):
+            by_group.setdefault(self.ks.group_of_key(session_key), []).append(at)
+        until = now_ms() + self.lease_s * 1000
+        pipe = self.redis.pipeline(transaction=False)
+        for group, positions in by_group.items():
+            keys: list[str] = []
+            entries: list[str | int] = []
+            for at in positions:
+                session_key, run_id, attempt = held[at]
+                keys += [self.ks.lane(session_key), self.ks.run(run_id)]
+                entries += [session_key, run_id, attempt]
+            self._lua["renew_held"](
+                client=pipe,
+                leases=self.ks.at(group).lane_leases,
+                held=keys,
+                until_ms=until,
+                entries=entries,
+            )
+        refused = []
+        for positions, answer in zip(by_group.values(), pipe.execute(), strict=True):
+            refused += [held[positions[int(i) - 1]] for i in answer]
+        return refused
 
     def finish(
         self,
@@ -579,12 +639,15 @@ class RunStore:
         }
         sfields = {"status": status, **(session_fields or {})}
         now = now_ms()
+        group = self.ks.beside(session_key)
+        if follow_up_reads and self.ks.group_of(follow_up_reads) != group.group:
+            follow_up_reads = None  # in another slot: the follow-up step reads it itself
         res = self._lua["finish_run"](
             **self._lane_keys(run_id, session_key),
             lane_queue=self.ks.lane_queue(session_key),
             waiters=self.ks.run_waiters(run_id),
-            outbox=self.ks.outbox,
-            events=self.ks.events,
+            outbox=group.outbox,
+            events=group.events,
             follow_up=follow_up_reads or self.ks.run(run_id),
             run_id=run_id,
             session_key=session_key,
@@ -640,16 +703,21 @@ class RunStore:
         """Park a run on deferred calls: 'parked', 'ready' (all targets ended) or 'stale'."""
         deadline = max(c.deadline_ms for c in calls)
         keys = self._session_keys(session_key)
+        group = self.ks.beside(session_key)
         targets: list[str] = []
+        apart: list[str] = []  # targets in other slot groups: registered after the park
         for c in calls:
             for target in c.target_run_ids:
-                targets += [self.ks.run(target), self.ks.run_waiters(target)]
+                if self.ks.group_of_id(target) == group.group:
+                    targets += [self.ks.run(target), self.ks.run_waiters(target)]
+                else:
+                    apart.append(target)
         res = self._lua["park_run"](
             run=self.ks.run(run_id),
             session=keys["session"],
             transcript=self.ks.transcript(session_key),
-            parked=self.ks.parked_runs,
-            leases=self.ks.lane_leases,
+            parked=group.parked_runs,
+            leases=group.lane_leases,
             idx_all=keys["idx_all"],
             idx_agent=keys["idx_agent"],
             idx_kind=keys["idx_kind"],
@@ -663,14 +731,29 @@ class RunStore:
             lease_at_ms=deadline + self.lease_s * 1000,
             messages=[codec.dumps(m) for m in messages],
         )
-        return as_text(res)
+        verdict = as_text(res)
+        if verdict == "stale" or not apart:
+            return verdict
+        # Parked first, then registered on each target of another slot group: a target
+        # that ends after its registration wakes the run; one that ended before it is
+        # counted here as not pending (all ended: 'ready', the caller resumes it).
+        pipe = self.redis.pipeline(transaction=False)
+        for target in apart:
+            self._lua["wait_on_run"](
+                client=pipe,
+                run=self.ks.run(target),
+                waiters=self.ks.run_waiters(target),
+                waiter=run_id,
+            )
+        pending = sum(int(n) for n in pipe.execute())
+        return "parked" if pending else verdict
 
     def release_lane(self, session_key: str, holder: str) -> str | None:
         """Hand a lane whose holder ended or vanished to the next queued run."""
         nxt = self._lua["release_lane"](
             lane=self.ks.lane(session_key),
             lane_queue=self.ks.lane_queue(session_key),
-            leases=self.ks.lane_leases,
+            leases=self.ks.beside(session_key).lane_leases,
             holder=holder,
             session_key=session_key,
             lease_at_ms=now_ms() + self.lease_s * 1000,
@@ -678,40 +761,59 @@ class RunStore:
         return as_text(nxt) or None
 
     def expired_leases(self, now: int, limit: int = 500) -> list[str]:
-        """Session keys whose lane lease has expired."""
-        rows = self.redis.zrangebyscore(self.ks.lane_leases, "-inf", now, start=0, num=limit)
-        return [as_text(r) for r in rows]
+        """Session keys whose lane lease has expired (up to ``limit`` per slot group)."""
+        return self._due("lane_leases", now, limit)
 
     def overdue_parked(self, now: int, limit: int = 500) -> list[str]:
-        """Parked runs whose wait deadline has passed."""
-        rows = self.redis.zrangebyscore(self.ks.parked_runs, "-inf", now, start=0, num=limit)
-        return [as_text(r) for r in rows]
+        """Parked runs whose wait deadline has passed (up to ``limit`` per slot group)."""
+        return self._due("parked_runs", now, limit)
 
     def parked(self, limit: int = 500) -> list[str]:
-        """Parked runs, the soonest deadline first (at most ``limit``)."""
-        rows = self.redis.zrange(self.ks.parked_runs, 0, limit - 1)
-        return [as_text(r) for r in rows]
+        """Parked runs, the soonest deadlines of each slot group first (at most ``limit``
+        per group)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for group in self.ks.every_group():
+            pipe.zrange(group.parked_runs, 0, limit - 1)
+        return [as_text(r) for rows in pipe.execute() for r in rows]
+
+    def _due(self, index: str, before_ms: int, limit: int) -> list[str]:
+        """The members of every group's ``index`` (a `GroupKeys` name) scored up to
+        ``before_ms``, the earliest first in each group, at most ``limit`` per group."""
+        pipe = self.redis.pipeline(transaction=False)
+        for group in self.ks.every_group():
+            pipe.zrangebyscore(getattr(group, index), "-inf", before_ms, start=0, num=limit)
+        return [as_text(r) for rows in pipe.execute() for r in rows]
 
     def push_lease(self, session_key: str, until_ms: int) -> None:
         """Set a lane lease expiry."""
-        self.redis.zadd(self.ks.lane_leases, {session_key: until_ms})
+        self.redis.zadd(self.ks.beside(session_key).lane_leases, {session_key: until_ms})
 
     def push_parked(self, run_id: str, until_ms: int) -> None:
         """Postpone the next overdue check of a parked run."""
-        self.redis.zadd(self.ks.parked_runs, {run_id: until_ms}, xx=True)
+        self.redis.zadd(self.ks.beside_id(run_id).parked_runs, {run_id: until_ms}, xx=True)
 
     def outbox_due(self, before_ms: int, limit: int = 500) -> list[str]:
-        """Ended runs whose follow-up was recorded before ``before_ms`` and not confirmed."""
-        rows = self.redis.zrangebyscore(self.ks.outbox, "-inf", before_ms, start=0, num=limit)
-        return [as_text(r) for r in rows]
+        """Ended runs whose follow-up was recorded before ``before_ms`` and not confirmed
+        (up to ``limit`` per slot group)."""
+        return self._due("outbox", before_ms, limit)
 
     def outbox_done(self, *run_ids: str) -> None:
         """These runs' follow-ups are enqueued (or have run)."""
-        self.redis.zrem(self.ks.outbox, *run_ids)
+        by_group: dict[str, list[str]] = {}
+        for run_id in run_ids:
+            by_group.setdefault(self.ks.beside_id(run_id).outbox, []).append(run_id)
+        if len(by_group) == 1:
+            [(outbox, members)] = by_group.items()
+            self.redis.zrem(outbox, *members)
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for outbox, members in by_group.items():
+            pipe.zrem(outbox, *members)
+        pipe.execute()
 
     def outbox_retry_later(self, run_id: str, at_ms: int) -> None:
         """Look at an outbox entry again at ``at_ms``."""
-        self.redis.zadd(self.ks.outbox, {run_id: at_ms}, xx=True)
+        self.redis.zadd(self.ks.beside_id(run_id).outbox, {run_id: at_ms}, xx=True)
 
     def requeue(
         self,
@@ -727,10 +829,11 @@ class RunStore:
         otherwise). A run not running is left as it is ('not-running': put back by a
         concurrent caller, or ended); 'moved' when another attempt runs it."""
         session_key, lapsed_by = lapsed if lapsed is not None else ("", "")
+        group = self.ks.beside_id(run_id)
         res = self._lua["requeue_run"](
             run=self.ks.run(run_id),
-            leases=self.ks.lane_leases,
-            parked=self.ks.parked_runs,
+            leases=group.lane_leases,
+            parked=group.parked_runs,
             attempt="" if attempt is None else attempt,
             session_key=session_key,
             lapsed_by_ms=lapsed_by,
@@ -744,19 +847,20 @@ class RunStore:
         """End a queued or parked run as ``cancelled`` now, or ask the worker executing a
         running one to stop it (cancel_run.lua)."""
         now = now_ms()
+        group = self.ks.beside(session_key)
         res = self._lua["cancel_run"](
             run=self.ks.run(run_id),
             lane=self.ks.lane(session_key),
             lane_queue=self.ks.lane_queue(session_key),
-            leases=self.ks.lane_leases,
-            active=self.ks.active_runs,
-            parked=self.ks.parked_runs,
+            leases=group.lane_leases,
+            active=group.active_runs,
+            parked=group.parked_runs,
             session=self.ks.session(session_key),
             waiters=self.ks.run_waiters(run_id),
-            outbox=self.ks.outbox,
-            metrics=self.ks.metrics,
-            events=self.ks.events,
-            cancels=self.ks.cancel_requests,
+            outbox=group.outbox,
+            metrics=group.metrics,
+            events=group.events,
+            cancels=group.cancel_requests,
             run_id=run_id,
             session_key=session_key,
             now=now,
@@ -781,12 +885,14 @@ class RunStore:
     def cancel_requests(self) -> set[str]:
         """The running runs asked to stop (recent requests: `CANCEL_REQUEST_TTL_MS`)."""
         since = now_ms() - CANCEL_REQUEST_TTL_MS
-        rows = self.redis.zrangebyscore(self.ks.cancel_requests, since, "+inf")
-        return {as_text(r) for r in rows}
+        pipe = self.redis.pipeline(transaction=False)
+        for group in self.ks.every_group():
+            pipe.zrangebyscore(group.cancel_requests, since, "+inf")
+        return {as_text(r) for rows in pipe.execute() for r in rows}
 
     def cancel_done(self, run_id: str) -> None:
         """A requested cancel has been carried out (the run ended)."""
-        self.redis.zrem(self.ks.cancel_requests, run_id)
+        self.redis.zrem(self.ks.beside_id(run_id).cancel_requests, run_id)
 
     def stop_session(self, session_key: str) -> None:
         """Mark a session whose runs are being cancelled: it stops waiting for its

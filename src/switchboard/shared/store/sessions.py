@@ -116,10 +116,11 @@ class SessionStore:
 
     def _index_keys(self, key: str) -> list[str]:
         agent_id = sk.agent_id_of(key)
+        group = self.ks.beside(key)
         return [
-            self.ks.updated_all,
-            self.ks.updated_agent(agent_id),
-            self.ks.updated_kind(agent_id, self.kind_of(key)),
+            group.updated_all,
+            group.updated_agent(agent_id),
+            group.updated_kind(agent_id, self.kind_of(key)),
         ]
 
     def ensure(
@@ -153,16 +154,17 @@ class SessionStore:
         client: Pipeline | None = None,
     ) -> Any:
         idx_all, idx_agent, idx_kind = self._index_keys(key)
+        group = self.ks.beside(key)
         return self._lua["ensure_session"](
             client=client,
             session=self.ks.session(key),
-            sid_index=self.ks.session_ids,
+            sid_index=group.session_ids,
             idx_all=idx_all,
             idx_agent=idx_agent,
             idx_kind=idx_kind,
             session_key=key,
             now=now_ms(),
-            session_id=sk.new_session_id(),
+            session_id=self.ks.new_id(group.group),
             on_create=codec.fields_json(on_create),
             always=codec.fields_json(always),
         )
@@ -173,13 +175,23 @@ class SessionStore:
         return SessionEntry.from_hash(key, codec.decode_hash(raw)) if raw else None
 
     def get_many(self, keys: Sequence[str]) -> list[SessionEntry | None]:
-        """Several entries in one round trip."""
+        """Several entries in one round trip (a step per slot group, pipelined)."""
         if not keys:
             return []
-        replies = self._lua["get_hashes"](hashes=[self.ks.session(key) for key in keys])
+        by_group: dict[int, list[int]] = {}
+        for at, key in enumerate(keys):
+            by_group.setdefault(self.ks.group_of_key(key), []).append(at)
+        pipe = self.redis.pipeline(transaction=False)
+        for positions in by_group.values():
+            hashes = [self.ks.session(keys[at]) for at in positions]
+            self._lua["get_hashes"](client=pipe, hashes=hashes)
+        flats: list[Any] = [None] * len(keys)
+        for positions, replies in zip(by_group.values(), pipe.execute(), strict=True):
+            for at, flat in zip(positions, replies, strict=True):
+                flats[at] = flat
         return [
             SessionEntry.from_hash(key, codec.decode_flat_hash(flat)) if flat else None
-            for key, flat in zip(keys, replies, strict=True)
+            for key, flat in zip(keys, flats, strict=True)
         ]
 
     def exists(self, key: str) -> bool:
@@ -188,7 +200,8 @@ class SessionStore:
 
     def key_for_session_id(self, session_id: str) -> str | None:
         """The canonical key of a sessionId."""
-        return as_text(self.redis.hget(self.ks.session_ids, session_id.lower())) or None
+        sid = session_id.lower()
+        return as_text(self.redis.hget(self.ks.session_ids_of(sid), sid)) or None
 
     def key_for_label(self, label: str) -> str | None:
         """The canonical key that carries a label."""
@@ -223,18 +236,25 @@ class SessionStore:
         entry = self.get(key)
         if entry is None:
             return False
+        # The session's own keys in one transaction (its slot group's); the sessionId and
+        # label index entries after it, each where it lives (a sessionId made for the
+        # session is in its group, the label index in the home group).
         pipe = self.redis.pipeline(transaction=True)
         pipe.delete(self.ks.session(key), self.ks.transcript(key), self.ks.children(key))
-        pipe.hdel(self.ks.session_ids, entry.session_id)
-        label = entry.get("label")
-        if label and self.key_for_label(label) == key:
-            pipe.hdel(self.ks.labels, label)
         for idx in self._index_keys(key):
             pipe.zrem(idx, key)
         parent = entry.get("spawnedBy")
-        if parent:
+        if parent and self.ks.group_of_key(parent) == self.ks.group_of_key(key):
             pipe.zrem(self.ks.children(parent), key)
         pipe.execute()
+        after = self.redis.pipeline(transaction=False)
+        after.hdel(self.ks.session_ids_of(entry.session_id), entry.session_id)
+        label = entry.get("label")
+        if label and self.key_for_label(label) == key:
+            after.hdel(self.ks.labels, label)
+        if parent and self.ks.group_of_key(parent) != self.ks.group_of_key(key):
+            after.zrem(self.ks.children(parent), key)
+        after.execute()
         return True
 
     def add_child(self, parent: str, child: str) -> None:
@@ -317,8 +337,10 @@ class SessionStore:
         agent_ids = None if agent_ids is None else list(agent_ids)
         kinds = None if kinds is None else list(kinds)
         lo = "-inf" if min_updated_ms is None else str(min_updated_ms)
-        rows = self._recent_rows(tuple(self._indexes_for(agent_ids, kinds)), lo, limit)
-        if rows is None:  # the page kept changing under the listing: read it in two steps
+        rows = None
+        if self.ks.groups == 1:  # one step reads indexes and hashes of one slot only
+            rows = self._recent_rows(tuple(self._indexes_for(agent_ids, kinds)), lo, limit)
+        if rows is None:  # several groups, or the page kept changing: read it in two steps
             listed, cursor = self.recent_page(
                 agent_ids=agent_ids, kinds=kinds, min_updated_ms=min_updated_ms, limit=limit
             )
@@ -357,26 +379,32 @@ class SessionStore:
     def _indexes_for(
         self, agent_ids: Iterable[str] | None, kinds: Iterable[str] | None
     ) -> list[str]:
+        """Every slot group's indexes that list the sessions of ``agent_ids`` (None: all)
+        of ``kinds`` (None: all); a listing merges them by score."""
         kinds = list(kinds) if kinds is not None else None
+        groups = self.ks.every_group()
         if agent_ids is None:
             if kinds is None:
-                return [self.ks.updated_all]
+                return [g.updated_all for g in groups]
             agent_ids = self.agent_ids()
         agent_ids = list(agent_ids)
         if kinds is None:
-            return [self.ks.updated_agent(a) for a in agent_ids]
-        return [self.ks.updated_kind(a, k) for a in agent_ids for k in kinds]
+            return [g.updated_agent(a) for g in groups for a in agent_ids]
+        return [g.updated_kind(a, k) for g in groups for a in agent_ids for k in kinds]
 
     def agent_ids(self) -> list[str]:
         """Agents that own at least one session (from the per-agent index names)."""
-        prefix = self.ks.updated_agent("")
+        marker = self.ks.home.updated_agent("").removeprefix(self.ks.home.prefix)
         found: set[str] = set()
-        for name in self.redis.scan_iter(match=f"{prefix}*", count=1000):
-            rest = as_text(name)[len(prefix) :]
+        for name in self.redis.scan_iter(match=self.ks.updated_agent_match, count=1000):
+            rest = as_text(name).partition(marker)[2]
             if rest and ":" not in rest:
                 found.add(rest)
         return sorted(found)
 
     def count(self) -> int:
-        """Number of sessions in the global index."""
-        return int(self.redis.zcard(self.ks.updated_all))
+        """Number of sessions in the updatedAt indexes of every group."""
+        pipe = self.redis.pipeline(transaction=False)
+        for group in self.ks.every_group():
+            pipe.zcard(group.updated_all)
+        return sum(int(n) for n in pipe.execute())

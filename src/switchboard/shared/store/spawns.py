@@ -203,7 +203,7 @@ class SpawnStore:
         ``client`` when given)."""
         self._lua["spawn_settle"](
             record=hash_key,
-            metrics=self.ks.metrics,
+            metrics=self.ks.at(self.ks.group_of(hash_key)).metrics,
             field=field,
             expected=expected,
             new=new,
@@ -241,14 +241,17 @@ class SpawnStore:
         return None if client is not None else int(res)
 
     def claim_label(self, label: str, session_key: str, *, client: Pipeline) -> None:
-        """Queue on ``client``: a new session takes ``label`` unless another holds it."""
-        self._lua["spawn_claim_label"](
-            labels=self.ks.labels,
-            session=self.ks.session(session_key),
-            label=label,
-            session_key=session_key,
-            client=client,
-        )
+        """Queue on ``client``: a new session takes ``label`` in the label index unless
+        another session holds it (its reply: 1 taken, 0 held); `label_taken` then writes
+        it on the session (the index is in the home slot group, the session in its own)."""
+        client.hsetnx(self.ks.labels, label, session_key)
+
+    def label_taken(self, taken: Mapping[str, str]) -> None:
+        """Write each label ``taken`` in the index on its session (session key → label)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for session_key, label in taken.items():
+            pipe.hset(self.ks.session(session_key), "label", label)
+        pipe.execute()
 
     def add_lineage(
         self, requester: str, children: Mapping[str, float], *, client: Pipeline
@@ -359,31 +362,37 @@ class SpawnStore:
         self, session_key: str, at_ms: int, *, client: Pipeline | None = None
     ) -> None:
         """Archive a sub-agent session at ``at_ms`` (an earlier schedule is kept)."""
-        self._on(client).zadd(self.ks.archive_due, {session_key: at_ms}, nx=True)
+        self._on(client).zadd(
+            self.ks.beside(session_key).archive_due, {session_key: at_ms}, nx=True
+        )
 
     def archive_at(self, session_key: str) -> int | None:
         """When a session is due for archival, if scheduled."""
-        score = self.redis.zscore(self.ks.archive_due, session_key)
+        score = self.redis.zscore(self.ks.beside(session_key).archive_due, session_key)
         return None if score is None else int(score)
 
     def due_archives(self, now_ms: int, limit: int = 200) -> list[str]:
-        """Sessions whose archival time has come."""
-        rows = self.redis.zrangebyscore(self.ks.archive_due, "-inf", now_ms, start=0, num=limit)
-        return [as_text(r) for r in rows]
+        """Sessions whose archival time has come (at most ``limit`` per slot group)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for group in self.ks.every_group():
+            pipe.zrangebyscore(group.archive_due, "-inf", now_ms, start=0, num=limit)
+        return [as_text(r) for rows in pipe.execute() for r in rows]
 
     def take_due_archives(self, now_ms: int, recheck_ms: int, limit: int = 200) -> list[str]:
         """The sessions whose archival time has come, each pushed ``recheck_ms`` on in the
         same step: of two sweeps running at once (two beats, or a worker's startup sweep
         beside beat's), one takes a session; it comes back if that sweep dies."""
-        res = self._lua["pending_take_due"](
-            due=self.ks.archive_due, now=now_ms, limit=limit, recheck_ms=recheck_ms
-        )
-        return [as_text(r) for r in res]
+        pipe = self.redis.pipeline(transaction=False)
+        for group in self.ks.every_group():
+            self._lua["pending_take_due"](
+                client=pipe, due=group.archive_due, now=now_ms, limit=limit, recheck_ms=recheck_ms
+            )
+        return [as_text(r) for taken in pipe.execute() for r in taken]
 
     def postpone_archive(self, session_key: str, at_ms: int) -> None:
         """Look at a due session again later (it is busy)."""
-        self.redis.zadd(self.ks.archive_due, {session_key: at_ms}, xx=True)
+        self.redis.zadd(self.ks.beside(session_key).archive_due, {session_key: at_ms}, xx=True)
 
     def unschedule_archive(self, session_key: str) -> None:
         """Drop a session from the archive queue."""
-        self.redis.zrem(self.ks.archive_due, session_key)
+        self.redis.zrem(self.ks.beside(session_key).archive_due, session_key)

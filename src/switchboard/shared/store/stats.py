@@ -92,7 +92,10 @@ class ProgressReads:
 
     def parked_runs(self) -> int:
         """How many runs are parked (waiting on another run, holding no worker thread)."""
-        return int(self.redis.zcard(self.ks.parked_runs))
+        pipe = self.redis.pipeline(transaction=False)
+        for group in self.ks.every_group():
+            pipe.zcard(group.parked_runs)
+        return sum(int(n) for n in pipe.execute())
 
     def backlog(self, queues: Sequence[str], broker: ProgressReads | None = None) -> int:
         """Work not yet done: messages queued on ``queues`` or unacked, active and parked
@@ -124,11 +127,11 @@ class ProgressReads:
         pipe.hlen(UNACKED)
 
     def _unfinished_reads(self, pipe: Any) -> None:
-        pipe.zcard(self.ks.active_runs)
-        pipe.zcard(self.ks.outbox)
-        pipe.zcard(self.ks.parked_runs)
+        for group in self.ks.every_group():
+            pipe.zcard(group.active_runs)
+            pipe.zcard(group.outbox)
+            pipe.zcard(group.parked_runs)
 
-    @staticmethod
-    def backlog_commands(queues: Sequence[str]) -> dict[str, int]:
+    def backlog_commands(self, queues: Sequence[str]) -> dict[str, int]:
         """The Redis commands one `backlog` sends, per command (to leave out of a count)."""
-        return {"llen": len(queues), "hlen": 1, "zcard": 3}
+        return {"llen": len(queues), "hlen": 1, "zcard": 3 * self.ks.groups}

@@ -29,8 +29,8 @@ class SweepStore:
 
     def drop_lease(self, session_key: str) -> None:
         """Forget a lease entry whose lane has no holder any more."""
-        self.redis.zrem(self.ks.lane_leases, session_key)
+        self.redis.zrem(self.ks.beside(session_key).lane_leases, session_key)
 
     def drop_parked(self, run_id: str) -> None:
         """Forget a parked-index entry whose run is gone or no longer parked."""
-        self.redis.zrem(self.ks.parked_runs, run_id)
+        self.redis.zrem(self.ks.beside_id(run_id).parked_runs, run_id)

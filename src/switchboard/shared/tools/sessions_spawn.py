@@ -218,7 +218,7 @@ def _spawn_one(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
         _check_capacity(ctx.services, records, req, 1)
     plan = replace(_plan(ctx.services, req, args, task), collect=collector)
     _check_thread(thread)
-    child = Child.for_plan(plan, req.key)
+    child = Child.for_plan(plan, req.key, ctx.services.store.ks)
     _take_slots(ctx.services, records, req, [child], collector)
     try:
         started = start_child(ctx.services, records, req, child, mode=mode)
@@ -286,7 +286,7 @@ def _spawn_batch(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
     if collector is None:
         _check_capacity(ctx.services, records, req, len(plans))
     _check_thread(thread)
-    children = [Child.for_plan(plan, req.key) for plan in plans]
+    children = [Child.for_plan(plan, req.key, ctx.services.store.ks) for plan in plans]
     _take_slots(ctx.services, records, req, children, collector)
     batch_id, runs = start_batch(ctx.services, records, req, children, mode=mode, join=join)
     result: dict[str, Any] = {

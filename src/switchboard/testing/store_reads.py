@@ -1,0 +1,40 @@
+"""What tests read of the store's raw keys across its slot groups (`Keyspace.every_group`):
+the events of every group's stream, a counter summed over every group's metrics hash."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from switchboard.shared.store import Store, codec
+from switchboard.shared.store.codec import as_text
+
+
+def events(store: Store, event_type: str | None = None) -> list[dict[str, Any]]:
+    """Every event still in the streams (``{"type", **data}``), oldest first per group,
+    the groups in order; only ``event_type``'s when given."""
+    pipe = store.redis.pipeline(transaction=False)
+    for group in store.ks.every_group():
+        pipe.xrange(group.events)
+    found = []
+    for entries in pipe.execute():
+        for _, fields in entries:
+            decoded = codec.decode_hash(fields)
+            if event_type is None or decoded["type"] == event_type:
+                found.append({"type": decoded["type"], **codec.loads(decoded["data"])})
+    return found
+
+
+def metric(store: Store, field: str) -> int:
+    """A counter, summed over every group's metrics hash (0 when never counted)."""
+    pipe = store.redis.pipeline(transaction=False)
+    for group in store.ks.every_group():
+        pipe.hget(group.metrics, field)
+    return sum(int(as_text(v) or 0) for v in pipe.execute())
+
+
+def index_members(store: Store, index: str) -> list[str]:
+    """The members of one `GroupKeys` sorted set (``"deliveries_due"``…) in every group."""
+    pipe = store.redis.pipeline(transaction=False)
+    for group in store.ks.every_group():
+        pipe.zrange(getattr(group, index), 0, -1)
+    return [as_text(m) for rows in pipe.execute() for m in rows]
