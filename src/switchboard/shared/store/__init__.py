@@ -123,8 +123,7 @@ class Store:
         run's history read whole without; acknowledged writes waited for on replicas as
         ``durability`` says."""
         windows = TranscriptWindows() if fast_paths else None
-        prefix = options.get("prefix")
-        client = connect(url, fast_paths=fast_paths, durability=durability, prefix=prefix)
+        client = connect(url, fast_paths=fast_paths, durability=durability)
         after_wait = durability.replicas > 0  # a run's end told once replicas have it
         return cls(client, windows=windows, publish_ends_after_wait=after_wait, **options)
 

@@ -68,7 +68,7 @@ class BulkLoader:
         const = b"".join(_bulk(k.encode()) + _bulk(v.encode()) for k, v in fields.items())
         head = b"*%d\r\n$4\r\nHSET\r\n" % (2 + 2 * (len(fields) + len(_VARYING)))
         names = [_bulk(name.encode()) for name in _VARYING]
-        with _RawPipe(self.redis) as pipe:
+        with _RawPipe(self.redis, self.ks.session_ids) as pipe:
             for batch in _batches(rows, CHUNK):
                 self._write_batch(pipe, batch, head=head, names=names, const=const)
                 pipe.flush()
@@ -147,12 +147,14 @@ def _batches(rows: Iterable[SessionRow], size: int) -> Iterator[list[SessionRow]
 
 class _RawPipe:
     """A pipeline on its own connection: RESP bytes in, every reply read (errors raise).
+    On a Redis Cluster the connection is to the primary that owns ``key``'s slot, and
+    every key written must be in that slot.
 
     A batch is sent before the replies of the one before it are read, so Redis executes
     while the loader builds the next batch."""
 
-    def __init__(self, redis: Redis) -> None:
-        self.conn = dedicated_connection(redis)
+    def __init__(self, redis: Redis, key: str) -> None:
+        self.conn = dedicated_connection(redis, key)
         self.buf: list[bytes] = []
         self.unread = 0
 
