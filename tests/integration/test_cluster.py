@@ -1,11 +1,12 @@
 """State on a Redis Cluster (``redis+cluster://``): three private primaries, a replica each.
 
-The store's keys share one hash slot (the key prefix is the hash tag) and its connections
-go to the primary that owns it: scripts, pipelines and transactions run as on one Redis,
-with every fast path. Then the slot's primary is failed over (a planned ``CLUSTER
-FAILOVER``, and a kill -9 under load with a real api, worker and beat): the store's sync
-and async clients follow by themselves, every acknowledged run ends ok exactly once, and
-the api answers 200 or 503 with Retry-After meanwhile, never a 500.
+With one slot group the store's keys share one hash slot (the key prefix is the hash tag),
+so its router sends every command to the primary that owns it: scripts, pipelines and
+transactions run as on one Redis, with every fast path. Then the slot's primary is failed
+over (a planned ``CLUSTER FAILOVER``, and a kill -9 under load with a real api, worker and
+beat): the store's sync and async clients follow by themselves, every acknowledged run
+ends ok exactly once, and the api answers 200 or 503 with Retry-After meanwhile, never a
+500. Keys of many slots: test_cluster_routing.py.
 """
 
 from __future__ import annotations
@@ -100,12 +101,12 @@ def test_store_steps_run_on_the_slot_owner(
                     others += 1
                     assert other.keys(f"{prefix}*") == []
         assert others == 2
-        probe = connect_plain(steady_cluster.url, prefix=prefix, socket_timeout=3)
+        probe = connect_plain(steady_cluster.url, socket_timeout=3)
         assert probe.hget(store.ks.session("agent:main:hook:cluster"), "sessionId")
         probe.close()
 
         async def read_async() -> Any:
-            client = connect_async(steady_cluster.url, prefix=prefix, socket_timeout=3)
+            client = connect_async(steady_cluster.url, socket_timeout=3)
             try:
                 return await client.xlen(store.ks.transcript("agent:main:hook:cluster"))
             finally:
@@ -121,14 +122,6 @@ def test_store_steps_run_on_the_slot_owner(
             assert replica.xlen(store.ks.transcript("agent:main:hook:cluster")) == seq
     finally:
         store.close()
-
-
-@pytest.mark.integration
-def test_a_prefix_without_a_hash_tag_is_refused_on_a_cluster(
-    steady_cluster: RedisClusterGroup,
-) -> None:
-    with pytest.raises(ValueError, match=r"carries a \{hash tag\}"):
-        Store.from_url(steady_cluster.url, prefix="sb:")
 
 
 @pytest.mark.integration
@@ -185,7 +178,7 @@ def test_planned_failover_moves_the_async_client_and_its_subscription(
         return found is not None and found["data"] == b"hello"
 
     async def scenario() -> None:
-        client = connect_async(cluster_group.url, prefix=PREFIX, socket_timeout=5)
+        client = connect_async(cluster_group.url, socket_timeout=5)
         try:
             async with client.pubsub() as subscriber:
                 await subscriber.subscribe(f"{PREFIX}events")
@@ -273,42 +266,10 @@ def test_kill_of_the_slot_owner_under_load_loses_nothing(
 
 
 @pytest.mark.integration
-def test_an_idle_pool_checks_only_the_owner_and_asks_no_other_node(
-    cluster_group: RedisClusterGroup,
-) -> None:
-    """The twice-a-second follow of a pool sends one ROLE to the slot's owner and nothing
-    to any other node (no `CLUSTER SLOTS` anywhere) while the owner stays a primary (a
-    cluster of the test's own: no other test's pool checks its nodes)."""
-    prefix = PREFIX.replace("}", "-idle}")
-    owner = cluster_group.primary_for(prefix)
-    others = [n for n in cluster_group.nodes if n is not owner and n.pid is not None]
-
-    def calls(node: RedisClusterNode) -> tuple[int, int]:
-        with node.client() as client:
-            stats: dict[str, Any] = client.info("commandstats")
-        return (
-            int(stats.get("cmdstat_cluster|slots", {}).get("calls", 0)),
-            int(stats.get("cmdstat_role", {}).get("calls", 0)),
-        )
-
-    store = Store.from_url(cluster_group.url, prefix=prefix)
-    try:
-        store.ping()  # the first connection asks the cluster where the slot is
-        time.sleep(1.2)  # the follower's first checks
-        before = {n.port: calls(n) for n in [owner, *others]}
-        time.sleep(3)  # about six more checks
-        after = {n.port: calls(n) for n in [owner, *others]}
-    finally:
-        store.close()
-    assert after[owner.port][1] - before[owner.port][1] >= 3  # ROLE on the owner
-    for node in others:
-        assert after[node.port] == before[node.port], node  # nothing on the others
-
-
-@pytest.mark.integration
 def test_closed_clients_stop_checking_the_owner(cluster_group: RedisClusterGroup) -> None:
-    """Every store client on a cluster URL follows the slot's owner (ROLE twice a second);
-    once closed it checks nothing more (a cluster of the test's own)."""
+    """Every store client on a cluster URL follows the primaries (ROLE to each twice a
+    second, the slot's owner among them); once closed it checks nothing more (a cluster of
+    the test's own)."""
     owner = cluster_group.primary_for(PREFIX)
 
     def roles() -> int:
@@ -317,7 +278,7 @@ def test_closed_clients_stop_checking_the_owner(cluster_group: RedisClusterGroup
         return int(stats.get("cmdstat_role", {}).get("calls", 0))
 
     async def async_client_round_trip() -> None:
-        client = connect_async(cluster_group.url, prefix=PREFIX, socket_timeout=3)
+        client = connect_async(cluster_group.url, socket_timeout=3)
         await client.ping()
         await asyncio.sleep(1.2)  # its follower's first checks
         await client.aclose()
@@ -325,7 +286,7 @@ def test_closed_clients_stop_checking_the_owner(cluster_group: RedisClusterGroup
     stores = [
         Store.from_url(cluster_group.url, fast_paths=fast, prefix=PREFIX) for fast in (True, False)
     ]
-    probe = connect_plain(cluster_group.url, prefix=PREFIX, socket_timeout=3)
+    probe = connect_plain(cluster_group.url, socket_timeout=3)
     for store in stores:
         store.ping()
     probe.ping()

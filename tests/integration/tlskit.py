@@ -52,7 +52,7 @@ class StoreClients:
         self.stores = [
             Store.from_url(url, fast_paths=fast, prefix=prefix) for fast in (True, False)
         ]
-        self.async_client = connect_async(url, prefix=prefix, socket_timeout=5)
+        self.async_client = connect_async(url, socket_timeout=5)
         self.loop = asyncio.new_event_loop()
 
     def __enter__(self) -> Self:

@@ -4,6 +4,7 @@ everything else is a clear error naming the form expected (never the password)."
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from switchboard.shared.config import ConfigError, Settings
 from switchboard.shared.store.urls import (
@@ -101,13 +102,24 @@ def test_bad_cluster_urls_are_one_clear_line(url: str, problem: str) -> None:
     assert "\n" not in message and raised.value.key_path == "SWITCHBOARD_REDIS_URL"
 
 
-def test_on_a_cluster_the_key_prefix_becomes_the_hash_tag() -> None:
-    """Every key shares one slot: `sb:` becomes `{sb}:`; a prefix with a tag is kept."""
-    assert Settings(redis_url="redis+cluster://h1:7000").key_prefix == "{sb}:"
-    assert Settings(redis_url="REDIS+CLUSTER://h1:7000", key_prefix="app:").key_prefix == "{app}:"
-    kept = Settings(redis_url="redis+cluster://h1:7000", key_prefix="x:{t}:")
-    assert kept.key_prefix == "x:{t}:"
-    assert Settings(redis_url="redis://h1:6379").key_prefix == "sb:"
+def test_on_a_cluster_the_keys_are_cut_into_64_slot_groups() -> None:
+    """A cluster spreads the state: 64 groups unless set, each with its own hash tag, so
+    the prefix holds none; elsewhere one group."""
+    cluster = Settings(redis_url="redis+cluster://h1:7000")
+    assert (cluster.groups, cluster.key_prefix) == (64, "sb:")
+    assert Settings(redis_url="redis://h1:6379").groups == 1
+    assert Settings(redis_url="redis+cluster://h1:7000", slot_groups=16).groups == 16
+    with pytest.raises(ValidationError, match=r"holds a \{hash tag\}"):
+        Settings(redis_url="redis+cluster://h1:7000", key_prefix="x:{t}:")
+
+
+def test_one_slot_group_on_a_cluster_makes_the_key_prefix_the_hash_tag() -> None:
+    """With one group every key shares one slot: `sb:` becomes `{sb}:`; a prefix with a
+    tag is kept."""
+    one = "redis+cluster://h1:7000"
+    assert Settings(redis_url=one, slot_groups=1).key_prefix == "{sb}:"
+    assert Settings(redis_url=one, slot_groups=1, key_prefix="app:").key_prefix == "{app}:"
+    assert Settings(redis_url=one, slot_groups=1, key_prefix="x:{t}:").key_prefix == "x:{t}:"
 
 
 @pytest.mark.parametrize(
@@ -247,8 +259,9 @@ def test_a_tls_cluster_urls_bad_options_are_named(url: str, said: str) -> None:
     assert "rediss+cluster://" in str(raised.value)
 
 
-def test_a_tls_cluster_url_gives_the_prefix_its_hash_tag() -> None:
-    assert Settings(redis_url="rediss+cluster://h:1?ssl_cert_reqs=none").key_prefix == "{sb}:"
+def test_a_tls_cluster_url_is_a_cluster_too() -> None:
+    """rediss+cluster:// is cut into slot groups as redis+cluster:// is."""
+    assert Settings(redis_url="rediss+cluster://h:1?ssl_cert_reqs=none").groups == 64
 
 
 def test_a_tls_sentinel_url_reaches_sentinels_and_primary_over_tls() -> None:

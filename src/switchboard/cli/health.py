@@ -112,7 +112,7 @@ def _redis_problems(settings: Settings, *, need_redis: bool) -> list[str]:
             return ["redis: SWITCHBOARD_REDIS_URL is not set and no `up` runs here"]
         return []
     try:
-        connect_plain(settings.redis_url, prefix=settings.key_prefix, socket_timeout=3).ping()
+        connect_plain(settings.redis_url, socket_timeout=3).ping()
     except StoreUnavailable as exc:
         return [f"redis: {exc.__cause__}"]
     return []
@@ -163,7 +163,7 @@ def _beat_problems(settings: Settings) -> list[str]:
 
     assert settings.redis_url  # _redis_problems reported its absence
     marks = SweepStore(
-        connect_plain(settings.redis_url, prefix=settings.key_prefix, socket_timeout=3),
+        connect_plain(settings.redis_url, socket_timeout=3),
         Keyspace(settings.key_prefix, settings.groups),
     )
     beat_at_ms = marks.last_ran(HEARTBEAT)
@@ -186,7 +186,7 @@ def _report_all(settings: Settings) -> list[str]:
     assert settings.redis_url  # _redis_problems reported its absence
     problems: list[str] = []
     rows: list[tuple[str, str, str, str]] = []
-    redis = connect_plain(settings.redis_url, prefix=settings.key_prefix, socket_timeout=3)
+    redis = connect_plain(settings.redis_url, socket_timeout=3)
     now = now_ms()
     limit_s = API_STALE_INTERVALS * API_HEARTBEAT_S
     apis = ApiHeartbeats(redis, Keyspace(settings.key_prefix, settings.groups)).all()

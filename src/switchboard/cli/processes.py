@@ -151,7 +151,6 @@ def beat(config: ConfigOpt = None) -> None:
 
         client = connect_plain(
             settings.redis_url,
-            prefix=settings.key_prefix,
             socket_timeout=3,
             socket_connect_timeout=3,
         )

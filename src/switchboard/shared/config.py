@@ -746,7 +746,7 @@ class Settings(BaseSettings):
         every key is in one slot; with several, each group's keys carry a tag of their own
         (`Keyspace`) and the prefix may hold none."""
         if self.slot_groups is None:
-            self.slot_groups = 1  # 64 on a cluster once the store routes by slot
+            self.slot_groups = 64 if cluster_url(self.redis_url) else 1
         if self.slot_groups > 1 and ("{" in self.key_prefix or "}" in self.key_prefix):
             raise ValueError(
                 f"key_prefix {self.key_prefix!r} holds a {{hash tag}}: with slot_groups "

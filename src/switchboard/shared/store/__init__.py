@@ -126,10 +126,7 @@ class Store:
         ``durability`` says; with ``slot_check`` a script or transaction whose keys span
         hash slots is refused on any Redis (`client.CrossSlotError`)."""
         windows = TranscriptWindows() if fast_paths else None
-        prefix = options.get("prefix")
-        client = connect(
-            url, fast_paths=fast_paths, durability=durability, prefix=prefix, slot_check=slot_check
-        )
+        client = connect(url, fast_paths=fast_paths, durability=durability, slot_check=slot_check)
         after_wait = durability.replicas > 0  # a run's end told once replicas have it
         return cls(client, windows=windows, publish_ends_after_wait=after_wait, **options)
 

@@ -1,6 +1,6 @@
 """The api's async store: what the event loop reads from Redis without a thread.
 
-`AsyncStore` holds one async client (`client.AsyncStoreRedis`, so a Redis error arrives as
+`AsyncStore` holds one async client (`client.AsyncStoreClient`, so a Redis error arrives as
 `StoreUnavailable`) and offers what the api needs on its loop: the run waiter's reads and
 subscription (`run_waiter`), the events streams (`follow_events`), the auth
 gate's lockout counts (`locked_ttl`, `count_failure`) and a readiness `ping`. Each api part
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from switchboard.shared.store.client import AsyncStoreRedis, connect_async
+from switchboard.shared.store.client import AsyncStoreClient, connect_async
 from switchboard.shared.store.event_follower import EventFollower
 from switchboard.shared.store.keyspace import Keyspace
 from switchboard.shared.store.waiter import RunWaiter
@@ -30,14 +30,14 @@ class FailureCount:
 class AsyncStore:
     """Async reads and writes of the api, on one async Redis client."""
 
-    def __init__(self, client: AsyncStoreRedis, ks: Keyspace) -> None:
+    def __init__(self, client: AsyncStoreClient, ks: Keyspace) -> None:
         self.client = client
         self.ks = ks
 
     @classmethod
     def from_url(cls, url: str, ks: Keyspace, **options: Any) -> AsyncStore:
         """A store on a new async client for ``url`` (``options``: redis-py's, e.g. timeouts)."""
-        return cls(connect_async(url, prefix=ks.prefix, **options), ks)
+        return cls(connect_async(url, **options), ks)
 
     async def aclose(self) -> None:
         """Close the client's connections."""

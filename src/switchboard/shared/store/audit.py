@@ -17,7 +17,7 @@ from typing import Any
 from redis import Redis
 
 from switchboard.shared.store import codec
-from switchboard.shared.store.client import AsyncStoreRedis
+from switchboard.shared.store.client import AsyncStoreClient
 from switchboard.shared.store.keyspace import AUDIT_MAXLEN, Keyspace
 from switchboard.shared.store.lua_scripts import load as load_lua
 
@@ -104,7 +104,7 @@ class AsyncAuditStore:
     """The api's audit writer, on its async client."""
 
     def __init__(
-        self, client: AsyncStoreRedis, ks: Keyspace, *, maxlen: int = AUDIT_MAXLEN
+        self, client: AsyncStoreClient, ks: Keyspace, *, maxlen: int = AUDIT_MAXLEN
     ) -> None:
         self.client = client
         self.ks = ks

@@ -69,15 +69,15 @@ class BulkLoader:
         const = b"".join(_bulk(k.encode()) + _bulk(v.encode()) for k, v in fields.items())
         head = b"*%d\r\n$4\r\nHSET\r\n" % (2 + 2 * (len(fields) + len(_VARYING)))
         names = [_bulk(name.encode()) for name in _VARYING]
-        with _RawPipe(self.redis) as pipe:
+        with _GroupPipes(self.redis, self.ks) as pipes:
             for batch in _batches(rows, CHUNK):
-                self._write_batch(pipe, batch, head=head, names=names, const=const)
-                pipe.flush()
+                self._write_batch(pipes, batch, head=head, names=names, const=const)
+                pipes.flush()
                 advance(len(batch))
 
     def _write_batch(
         self,
-        pipe: _RawPipe,
+        pipes: _GroupPipes,
         batch: Sequence[SessionRow],
         *,
         head: bytes,
@@ -94,7 +94,8 @@ class BulkLoader:
             updated = b"%d" % row.updated_at_ms
             values = (sid, b"%d" % row.created_at_ms, updated, row.chat_type.encode())
             varying = b"".join(n + _bulk(v) for n, v in zip(names, values, strict=True))
-            pipe.add(head + _bulk(self.ks.session(row.key).encode()) + varying + const)
+            session = self.ks.session(row.key)
+            pipes.add(session, head + _bulk(session.encode()) + varying + const)
             member = _bulk(updated) + _bulk(key)
             group = self.ks.beside(row.key)
             by_sid[self.ks.session_ids_of(row.session_id)].append(_bulk(sid) + _bulk(key))
@@ -102,10 +103,10 @@ class BulkLoader:
             by_agent[group.updated_agent(row.agent_id)].append(member)
             by_kind[group.updated_kind(row.agent_id, row.kind)].append(member)
         for index, pairs in by_sid.items():
-            pipe.add(_pairs(b"HSET", index, pairs))
+            pipes.add(index, _pairs(b"HSET", index, pairs))
         for indexes in (by_all, by_agent, by_kind):
             for index, members in indexes.items():
-                pipe.add(_pairs(b"ZADD", index, members))
+                pipes.add(index, _pairs(b"ZADD", index, members))
 
     def extend_transcript(
         self, key: str, payloads: Sequence[bytes], count: int, *, advance: Advance
@@ -152,12 +153,14 @@ def _batches(rows: Iterable[SessionRow], size: int) -> Iterator[list[SessionRow]
 
 class _RawPipe:
     """A pipeline on its own connection: RESP bytes in, every reply read (errors raise).
+    On a Redis Cluster the connection is to the primary that owns ``key``'s slot, and
+    every key written must be in that slot.
 
     A batch is sent before the replies of the one before it are read, so Redis executes
     while the loader builds the next batch."""
 
-    def __init__(self, redis: Redis) -> None:
-        self.conn = dedicated_connection(redis)
+    def __init__(self, redis: Redis, key: str) -> None:
+        self.conn = dedicated_connection(redis, key)
         self.buf: list[bytes] = []
         self.unread = 0
 
@@ -195,6 +198,36 @@ class _RawPipe:
                 self.flush()  # the replies of the last batch
         finally:
             self.conn.disconnect()  # type: ignore[no-untyped-call]
+
+
+class _GroupPipes:
+    """A `_RawPipe` per slot group written to (each on the connection to where its keys
+    are: on a Redis Cluster, the primary that owns the group's slot)."""
+
+    def __init__(self, redis: Redis, ks: Keyspace) -> None:
+        self.redis = redis
+        self.ks = ks
+        self.pipes: dict[int, _RawPipe] = {}
+
+    def add(self, key: str, command: bytes) -> None:
+        """Queue ``command``, which writes ``key``, on its group's pipe."""
+        group = self.ks.group_of(key)
+        pipe = self.pipes.get(group)
+        if pipe is None:
+            pipe = self.pipes[group] = _RawPipe(self.redis, key).__enter__()
+        pipe.add(command)
+
+    def flush(self) -> None:
+        """Send every pipe's commands; read the replies of their previous batches."""
+        for pipe in self.pipes.values():
+            pipe.flush()
+
+    def __enter__(self) -> _GroupPipes:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for pipe in self.pipes.values():
+            pipe.__exit__(*exc_info)
 
 
 def _bulk(value: bytes) -> bytes:

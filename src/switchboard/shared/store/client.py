@@ -6,7 +6,7 @@ down, loading, timed out, refused the command) is raised again as `StoreUnavaila
 ``from`` the original, so nothing above the store catches a redis-py exception. Two are
 let through as they are, because redis-py's own helpers act on them: ``NoScriptError``
 (a script not yet loaded: `Script` loads it and runs it again) and ``WatchError`` (an
-optimistic transaction that lost its race).
+optimistic transaction that lost its race). The rule is kept in `redis_errors`.
 
 redis-py reads its own version from the installed package's metadata for each connection
 it opens unless given it: a scan of the import path that costs milliseconds, so a burst
@@ -22,6 +22,14 @@ caller sees `StoreUnavailable`, the api a 503) and reconnects to the promoted re
 to a primary that was demoted is closed by its first write (READONLY) and reconnects too.
 The fast path (`ThreadHeldRedis`) runs on such a pool as it is: its held connections are
 the pool's sentinel-managed ones, reconnected the same way.
+
+A ``redis+cluster://`` (or ``rediss+cluster://``) URL gives a router
+(`router.ClusterStoreRedis`, `router.AsyncClusterStoreRedis`) over the same client
+classes, one per primary, each on a pool of its own made with the same options (the fast
+path, `Durability`, ``slot_check``, the URL's TLS options): every command goes to the
+primary that owns its key's slot, so the store's keys may carry different hash tags and
+spread over every shard. ``store/router.py`` says how commands and pipelines are split,
+``store/cluster.py`` how the slots' owners are found and followed through a failover.
 
 A primary demoted on purpose (``SENTINEL FAILOVER``) keeps serving the connections it has
 until Sentinel reconfigures it, up to ten seconds later, and what they write there is
@@ -66,31 +74,40 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, cast
 
 import redis
 import redis.asyncio as aioredis
+from redis._parsers import Encoder  # redis.connection uses it without exporting it
 from redis.asyncio import sentinel as aiosentinel
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
-from redis.crc import key_slot
 from redis.driver_info import DriverInfo
-from redis.exceptions import NoScriptError, ResponseError, WatchError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.retry import Retry
 from redis.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
 
 from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store.cluster import (
-    AsyncSlotOwnerConnection,
-    AsyncSSLSlotOwnerConnection,
-    SlotOwner,
-    SlotOwnerConnection,
-    SSLSlotOwnerConnection,
-    follow_slot_owner,
+    AsyncNodeConnection,
+    AsyncSSLNodeConnection,
+    ClusterMap,
+    NodeClients,
+    NodeConnection,
+    SSLNodeConnection,
+    follow_cluster,
 )
-from switchboard.shared.store.follow import Follower
+from switchboard.shared.store.follow import FOLLOWER_JOIN_S, Follower
 from switchboard.shared.store.lua_scripts import load as load_lua
 from switchboard.shared.store.lua_scripts import script_names
+from switchboard.shared.store.redis_errors import PASSED_THROUGH as _PASSED_THROUGH
+from switchboard.shared.store.redis_errors import unavailable as unavailable
+from switchboard.shared.store.router import AsyncClusterStoreRedis, ClusterStoreRedis
+from switchboard.shared.store.slots import SCRIPT_COMMANDS as _SCRIPTS
+from switchboard.shared.store.slots import CrossSlotError as CrossSlotError
+from switchboard.shared.store.slots import check_one_slot as check_one_slot
+from switchboard.shared.store.slots import command_keys as command_keys
 from switchboard.shared.store.thread_held import ThreadHeldRedis
 from switchboard.shared.store.urls import (
     ClusterUrl,
@@ -103,24 +120,13 @@ log = logging.getLogger("switchboard.store")
 
 DRIVER_INFO = DriverInfo(lib_version=redis.__version__)
 
-# Errors redis-py's helpers handle themselves; every other RedisError becomes ours.
-_PASSED_THROUGH = (NoScriptError, WatchError)
-
 # How the sentinels themselves are asked where the primary is: quickly, and a sentinel
 # that does not answer is skipped for the next one instead of retried.
 SENTINEL_TIMEOUT_S = 2.0
 # How often a sentinel pool's primary is checked (`follow_primary`).
 PRIMARY_CHECK_S = 0.5
-# How long closing a sync store client waits for its follower thread to end (a check under
-# way can take a connect timeout).
-FOLLOWER_JOIN_S = 2.5
 # How long a sentinel that did not answer is skipped while another one answers.
 SENTINEL_SKIP_S = 10.0
-
-
-def unavailable(exc: redis.RedisError) -> StoreUnavailable:
-    """The store's error for a redis-py one (raise it ``from exc``)."""
-    return StoreUnavailable(f"{type(exc).__name__}: {exc}")
 
 
 # The writes a client is told about, made durable on replicas when `Durability` is on: a
@@ -214,39 +220,6 @@ class Durability:
 
 # The store's clients unless told otherwise: no WAIT.
 NO_WAIT = Durability()
-
-
-class CrossSlotError(RuntimeError):
-    """A script or transaction named keys of more than one hash slot: a bug in the store
-    (a Redis Cluster refuses it with CROSSSLOT), found on any Redis with the slot check on
-    (``SWITCHBOARD_SLOT_CHECK``). Not a `StoreUnavailable`: nothing retries it."""
-
-
-# Commands whose every argument after the name is a key; any other keyed command's key is
-# its first argument, and a script's keys are counted by its third.
-_ALL_KEYS = frozenset({"DEL", "UNLINK", "EXISTS", "TOUCH"})
-_SCRIPTS = frozenset({"EVALSHA", "EVAL"})
-
-
-def command_keys(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The keys a command names, as the slot check reads them (none for a command that
-    names none the check cares about: PUBLISH's channel, WAIT)."""
-    name = str(args[0]).upper()
-    if name in _SCRIPTS:
-        return args[3 : 3 + int(args[2])]
-    if name in _ALL_KEYS:
-        return args[1:]
-    if name in ("PUBLISH", "WAIT", "MULTI", "EXEC", "PING", "INFO", "SCRIPT") or len(args) < 2:
-        return ()
-    return args[1:2]
-
-
-def check_one_slot(what: str, keys: Any) -> None:
-    """Raise `CrossSlotError` unless every key in ``keys`` is in one hash slot."""
-    slots = {key_slot(k if isinstance(k, bytes) else str(k).encode()) for k in keys}
-    if len(slots) > 1:
-        shown = ", ".join(sorted(str(k) for k in keys)[:6])
-        raise CrossSlotError(f"{what} spans {len(slots)} hash slots: {shown}")
 
 
 def load_scripts_on_connect(conn: redis.connection.AbstractConnection) -> None:
@@ -356,7 +329,7 @@ class _Translating(redis.Redis):
     durability: Durability = NO_WAIT
     # Its pool's connections load every script as they connect (the fast path).
     scripts_loaded = False
-    # What follows its pool's primary (a Sentinel group's, a cluster slot's); stopped on close.
+    # What follows its pool's primary (a Sentinel group's); stopped on close.
     following: Follower | None = None
     # Refuse scripts and transactions whose keys span hash slots (`CrossSlotError`).
     slot_check = False
@@ -588,29 +561,39 @@ _POOL_OPTIONS: dict[str, Any] = {
 
 
 def blocking_pool(
-    url: str, *, scripts_on_connect: bool = False, prefix: str | None = None
+    url: str, *, scripts_on_connect: bool = False
 ) -> tuple[redis.BlockingConnectionPool, Follower | None]:
     """A pool with keepalive and health checks for the store's client, and what follows
     its primary (none for one Redis).
 
     With every connection in use (a worker with more threads than the pool holds, all
     calling at once), a caller waits up to 20 s for one instead of failing. For a
-    ``redis+sentinel://`` URL the pool's connections go to the primary the sentinels name;
-    for a ``redis+cluster://`` one, to the primary that owns the slot of the key
-    ``prefix`` (its hash tag: `cluster`). With ``scripts_on_connect`` each connection
-    loads every store script as it connects (`load_scripts_on_connect`)."""
-    pool_options = dict(_POOL_OPTIONS)
-    if scripts_on_connect:
-        pool_options["redis_connect_func"] = load_scripts_on_connect
+    ``redis+sentinel://`` URL the pool's connections go to the primary the sentinels name.
+    A cluster has a pool per node, made by its client (`connect`): a cluster URL raises
+    ValueError. With ``scripts_on_connect`` each connection loads every store script as it
+    connects (`load_scripts_on_connect`)."""
     parsed = parse_redis_url(url)
+    pool_options = _pool_options(scripts_on_connect)
     if parsed is None:
         options = plain_url_options(url, pool_options)
         return redis.BlockingConnectionPool.from_url(url, **options), None
     if isinstance(parsed, ClusterUrl):
-        return _slot_owner_pool(redis.BlockingConnectionPool, parsed, prefix, pool_options)
+        raise ValueError("a Redis Cluster has a pool per node: make its client with connect()")
     options = {**parsed.connection_kwargs(), **pool_options, "is_master": True}
     pool = SentinelBlockingPool(parsed.master, _sentinels(parsed), **options)  # type: ignore[no-untyped-call]
     return pool, follow_primary(pool)
+
+
+def _pool_options(scripts_on_connect: bool) -> dict[str, Any]:
+    """`_POOL_OPTIONS`, with each connection loading the store's scripts as it connects."""
+    if not scripts_on_connect:
+        return dict(_POOL_OPTIONS)
+    return {**_POOL_OPTIONS, "redis_connect_func": load_scripts_on_connect}
+
+
+# The store's sync client for any URL (`connect`): on one pool (one Redis, a sentinel
+# group's primary), thread-held or plain, or a cluster's router over such clients.
+SyncStoreClient = StoreRedis | HeldStoreRedis | ClusterStoreRedis
 
 
 def connect(
@@ -618,80 +601,112 @@ def connect(
     *,
     fast_paths: bool = True,
     durability: Durability = NO_WAIT,
-    prefix: str | None = None,
     slot_check: bool = False,
-) -> StoreRedis | HeldStoreRedis:
+) -> SyncStoreClient:
     """The store's sync client for ``url``: thread-held connections with ``fast_paths``,
-    redis-py's plain pooled client without (both on a sentinel pool for a sentinel URL,
-    on the slot owner's for a cluster URL, whose keys are under ``prefix``); its
+    redis-py's plain pooled client without (both on a sentinel pool for a sentinel URL;
+    for a cluster URL, one such client per node behind a `ClusterStoreRedis`); its
     acknowledged writes confirmed on replicas as ``durability`` says; with ``slot_check``
     its scripts and transactions must each name keys of one hash slot (`CrossSlotError`)."""
-    pool, following = blocking_pool(url, scripts_on_connect=fast_paths, prefix=prefix)
-    # redis-py types its constructors as returning Redis; they return the class called on.
-    client: StoreRedis | HeldStoreRedis
-    if fast_paths:
-        client = cast(HeldStoreRedis, HeldStoreRedis.from_pool(pool))
-    else:
-        client = cast(StoreRedis, StoreRedis.from_pool(pool))
-    client.durability = durability
+    client_class = HeldStoreRedis if fast_paths else StoreRedis
+    parsed = parse_redis_url(url)
+    if isinstance(parsed, ClusterUrl):
+        options = _pool_options(fast_paths)
+        return _cluster_client(
+            parsed,
+            functools.partial(_configured, client_class, durability, slot_check),
+            redis.BlockingConnectionPool,
+            options,
+        )
+    pool, following = blocking_pool(url, scripts_on_connect=fast_paths)
+    client = _configured(client_class, durability, slot_check, pool)
     client.following = following
+    return client
+
+
+def _configured(
+    client_class: type[StoreRedis] | type[HeldStoreRedis],
+    durability: Durability,
+    slot_check: bool,
+    pool: redis.ConnectionPool,
+) -> StoreRedis | HeldStoreRedis:
+    """A ``client_class`` client on ``pool`` with ``durability`` and ``slot_check``."""
+    # redis-py types its constructors as returning Redis; they return the class called on.
+    client = cast(StoreRedis | HeldStoreRedis, client_class.from_pool(pool))
+    client.durability = durability
     client.slot_check = slot_check
     return client
 
 
-def _slot_owner_pool(
-    pool_class: Any,
+def _cluster_client(
     parsed: ClusterUrl,
-    prefix: str | None,
+    make_client: Callable[[Any], redis.Redis],
+    pool_class: type[redis.ConnectionPool],
     options: dict[str, Any],
-    *,
-    asynchronous: bool = False,
-) -> tuple[Any, Follower]:
-    """A pool of ``pool_class`` whose connections go to the primary that owns the slot of
-    the store's keys (the key ``prefix`` is their hash tag), and what follows it as it
-    moves; over TLS for a ``rediss+cluster://`` URL."""
-    if not prefix or "{" not in prefix:
-        raise ValueError(f"on a Redis Cluster the key prefix carries a {{hash tag}}: {prefix!r}")
-    connection_class: type[Any]
-    if asynchronous:
-        connection_class = AsyncSSLSlotOwnerConnection if parsed.tls else AsyncSlotOwnerConnection
-    else:
-        connection_class = SSLSlotOwnerConnection if parsed.tls else SlotOwnerConnection
-    owner = SlotOwner(parsed, prefix)
-    pool = pool_class(
-        connection_class=connection_class,
-        slot_owner=owner,
+) -> ClusterStoreRedis:
+    """A router over a store client per node (``make_client(pool)``), each on a
+    ``pool_class`` pool of its own with ``options``, and what follows the primaries."""
+    cluster_map = ClusterMap(parsed)
+    connection_class = SSLNodeConnection if parsed.tls else NodeConnection
+
+    def node_client(host: str, port: int) -> redis.Redis:
+        kwargs = _node_kwargs(parsed, cluster_map, host, port, options)
+        return make_client(pool_class(connection_class=connection_class, **kwargs))
+
+    nodes = NodeClients(cluster_map, node_client)
+    router = ClusterStoreRedis(nodes, _encoder(options))
+    router.following = follow_cluster(nodes, _cut_connections)
+    return router
+
+
+def _node_kwargs(
+    parsed: ClusterUrl, cluster_map: ClusterMap, host: str, port: int, options: dict[str, Any]
+) -> dict[str, Any]:
+    """What a node's pool makes its connections with: the node's address, the map they
+    report a stale answer to, the URL's credentials and TLS options, and ``options``."""
+    return {
+        "host": host,
+        "port": port,
+        "cluster_map": cluster_map,
         **parsed.connection_kwargs(),
         **options,
+    }
+
+
+def _encoder(options: dict[str, Any]) -> Encoder:
+    """The encoder redis-py's pools make from the same ``options``."""
+    return Encoder(  # type: ignore[no-untyped-call]
+        options.get("encoding", "utf-8"),
+        options.get("encoding_errors", "strict"),
+        options.get("decode_responses", False),
     )
-    return pool, follow_slot_owner(pool, owner, _cut_connections)
 
 
-def dedicated_connection(client: redis.Redis) -> redis.Connection:
+def dedicated_connection(client: redis.Redis, key: str | None = None) -> redis.Connection:
     """A connection of its own (not from the pool) to where ``client``'s pool connects:
-    the same server, database and credentials; for a sentinel pool, the current primary."""
+    the same server, database and credentials; for a sentinel pool, the current primary;
+    for a cluster, the primary that owns ``key``'s slot."""
+    if isinstance(client, ClusterStoreRedis):
+        client = client.client_for(key)
     pool = client.connection_pool
     return cast(redis.Connection, pool.connection_class(**pool.connection_kwargs))
 
 
-def connect_plain(url: str, *, prefix: str | None = None, **options: Any) -> StoreRedis:
+def connect_plain(url: str, **options: Any) -> StoreRedis | ClusterStoreRedis:
     """A plain store client with its own connection options (a probe, a broker's lists);
-    on a cluster, to the owner of the slot of the keys under ``prefix``."""
+    for a cluster URL, one per node behind a `ClusterStoreRedis`."""
     parsed = parse_redis_url(url)
     if parsed is None:
         options = plain_url_options(url, options)
         return cast(StoreRedis, StoreRedis.from_url(url, driver_info=DRIVER_INFO, **options))
+    options = {"driver_info": DRIVER_INFO, **options}
     if isinstance(parsed, ClusterUrl):
-        options = {"driver_info": DRIVER_INFO, **options}
-        pool, following = _slot_owner_pool(redis.ConnectionPool, parsed, prefix, options)
-        plain = cast(StoreRedis, StoreRedis.from_pool(pool))
-    else:
-        plain = _sentinels(parsed).master_for(  # type: ignore[no-untyped-call]
-            parsed.master, redis_class=StoreRedis, driver_info=DRIVER_INFO, **options
-        )
-        following = follow_primary(plain.connection_pool)
-    plain.following = following
-    return plain
+        return _cluster_client(parsed, StoreRedis.from_pool, redis.ConnectionPool, options)
+    plain = _sentinels(parsed).master_for(  # type: ignore[no-untyped-call]
+        parsed.master, redis_class=StoreRedis, **options
+    )
+    plain.following = follow_primary(plain.connection_pool)
+    return cast(StoreRedis, plain)
 
 
 class AsyncStorePipeline(aioredis.client.Pipeline):
@@ -737,30 +752,43 @@ class AsyncStoreRedis(aioredis.Redis):
         )
 
 
-def connect_async(url: str, *, prefix: str | None = None, **options: Any) -> AsyncStoreRedis:
+# The api's async client for any URL (`connect_async`): on one pool, or a cluster's router.
+AsyncStoreClient = AsyncStoreRedis | AsyncClusterStoreRedis
+
+
+def connect_async(url: str, **options: Any) -> AsyncStoreClient:
     """An async store client for ``url`` with the connection ``options`` given (for a
-    sentinel URL, on redis-py's async sentinel pool; for a cluster URL, on connections to
-    the owner of the slot of the keys under ``prefix``)."""
+    sentinel URL, on redis-py's async sentinel pool; for a cluster URL, one per node
+    behind an `AsyncClusterStoreRedis`)."""
     parsed = parse_redis_url(url)
     if parsed is None:
         options = plain_url_options(url, options)
         return cast(
             AsyncStoreRedis, AsyncStoreRedis.from_url(url, driver_info=DRIVER_INFO, **options)
         )
+    options = {"driver_info": DRIVER_INFO, **options}
     if isinstance(parsed, ClusterUrl):
-        options = {"driver_info": DRIVER_INFO, **options}
-        pool, following = _slot_owner_pool(
-            aioredis.ConnectionPool, parsed, prefix, options, asynchronous=True
-        )
-        client = cast(AsyncStoreRedis, AsyncStoreRedis.from_pool(pool))
-        client.following = following
-        return client
+        return _async_cluster_client(parsed, options)
     kwargs = {**_sentinel_kwargs(AsyncRetry(NoBackoff(), 0)), **parsed.sentinel_kwargs()}
     sentinels = AsyncNewestSentinel(  # type: ignore[no-untyped-call]
         list(parsed.sentinels), sentinel_kwargs=kwargs, **parsed.connection_kwargs()
     )
-    client = sentinels.master_for(
-        parsed.master, redis_class=AsyncStoreRedis, driver_info=DRIVER_INFO, **options
-    )
+    client = sentinels.master_for(parsed.master, redis_class=AsyncStoreRedis, **options)
     client.following = follow_primary(client.connection_pool, checker=_sentinels(parsed))
     return cast(AsyncStoreRedis, client)
+
+
+def _async_cluster_client(parsed: ClusterUrl, options: dict[str, Any]) -> AsyncClusterStoreRedis:
+    """`_cluster_client` for the api: an `AsyncStoreRedis` per node."""
+    cluster_map = ClusterMap(parsed)
+    connection_class = AsyncSSLNodeConnection if parsed.tls else AsyncNodeConnection
+
+    def node_client(host: str, port: int) -> aioredis.Redis:
+        kwargs = _node_kwargs(parsed, cluster_map, host, port, options)
+        pool = aioredis.ConnectionPool(connection_class=connection_class, **kwargs)
+        return AsyncStoreRedis.from_pool(pool)
+
+    nodes = NodeClients(cluster_map, node_client)
+    router = AsyncClusterStoreRedis(nodes, _encoder(options))
+    router.following = follow_cluster(nodes, _cut_connections)
+    return router

@@ -1,255 +1,312 @@
-"""The store on a Redis Cluster (``redis+cluster://``): one hash slot, reached on its owner.
+"""The store on a Redis Cluster (``redis+cluster://``): where each slot's primary is, the
+connections to each node, and the thread that follows failovers.
 
-redis-py's `RedisCluster` routes each command by its key's slot, but it refuses scripts in
-a pipeline (``EVALSHA`` is in its ``PIPELINE_BLOCKED_COMMANDS``), and the store's steps are
-pipelines of scripts that read and write many keys at once. So on a cluster:
+The store's keys may carry different hash tags, so they may be in any slot on any shard.
+Its cluster clients (`router`) send each command to the primary that owns its key's
+slot, on a store client of that node's own (one pool per node address, made on first
+use: `NodeClients`). This module holds what they share:
 
-- every store key carries one hash tag, the key prefix (``sb:`` becomes ``{sb}:``:
-  `Settings`), so every key, and with them every script's keys, is in one slot;
-- the store's connections are redis-py's plain ones, each made to the primary that owns
-  that slot (`SlotOwnerConnection`), which redis-py's cluster client finds
-  (`SlotOwner`: ``CLUSTER SLOTS`` asked of the nodes the URL lists, then of the nodes it
-  learned). Every command, pipeline, transaction and script of the store then runs as on
-  one Redis, and so does every fast path (held connections, scripts loaded on connect,
-  ``WAIT`` for replicas).
-
-What a cluster buys this way is its failover (a replica takes over the slot's primary
-without Sentinel) and the deployment shape managed Redis services offer; the store's
-load is on one primary at a time. docs/scaling.md says so, with the numbers.
-
-Following a failover: a connection that cannot reach the owner it knew, or that the
-server answers ``MOVED``/``ASK`` (the slot moved), ``READONLY`` (the node was demoted)
-or ``CLUSTERDOWN`` (the cluster is electing), is closed and its command fails with a
-``ConnectionError`` (redis-py retries single commands on a new connection; a pipeline's
-caller sees `StoreUnavailable`); its next connection asks the cluster again. And every
-pool is followed (`follow_slot_owner`): twice a second the owner it knows is asked its
-``ROLE`` (one command to one node); when it is no longer a primary, or does not answer,
-the cluster is asked who owns the slot, and when the answer changed every connection of
-the pool is cut, so none keeps writing to a node that no longer owns it. (A slot moved
-between primaries that both stay up is found by the connections themselves: ``MOVED``.)
+- `ClusterMap`: which primary owns each of the 16384 slots, as the cluster says. It is
+  read by redis-py's cluster machinery (its `NodesManager`: ``CLUSTER SLOTS`` asked of
+  the seed nodes the URL lists, then of the nodes it learned) at the first command, so a
+  cluster down at start is a failed command like any other, not a failed start; and
+  read again once found stale, at most once per `REFRESH_EVERY_S`.
+- `NodeConnection`: a redis-py connection to one node. The server answering ``MOVED`` or
+  ``ASK`` (the slot moved), ``READONLY`` (the node was demoted) or ``CLUSTERDOWN`` (the
+  cluster is electing) means the map is stale: the connection marks it so, closes and
+  raises ``ConnectionError`` (the store client raises `StoreUnavailable`; callers retry
+  their idempotent steps, and the retry is routed on the map read again). A connect that
+  fails marks the map stale too.
+- `follow_cluster`: twice a second each primary the map knows is asked its ``ROLE`` (one
+  command per node; an idle client sends nothing else, and nothing before its first
+  command). When one is no longer a primary or does not answer, the map is read again;
+  and a node that no longer owns any slot has every connection of its pool cut (its
+  sockets shut down, as if the server had closed them), so nothing keeps writing to a
+  demoted node. The thread ends when the client closes.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import redis
 import redis.asyncio as aioredis
-from redis.backoff import NoBackoff
-from redis.cluster import ClusterNode
+from redis.cluster import ClusterNode, NodesManager
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS
 from redis.exceptions import AskError, ClusterDownError, ReadOnlyError, RedisClusterException
-from redis.retry import Retry
 
 from switchboard.shared.store.follow import Follower
+from switchboard.shared.store.slots import key_slot
 from switchboard.shared.store.urls import ClusterUrl
 
 log = logging.getLogger("switchboard.store")
 
-# How often a pool's slot owner is checked (`follow_slot_owner`).
-OWNER_CHECK_S = 0.5
-# How long the cluster's nodes are given to answer where the slot is.
+# How often each known primary is asked its ROLE (`follow_cluster`).
+ROLE_CHECK_S = 0.5
+# The least time between two reads of the cluster's map (a stale map is read again then).
+REFRESH_EVERY_S = 0.25
+# How long the cluster's nodes are given to answer where the slots are, and their ROLE.
 DISCOVERY_TIMEOUT_S = 2.0
-# Answers that mean the connection no longer reaches the slot's primary.
+# Answers that mean the connection's node no longer serves the slot it was sent for.
 _MOVED_ON = (AskError, ReadOnlyError, ClusterDownError)  # AskError covers MovedError
 
+# A node's (host, port).
+Address = tuple[str, int]
+Client = TypeVar("Client")
 
-class SlotOwner:
-    """Where the primary that owns ``tag_key``'s hash slot is, as the cluster says.
 
-    The address is kept once found and asked again (`refresh`) when a connection to it
-    failed or the follower checks; the cluster is read by redis-py's cluster client
-    (its nodes manager), made at the first question so a cluster down at start is a
-    failed connection like any other, not a failed start."""
+class ClusterMap:
+    """Which primary owns each hash slot, as the cluster says (see the module)."""
 
-    def __init__(self, parsed: ClusterUrl, tag_key: str) -> None:
+    def __init__(self, parsed: ClusterUrl, *, refresh_every_s: float = REFRESH_EVERY_S) -> None:
         self.parsed = parsed
-        self.tag_key = tag_key
+        self.refresh_every_s = refresh_every_s
         self._lock = threading.Lock()
-        self._address: tuple[str, int] | None = None
-        self._cluster: redis.RedisCluster | None = None
-        # A client per owner address, for the follower's ROLE check.
-        self._probes: dict[tuple[str, int], redis.Redis] = {}
+        self._manager: NodesManager | None = None
+        self._owners: list[Address | None] | None = None  # by slot; None until first read
+        self._primaries: tuple[Address, ...] = ()
+        self._stale = False
+        self._read_at = float("-inf")  # when the last read ended
+        self._failure = ""  # why the last read failed
 
-    def address(self) -> tuple[str, int]:
-        """The owner's (host, port): the one known, else asked of the cluster."""
-        known = self._address
-        return known if known is not None else self.refresh()
+    @property
+    def needs_reading(self) -> bool:
+        """Whether the map was never read or was found stale (`ensure_read` reads it)."""
+        return self._owners is None or self._stale
 
-    def forget(self, address: tuple[str, int]) -> None:
-        """A connection to ``address`` failed: ask the cluster at the next connection."""
-        with self._lock:
-            if self._address == address:
-                self._address = None
+    def stale(self) -> None:
+        """Note that a node answered as if the map were stale: the next use reads it again."""
+        self._stale = True
 
-    def refresh(self) -> tuple[str, int]:
-        """Ask the cluster who owns the slot now (raises ``ConnectionError`` when no node
-        answers)."""
-        with self._lock:
-            try:
-                if self._cluster is None:
-                    self._cluster = self._connect()
-                else:
-                    self._cluster.nodes_manager.initialize()
-                node = self._cluster.get_node_from_key(self.tag_key)  # type: ignore[no-untyped-call]
-            except (redis.RedisError, RedisClusterException) as exc:
-                raise redis.ConnectionError(
-                    f"no node of the cluster says where {self.tag_key!r} is: {exc}"
-                ) from exc
-            if node is None:
-                raise redis.ConnectionError(f"no node of the cluster owns {self.tag_key!r}")
-            self._address = (str(node.host), int(node.port))
-            return self._address
+    def ensure_read(self) -> None:
+        """Read the map when never read (``ConnectionError`` when no node answers, or
+        when that was the answer within `refresh_every_s`) or stale (unless read within
+        `refresh_every_s` or being read by another thread; a failure keeps the map as it
+        was, still stale)."""
+        if self._owners is None:
+            self._read(wait=True)
+        elif self._stale:
+            with contextlib.suppress(redis.ConnectionError):
+                self._read(wait=False)
 
-    def check(self) -> tuple[str, int]:
-        """The owner's address, checked: the one known while it still says it is a
-        primary (``ROLE``), else asked of the cluster (`refresh`)."""
-        known = self._address
-        if known is not None:
-            with contextlib.suppress(redis.RedisError):
-                if self._role(known) == "master":
-                    return known
-        return self.refresh()
+    def owner(self, key: Any) -> Address:
+        """The (host, port) of the primary that owns ``key``'s slot, as last read."""
+        owners = self._owners
+        address = owners[key_slot(key)] if owners is not None else None
+        if address is None:
+            raise redis.ConnectionError(f"no primary of the cluster serves the slot of {key!r}")
+        return address
 
-    def close(self) -> None:
-        """Close the cluster client's connections."""
-        with self._lock:
-            if self._cluster is not None:
-                self._cluster.close()
-                self._cluster = None
-            for probe in self._probes.values():
-                probe.close()
-            self._probes.clear()
+    def primaries(self) -> tuple[Address, ...]:
+        """Every primary that owns a slot (in slot order), as last read; none before."""
+        return self._primaries
 
-    def _role(self, address: tuple[str, int]) -> str:
-        """What the node at ``address`` says it is (``master``, ``slave``)."""
-        with self._lock:
-            probe = self._probes.get(address)
-            if probe is None:
-                probe = self._probes[address] = redis.Redis(
-                    host=address[0],
-                    port=address[1],
-                    socket_timeout=DISCOVERY_TIMEOUT_S,
-                    socket_connect_timeout=DISCOVERY_TIMEOUT_S,
-                    retry=Retry(NoBackoff(), 0),  # a dead owner fails the check at once
-                    **self.parsed.client_kwargs(),
-                )
-        reply: Any = probe.role()
+    def default(self) -> Address:
+        """The primary keyless commands go to: the owner of the first slot."""
+        if not self._primaries:
+            raise redis.ConnectionError("no primary of the cluster is known")
+        return self._primaries[0]
+
+    def role(self, address: Address) -> str:
+        """What the node at ``address`` says it is (``master``, ``slave``), asked on the
+        discovery client of the node (no retry: a dead node fails at once)."""
+        manager = self._manager
+        node = manager.get_node(host=address[0], port=address[1]) if manager else None
+        if node is None or node.redis_connection is None:
+            raise redis.ConnectionError(f"{address[0]}:{address[1]} is not in the cluster's map")
+        reply: Any = node.redis_connection.execute_command("ROLE")
         role = reply[0]
         return role.decode() if isinstance(role, bytes) else str(role)
 
-    def _connect(self) -> redis.RedisCluster:
+    def close(self) -> None:
+        """Close the discovery clients' connections."""
+        with self._lock:
+            if self._manager is not None:
+                self._manager.close()
+                self._manager = None
+
+    def _read(self, *, wait: bool) -> None:
+        if not self._lock.acquire(blocking=wait):
+            return  # another thread reads it now
+        try:
+            if time.monotonic() - self._read_at < self.refresh_every_s:
+                if self._owners is None:  # the first read failed a moment ago
+                    raise redis.ConnectionError(self._failure)
+                return
+            try:
+                if self._manager is None:
+                    self._manager = self._connect()
+                else:
+                    self._manager.initialize()
+            except (redis.RedisError, RedisClusterException) as exc:
+                self._failure = f"no node of the cluster says where the slots are: {exc}"
+                raise redis.ConnectionError(self._failure) from exc
+            finally:
+                self._read_at = time.monotonic()
+            self._take(self._manager.slots_cache)
+        finally:
+            self._lock.release()
+
+    def _take(self, slots: dict[int, list[ClusterNode]]) -> None:
+        owners: list[Address | None] = [None] * REDIS_CLUSTER_HASH_SLOTS
+        for slot, nodes in slots.items():
+            if nodes:
+                owners[slot] = (str(nodes[0].host), int(nodes[0].port))
+        self._owners = owners
+        self._primaries = tuple(dict.fromkeys(a for a in owners if a is not None))
+        self._stale = False
+
+    def _connect(self) -> NodesManager:
         seeds = [ClusterNode(host, port) for host, port in self.parsed.nodes]  # type: ignore[no-untyped-call]
-        return redis.RedisCluster(
-            startup_nodes=seeds,
+        return NodesManager(
+            seeds,
+            require_full_coverage=False,
             socket_timeout=DISCOVERY_TIMEOUT_S,
             socket_connect_timeout=DISCOVERY_TIMEOUT_S,
             **self.parsed.client_kwargs(),
         )
 
 
-class SlotOwnerConnection(redis.Connection):
-    """A redis-py connection to the slot owner's current address (see the module)."""
+class NodeConnection(redis.Connection):
+    """A redis-py connection to one node of the cluster (see the module)."""
 
-    def __init__(self, *, slot_owner: SlotOwner, **kwargs: Any) -> None:
-        self.slot_owner = slot_owner
+    def __init__(self, *, cluster_map: ClusterMap, **kwargs: Any) -> None:
+        self.cluster_map = cluster_map
         super().__init__(**kwargs)  # type: ignore[no-untyped-call]
 
     def _connect(self) -> Any:
-        self.host, self.port = self.slot_owner.address()
         try:
             return super()._connect()  # type: ignore[no-untyped-call]
         except OSError:
-            self.slot_owner.forget((self.host, self.port))
+            self.cluster_map.stale()
             raise
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
-        """The server's answer; one that says the slot is elsewhere closes the connection
-        and raises ``ConnectionError`` (see the module)."""
+        """The server's answer; one that says the map is stale closes the connection and
+        raises ``ConnectionError`` (see the module)."""
         try:
             return super().read_response(*args, **kwargs)
         except _MOVED_ON as exc:
-            self.slot_owner.forget((self.host, self.port))
+            self.cluster_map.stale()
             self.disconnect()  # type: ignore[no-untyped-call]
-            raise redis.ConnectionError(
-                f"the store's slot is not on {self.host}:{self.port}: {exc}"
-            ) from exc
+            raise redis.ConnectionError(f"{self.host}:{self.port} {_moved(exc)}") from exc
 
 
-class AsyncSlotOwnerConnection(aioredis.Connection):
-    """`SlotOwnerConnection` for the api's event loop."""
+class AsyncNodeConnection(aioredis.Connection):
+    """`NodeConnection` for the api's event loop."""
 
-    def __init__(self, *, slot_owner: SlotOwner, **kwargs: Any) -> None:
-        self.slot_owner = slot_owner
+    def __init__(self, *, cluster_map: ClusterMap, **kwargs: Any) -> None:
+        self.cluster_map = cluster_map
         super().__init__(**kwargs)
 
     async def _connect(self) -> None:
-        # Asking the cluster is a blocking round trip: off the loop (rare: after a failure).
-        self.host, self.port = await asyncio.to_thread(self.slot_owner.address)
         try:
             await super()._connect()  # type: ignore[no-untyped-call]
         except OSError:
-            self.slot_owner.forget((self.host, self.port))
+            self.cluster_map.stale()
             raise
 
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
-        """As `SlotOwnerConnection.read_response`."""
+        """As `NodeConnection.read_response`."""
         try:
             return await super().read_response(*args, **kwargs)
         except _MOVED_ON as exc:
-            self.slot_owner.forget((self.host, self.port))
+            self.cluster_map.stale()
             await self.disconnect()
-            raise redis.ConnectionError(
-                f"the store's slot is not on {self.host}:{self.port}: {exc}"
-            ) from exc
+            raise redis.ConnectionError(f"{self.host}:{self.port} {_moved(exc)}") from exc
 
 
-class SSLSlotOwnerConnection(SlotOwnerConnection, redis.SSLConnection):
-    """`SlotOwnerConnection` over TLS (``rediss+cluster://``)."""
+class SSLNodeConnection(NodeConnection, redis.SSLConnection):
+    """`NodeConnection` over TLS (``rediss+cluster://``)."""
 
 
-class AsyncSSLSlotOwnerConnection(AsyncSlotOwnerConnection, aioredis.SSLConnection):
-    """`AsyncSlotOwnerConnection` over TLS (``rediss+cluster://``)."""
+class AsyncSSLNodeConnection(AsyncNodeConnection, aioredis.SSLConnection):
+    """`AsyncNodeConnection` over TLS (``rediss+cluster://``)."""
 
 
-def follow_slot_owner(
-    pool: Any, owner: SlotOwner, cut: Callable[[Any], None], every_s: float = OWNER_CHECK_S
+def _moved(exc: Exception) -> str:
+    return f"no longer serves the slot the command was sent for ({type(exc).__name__}: {exc})"
+
+
+class NodeClients(Generic[Client]):
+    """A store client per primary, made on first use by ``make(host, port)`` (one pool per
+    node address), found by key through the cluster's map."""
+
+    def __init__(self, cluster_map: ClusterMap, make: Callable[[str, int], Client]) -> None:
+        self.map = cluster_map
+        self._make = make
+        self._lock = threading.Lock()
+        self._clients: dict[Address, Client] = {}
+
+    def for_key(self, key: Any | None) -> Client:
+        """The client of the primary that owns ``key``'s slot, or of the default primary
+        for None (the map as last read: `ClusterMap.ensure_read` first)."""
+        return self.at(self.map.default() if key is None else self.map.owner(key))
+
+    def primaries(self) -> list[Client]:
+        """A client for every primary the map knows."""
+        return [self.at(address) for address in self.map.primaries()]
+
+    def at(self, address: Address) -> Client:
+        """The client of the node at ``address`` (made now if it is the first use)."""
+        client = self._clients.get(address)
+        if client is None:
+            with self._lock:
+                client = self._clients.get(address)
+                if client is None:
+                    client = self._clients[address] = self._make(*address)
+        return client
+
+    def made(self) -> dict[Address, Client]:
+        """Every client made so far, by node address."""
+        with self._lock:
+            return dict(self._clients)
+
+
+def follow_cluster(
+    nodes: NodeClients[Any], cut: Callable[[Any], None], every_s: float = ROLE_CHECK_S
 ) -> Follower:
-    """Cut every connection of ``pool`` (``cut(pool)``) once the cluster names another
-    owner of the slot (checked every ``every_s`` by a `Follower`, which the store client
-    owning the pool stops when closed); ``owner`` is closed when it ends."""
-    return Follower(
-        pool,
-        _OwnerCheck(owner, cut),
-        every_s=every_s,
-        name="cluster-slot-owner",
-        on_end=owner.close,
-    )
+    """Check the primaries of ``nodes``' map every ``every_s`` (a `Follower`, which the
+    router owning them stops when closed): read the map again when one is no longer a
+    primary or does not answer, and ``cut(pool)`` the connections of every node that no
+    longer owns a slot. The map's discovery clients are closed when it ends."""
+    check = _PrimariesCheck(cut)
+    return Follower(nodes, check, every_s=every_s, name="cluster-primaries", on_end=nodes.map.close)
 
 
-class _OwnerCheck:
-    """One check of `follow_slot_owner`: the owner the cluster names, against the last."""
+class _PrimariesCheck:
+    """One check of `follow_cluster`: every known primary's ROLE, then the connections
+    of each node client whose node owns no slot now are cut (every check, so a node
+    demoted before the first check is cut too; a pool with none left is cut of nothing)."""
 
-    def __init__(self, owner: SlotOwner, cut: Callable[[Any], None]) -> None:
-        self.owner = owner
+    def __init__(self, cut: Callable[[Any], None]) -> None:
         self.cut = cut
-        self.known: tuple[str, int] | None = None
+        self.demoted: frozenset[Address] = frozenset()  # logged already
 
-    def __call__(self, pool: Any) -> None:
-        try:
-            named = self.owner.check()
-        except redis.RedisError:
-            named = None  # an election under way: connections find out themselves
-        if self.known is not None and named is not None and named != self.known:
+    def __call__(self, nodes: NodeClients[Any]) -> None:
+        cluster_map = nodes.map
+        if not all(_is_primary(cluster_map, a) for a in cluster_map.primaries()):
+            cluster_map.stale()
+            cluster_map.ensure_read()
+        owning = frozenset(cluster_map.primaries())
+        demoted = frozenset(address for address in nodes.made() if address not in owning)
+        for address in demoted - self.demoted:
             log.warning(
-                "Redis Cluster slot of %r moved from %s:%s to %s:%s; reconnecting",
-                self.owner.tag_key,
-                *self.known,
-                *named,
+                "Redis Cluster node %s:%s no longer owns a slot; cutting its connections",
+                *address,
             )
-            self.cut(pool)
-        self.known = named or self.known
+        for address in demoted:
+            self.cut(nodes.at(address).connection_pool)
+        self.demoted = demoted
+
+
+def _is_primary(cluster_map: ClusterMap, address: Address) -> bool:
+    try:
+        return cluster_map.role(address) == "master"
+    except redis.RedisError:
+        return False

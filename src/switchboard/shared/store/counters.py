@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from redis import Redis
 
 from switchboard.shared.errors import StoreUnavailable
-from switchboard.shared.store.client import StoreRedis, connect_plain
+from switchboard.shared.store.client import connect_plain
 from switchboard.shared.store.keyspace import Keyspace
 
 log = logging.getLogger("switchboard.metrics")
@@ -80,8 +80,7 @@ class ListLengths:
     @classmethod
     def from_url(cls, url: str) -> ListLengths:
         """Lengths read on a client of their own (a broker that is not the store's Redis)."""
-        client: StoreRedis = connect_plain(url, socket_timeout=10, socket_connect_timeout=5)
-        return cls(client)
+        return cls(connect_plain(url, socket_timeout=10, socket_connect_timeout=5))
 
     def read(self, names: Sequence[str]) -> list[int]:
         """The length of each list in ``names`` (0 for a missing one), in order."""

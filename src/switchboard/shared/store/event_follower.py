@@ -22,7 +22,7 @@ import heapq
 from collections.abc import Sequence
 from typing import Any
 
-from switchboard.shared.store.client import AsyncStoreRedis
+from switchboard.shared.store.client import AsyncStoreClient
 from switchboard.shared.store.events import decode_entry
 from switchboard.shared.store.keyspace import Keyspace
 
@@ -51,14 +51,14 @@ def _just_before(ms: int, seq: int) -> str:
 class EventFollower:
     """Where one reader is in the events streams (see the module), and its next reads."""
 
-    def __init__(self, client: AsyncStoreRedis, ks: Keyspace, positions: Sequence[str]) -> None:
+    def __init__(self, client: AsyncStoreClient, ks: Keyspace, positions: Sequence[str]) -> None:
         self.client = client
         self.streams = [group.events for group in ks.every_group()]
         self.positions = list(positions)  # per group: the last entry id read
         self.cursor = self._id_of(self._newest(), self.positions)
 
     @classmethod
-    async def at_end(cls, client: AsyncStoreRedis, ks: Keyspace) -> EventFollower:
+    async def at_end(cls, client: AsyncStoreClient, ks: Keyspace) -> EventFollower:
         """A follower of what is appended from now on."""
         pipe = client.pipeline(transaction=False)
         for group in ks.every_group():
@@ -67,7 +67,7 @@ class EventFollower:
         return cls(client, ks, [_text(rows[0][0]) if rows else _START for rows in newest])
 
     @classmethod
-    def after(cls, client: AsyncStoreRedis, ks: Keyspace, cursor: str) -> EventFollower:
+    def after(cls, client: AsyncStoreClient, ks: Keyspace, cursor: str) -> EventFollower:
         """A follower of what comes after the event id ``cursor`` (an id it gave)."""
         if ks.groups == 1:
             return cls(client, ks, [cursor])

@@ -1,8 +1,9 @@
-"""The thread that follows where a pool's primary is (a Sentinel group's, a cluster slot's).
+"""The thread that follows where a pool's primary is (a Sentinel group's, a cluster's).
 
-`client.follow_primary` and `cluster.follow_slot_owner` each start one per pool. It checks
-every half second until the store client that owns the pool is closed (`Follower.stop`), or
-else until the pool itself is gone (a pool made elsewhere, kombu's, has no such client).
+`client.follow_primary` starts one per sentinel pool, `cluster.follow_cluster` one per
+cluster client (for all its nodes). It checks every half second until the store client
+that owns it is closed (`Follower.stop`), or else until what it follows is gone (a pool
+made elsewhere, kombu's, has no such client).
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("switchboard.store")
+
+# How long closing a sync store client waits for its follower thread to end (a check under
+# way can take a connect timeout).
+FOLLOWER_JOIN_S = 2.5
 
 
 class Follower:

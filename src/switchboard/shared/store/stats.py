@@ -1,13 +1,16 @@
 """What the server says about itself, and batched reads of how far work has got.
 
 `ServerStats` reads ``INFO``: the calls per command (``commandstats``, for Redis commands
-per run), memory and the server's version. `ProgressReads` answers "is the work done?"
-for many runs or sessions in one round trip each: a load generator polls them while a
-burst runs, so they read the least that answers (``HMGET`` of two fields, ``XLEN``).
+per run), memory and the server's version; on a Redis Cluster, of every primary (the
+calls and memory summed), as the store's keys may be on any of them. `ProgressReads`
+answers "is the work done?" for many runs or sessions in one round trip each: a load
+generator polls them while a burst runs, so they read the least that answers (``HMGET``
+of two fields, ``XLEN``).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +18,7 @@ from typing import Any
 from redis import Redis
 
 from switchboard.shared.store.keyspace import Keyspace
+from switchboard.shared.store.router import primary_clients
 from switchboard.shared.store.run_records import TERMINAL
 
 # The hash where kombu's Redis transport keeps messages delivered but not yet acked.
@@ -39,30 +43,36 @@ class CommandCalls:
 
 
 class ServerStats:
-    """The Redis server's own counters (``INFO``)."""
+    """The Redis servers' own counters (``INFO``): the one server's, or on a cluster every
+    primary's (`router.primary_clients`)."""
 
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
 
     def command_calls(self) -> CommandCalls:
-        """Calls per command since the server started (``INFO commandstats``)."""
-        info: dict[str, Any] = self.redis.info("commandstats")
-        calls = {
-            name.removeprefix("cmdstat_"): int(stat["calls"])
-            for name, stat in info.items()
-            if name.startswith("cmdstat_")
-        }
-        return CommandCalls(calls)
+        """Calls per command since the servers started (``INFO commandstats``, summed)."""
+        calls: Counter[str] = Counter()
+        for info in self._infos("commandstats"):
+            calls.update(
+                {
+                    name.removeprefix("cmdstat_"): int(stat["calls"])
+                    for name, stat in info.items()
+                    if name.startswith("cmdstat_")
+                }
+            )
+        return CommandCalls(dict(calls))
 
     def memory_bytes(self) -> int:
-        """Memory Redis holds for data and overhead (``used_memory``)."""
-        info: dict[str, Any] = self.redis.info("memory")
-        return int(info["used_memory"])
+        """Memory Redis holds for data and overhead (``used_memory``, summed)."""
+        return sum(int(info["used_memory"]) for info in self._infos("memory"))
 
     def version(self) -> str:
-        """The server's version (``redis_version``)."""
-        info: dict[str, Any] = self.redis.info("server")
-        return str(info["redis_version"])
+        """The server's version (``redis_version``; on a cluster, the first primary's)."""
+        return str(self._infos("server")[0]["redis_version"])
+
+    def _infos(self, section: str) -> list[dict[str, Any]]:
+        """``INFO section`` of every primary."""
+        return [client.info(section) for client in primary_clients(self.redis)]
 
 
 class ProgressReads:

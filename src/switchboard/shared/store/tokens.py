@@ -21,7 +21,7 @@ from typing import Any
 from redis import Redis
 
 from switchboard.shared.store import codec
-from switchboard.shared.store.client import AsyncStoreRedis
+from switchboard.shared.store.client import AsyncStoreClient
 from switchboard.shared.store.keyspace import Keyspace
 from switchboard.shared.store.runs import now_ms
 
@@ -176,7 +176,7 @@ class TokenStore:
 class AsyncTokenStore:
     """The api's per-request token lookup and last-used mark, on its async client."""
 
-    def __init__(self, client: AsyncStoreRedis, ks: Keyspace) -> None:
+    def __init__(self, client: AsyncStoreClient, ks: Keyspace) -> None:
         self.client = client
         self.ks = ks
 

@@ -1,0 +1,22 @@
+"""How a redis-py error becomes the store's: one rule for every store client (`client`,
+`router`).
+
+Any ``RedisError`` is raised again as `StoreUnavailable` (``from`` it), but for the two
+redis-py's own helpers act on (`PASSED_THROUGH`): ``NoScriptError`` (`Script` loads the
+script and runs it again) and ``WatchError`` (an optimistic transaction lost its race).
+"""
+
+from __future__ import annotations
+
+import redis
+from redis.exceptions import NoScriptError, WatchError
+
+from switchboard.shared.errors import StoreUnavailable
+
+# Errors redis-py's helpers handle themselves; every other RedisError becomes ours.
+PASSED_THROUGH = (NoScriptError, WatchError)
+
+
+def unavailable(exc: redis.RedisError) -> StoreUnavailable:
+    """The store's error for a redis-py one (raise it ``from exc``)."""
+    return StoreUnavailable(f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,431 @@
+"""The store's clients on a Redis Cluster route by hash slot: keys under the tags ``{0}``
+to ``{15}`` spread over three private primaries (a replica each), and every command,
+pipeline, transaction, scan and subscription reaches the primary that owns its key's
+slot, for the sync client (fast paths on and off), the plain probe client and the api's
+async client. Then one shard is failed over (planned, and a kill -9): the clients follow
+without a restart, and the other shards answer meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from switchboard.shared.errors import StoreUnavailable, Unavailable
+from switchboard.shared.store import Store
+from switchboard.shared.store.client import (
+    CrossSlotError,
+    Durability,
+    connect,
+    connect_async,
+    connect_plain,
+)
+from switchboard.shared.store.lua_scripts import load as load_lua
+from switchboard.shared.store.slots import key_slot
+from switchboard.supervisor.redis_cluster import RedisClusterGroup, RedisClusterNode
+from switchboard.supervisor.redis_server import find_redis_server
+
+pytestmark = pytest.mark.integration
+
+# Sixteen hash tags; the even split of the slots puts some on each of the three primaries.
+TAGS = [f"{{{n}}}" for n in range(16)]
+FAST_AND_PLAIN = pytest.mark.parametrize("fast_paths", [True, False], ids=["fast", "plain"])
+
+
+def _started(where: Path) -> Iterator[RedisClusterGroup]:
+    try:
+        find_redis_server()
+    except Unavailable as exc:
+        pytest.skip(f"no redis-server to run a Redis Cluster: {exc}")
+    with RedisClusterGroup(where, primaries=3, replicas_per_primary=1) as group:
+        yield group
+
+
+@pytest.fixture(scope="module")
+def steady_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterGroup]:
+    """A cluster the module's tests that fail nothing over share."""
+    yield from _started(tmp_path_factory.mktemp("routing-cluster"))
+
+
+@pytest.fixture
+def cluster_group(tmp_path: Path) -> Iterator[RedisClusterGroup]:
+    """A cluster of the test's own (a failover changes which node owns what)."""
+    yield from _started(tmp_path / "cluster")
+
+
+def _primaries(group: RedisClusterGroup) -> list[RedisClusterNode]:
+    """The running nodes that say they are a primary."""
+    found = []
+    for node in group.live_nodes():
+        with node.client() as client:
+            if client.info("replication")["role"] == "master":
+                found.append(node)
+    return found
+
+
+def _assert_each_on_its_owner(group: RedisClusterGroup, pattern: str, keys: list[str]) -> None:
+    """Each primary holds exactly the keys matching ``pattern`` whose slot it owns (KEYS
+    answers a node's own keys), and the ``keys`` span three primaries."""
+    owners = {key: group.primary_for(key) for key in keys}
+    assert len(set(owners.values())) == 3, "the keys should span the three primaries"
+    for node in _primaries(group):
+        with node.client() as client:
+            held = {k.decode() for k in client.keys(pattern)}
+        assert held == {key for key in keys if owners[key] is node}, node
+
+
+def _commands(node: RedisClusterNode) -> dict[str, int]:
+    """Calls per command on ``node`` since it started."""
+    with node.client() as client:
+        stats: dict[str, Any] = client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(s["calls"]) for name, s in stats.items()}
+
+
+def _store_connections(node: RedisClusterNode) -> list[dict[str, Any]]:
+    """The clients connected to ``node`` that a store client made: every normal client
+    but this listing and the discovery clients (whose last command asked where the slots
+    are, or the node's ROLE)."""
+    with node.client() as client:
+        me = client.client_id()
+        listed: list[dict[str, Any]] = client.client_list(_type="normal")
+    discovery = {"role", "cluster|slots"}
+    return [c for c in listed if int(c["id"]) != me and c["cmd"] not in discovery]
+
+
+def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)}
+
+
+def _eventually(write: Callable[[], Any], done: Callable[[], bool], timeout_s: float) -> float:
+    """Call ``write`` (a `StoreUnavailable` tolerated) until ``done``; the seconds taken."""
+    start = time.monotonic()
+    while True:
+        with contextlib.suppress(StoreUnavailable):
+            write()
+        if done():
+            return time.monotonic() - start
+        assert time.monotonic() - start < timeout_s, "the client never reached the new owner"
+        time.sleep(0.05)
+
+
+@FAST_AND_PLAIN
+def test_keys_of_sixteen_tags_land_on_every_primary(
+    steady_cluster: RedisClusterGroup, fast_paths: bool
+) -> None:
+    """Keys of sixteen tags land each on its slot's primary; reads and INFO sums span them all."""
+    client = connect(steady_cluster.url, fast_paths=fast_paths)
+    probe = connect_plain(steady_cluster.url, socket_timeout=3)
+    keys = [f"land-{fast_paths}:{tag}" for tag in TAGS]
+    try:
+        stats = Store(client).stats
+        before = stats.command_calls()
+        for n, key in enumerate(keys):
+            client.set(key, n)
+        assert stats.command_calls().since(before).get("set") == len(keys)
+        _assert_each_on_its_owner(steady_cluster, f"land-{fast_paths}:*", keys)
+        assert [probe.get(key) for key in keys] == [str(n).encode() for n in range(len(keys))]
+    finally:
+        client.close()
+        probe.close()
+
+
+@FAST_AND_PLAIN
+def test_a_pipeline_of_scripts_across_slots_answers_in_order(
+    steady_cluster: RedisClusterGroup, fast_paths: bool
+) -> None:
+    """A pipeline of store scripts and commands across slots answers in order, WAIT per owner."""
+    durability = Durability(replicas=1, timeout_ms=5000)
+    client = connect(steady_cluster.url, fast_paths=fast_paths, durability=durability)
+    stores = [Store(client, prefix=f"pipe-{fast_paths}:{tag}:") for tag in TAGS]
+    key = "agent:main:hook:routed"
+    owners = {steady_cluster.primary_for(s.ks.session(key)).port for s in stores}
+    waits_before = {n.port: _commands(n).get("wait", 0) for n in _primaries(steady_cluster)}
+    try:
+        session_ids = [store.sessions.ensure(key)[0] for store in stores]
+        pipe = stores[0].pipeline()  # one pipeline, every store's commands
+        for n, store in enumerate(stores):
+            store.sessions.touch(key, client=pipe)  # a script on the tag's owner
+            pipe.hget(store.ks.session(key), "sessionId")
+            pipe.set(store.ks.session(f"plain{n}"), n)
+        replies = pipe.execute()
+        assert replies[1::3] == [sid.encode() for sid in session_ids]
+        assert replies[2::3] == [True] * len(stores)
+        for store in stores:  # acknowledged writes: WAIT on the connection of each owner
+            store.transcripts.append(key, {"role": "user", "content": "hi"}, now_ms=1)
+        assert durability.short == 0
+        for node in _primaries(steady_cluster):
+            waited = _commands(node).get("wait", 0) - waits_before.get(node.port, 0)
+            assert (waited > 0) == (node.port in owners), node
+        sessions = [store.ks.session(key) for store in stores]
+        _assert_each_on_its_owner(steady_cluster, f"pipe-{fast_paths}:*:s:{key}", sessions)
+    finally:
+        client.close()
+
+
+@FAST_AND_PLAIN
+def test_a_transaction_runs_on_its_slot_and_one_spanning_slots_is_refused(
+    steady_cluster: RedisClusterGroup, fast_paths: bool
+) -> None:
+    """A MULTI on one slot runs on its owner; one spanning two slots raises CrossSlotError."""
+    client = connect(steady_cluster.url, fast_paths=fast_paths)
+    keys = [f"tx-{fast_paths}:{tag}:a" for tag in TAGS]
+    try:
+        for key in keys:
+            pipe = client.pipeline(transaction=True)
+            pipe.set(key, 0)
+            pipe.incr(key)
+            pipe.incr(key.replace(":a", ":b"))
+            assert pipe.execute() == [True, 1, 1]
+        _assert_each_on_its_owner(steady_cluster, f"tx-{fast_paths}:*:a", keys)
+        pipe = client.pipeline(transaction=True)
+        pipe.set(f"tx-{fast_paths}:spanning:{{0}}", 1)
+        pipe.set(f"tx-{fast_paths}:spanning:{{1}}", 1)
+        with pytest.raises(CrossSlotError, match="spans 2 hash slots"):
+            pipe.execute()
+        assert list(client.scan_iter(match=f"tx-{fast_paths}:spanning:*")) == []
+    finally:
+        client.close()
+
+
+def test_scan_iter_sees_the_keys_of_every_primary(steady_cluster: RedisClusterGroup) -> None:
+    """scan_iter walks every primary: keys of sixteen slots, and each store's agent_ids."""
+    client = connect(steady_cluster.url)
+    try:
+        for n, tag in enumerate(TAGS):
+            client.set(f"scan:{tag}:k", n)
+        found = sorted(k.decode() for k in client.scan_iter(match="scan:*", count=5))
+        assert found == sorted(f"scan:{tag}:k" for tag in TAGS)
+        stores = [Store(client, prefix=f"agents:{tag}:") for tag in TAGS]
+        for n, store in enumerate(stores):
+            store.sessions.ensure(f"agent:a{n}:hook:x")
+        assert [store.sessions.agent_ids() for store in stores] == [[f"a{n}"] for n in range(16)]
+    finally:
+        client.close()
+
+
+def test_the_async_client_routes_reads_writes_scripts_and_a_subscription(
+    steady_cluster: RedisClusterGroup,
+) -> None:
+    """The async client routes reads, writes, streams, a script, MULTI, a pipeline and pubsub."""
+    sync = connect(steady_cluster.url)
+    keys = [f"aio:{tag}" for tag in TAGS]
+
+    async def scenario() -> None:
+        client = connect_async(steady_cluster.url, socket_timeout=5)
+        try:
+            watch_run = client.register_script(load_lua("watch_run").source)
+            for n, key in enumerate(keys):
+                assert await client.set(key, n)
+                assert await client.get(key) == str(n).encode()
+                await client.hset(f"{key}:run", mapping={"status": "ok"})
+                assert await watch_run(keys=[f"{key}:run"]) == [b"status", b"ok", b"watch", b"1"]
+                await client.xadd(f"{key}:events", {"n": n})
+                read = await client.xread({f"{key}:events": "0-0"}, count=5, block=100)
+                assert read[0][1][0][1] == {b"n": str(n).encode()}
+                assert (await client.xrevrange(f"{key}:events", count=1))[0][1] == {
+                    b"n": str(n).encode()
+                }
+                async with client.pipeline(transaction=True) as tx:
+                    tx.set(f"{key}:fails", 0, ex=60, nx=True)
+                    tx.incr(f"{key}:fails")
+                    tx.ttl(f"{key}:fails")
+                    assert (await tx.execute())[1:] == [1, 60]
+            async with client.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.incr(key)
+                assert await pipe.execute() == [n + 1 for n in range(len(keys))]
+            async with client.pubsub() as subscriber:
+                await subscriber.subscribe("aio:{9}:ended")
+                assert (await subscriber.get_message(timeout=2))["type"] == "subscribe"
+                sync.publish("aio:{9}:ended", "run-1")
+                heard = await subscriber.get_message(ignore_subscribe_messages=True, timeout=2)
+                assert heard is not None and heard["data"] == b"run-1"
+        finally:
+            await client.aclose()
+
+    try:
+        asyncio.run(scenario())
+        _assert_each_on_its_owner(steady_cluster, "aio:*:events", [f"{k}:events" for k in keys])
+    finally:
+        sync.close()
+
+
+def test_a_planned_failover_is_followed_by_the_sync_and_async_clients(
+    cluster_group: RedisClusterGroup,
+) -> None:
+    """A planned failover is followed by the sync and async clients; the demoted node is cut off."""
+    keys = sorted((f"planned:{tag}" for tag in TAGS), key=key_slot)
+    old = cluster_group.primary_for(keys[0])  # the owner of the lowest slots: slot 0's
+    moved = [key for key in keys if cluster_group.primary_for(key) is old]
+    clients = [connect(cluster_group.url, fast_paths=fast) for fast in (True, False)]
+    idle_thread = ThreadPoolExecutor(1)  # holds a connection to the old owner, unused after
+    async_client = connect_async(cluster_group.url, socket_timeout=5)
+    loop = asyncio.new_event_loop()
+    writers: list[Callable[[str, str], Any]] = [c.set for c in clients]
+    writers.append(lambda key, value: loop.run_until_complete(async_client.set(key, value)))
+    subscriber = async_client.pubsub()
+    try:
+        for write in writers:
+            for key in keys:
+                write(key, "before")
+        idle_thread.submit(clients[0].get, moved[0]).result()
+        loop.run_until_complete(subscriber.subscribe("planned:{0}:ended"))
+        assert _store_connections(old) != [], "the clients should hold connections to it"
+        new = cluster_group.replica_of(old)
+        with new.client() as replica:
+            replica.execute_command("CLUSTER", "FAILOVER")
+        deadline = time.monotonic() + 20
+        while cluster_group.primary_for(moved[0]) is not new:
+            assert time.monotonic() < deadline, "the replica never took the slots"
+            time.sleep(0.1)
+        for n, write in enumerate(writers):
+            with new.client() as owner:
+                _eventually(
+                    lambda w=write, n=n: w(moved[0], f"after {n}"),
+                    lambda n=n: owner.get(moved[0]) == f"after {n}".encode(),
+                    timeout_s=10,
+                )
+            for key in keys:
+                write(key, f"final {n}")
+        subscriber = loop.run_until_complete(_heard_again(async_client, subscriber, clients[1]))
+        time.sleep(1)  # the followers' checks after the switch
+        kept = _store_connections(old)
+        assert kept == [], f"a client kept connections to the demoted node: {kept}"
+        _assert_each_on_its_owner(cluster_group, "planned:*", keys)
+    finally:
+        idle_thread.shutdown()
+        for client in clients:
+            client.close()
+        loop.run_until_complete(subscriber.aclose())
+        loop.run_until_complete(async_client.aclose())
+        loop.close()
+
+
+async def _heard_again(client: Any, subscriber: Any, publisher: Any) -> Any:
+    """Listen on ``subscriber`` until a message published through ``publisher`` arrives;
+    a subscription that was cut is made again, as the api's waiter does (the one heard)."""
+    deadline = time.monotonic() + 10
+    while True:
+        assert time.monotonic() < deadline, "the subscriber heard nothing"
+        try:
+            publisher.publish("planned:{0}:ended", "hello")
+            found = await subscriber.get_message(ignore_subscribe_messages=True, timeout=0.2)
+        except (ConnectionError, redis.ConnectionError, StoreUnavailable):
+            await subscriber.aclose()
+            subscriber = client.pubsub()
+            with contextlib.suppress(redis.ConnectionError, StoreUnavailable):
+                await subscriber.subscribe("planned:{0}:ended")
+            continue
+        if found is not None and found["data"] == b"hello":
+            return subscriber
+
+
+def test_a_killed_primary_answers_unavailable_then_its_promoted_replica_serves(
+    cluster_group: RedisClusterGroup,
+) -> None:
+    """A killed primary's keys answer StoreUnavailable, then its promoted replica serves them."""
+    client = connect(cluster_group.url)
+    keys = [f"killed:{tag}" for tag in TAGS]
+    try:
+        for key in keys:
+            client.set(key, "before")
+        old = cluster_group.primary_for(keys[0])
+        lost = [key for key in keys if cluster_group.primary_for(key) is old]
+        kept = [key for key in keys if key not in lost]
+        cluster_group.kill(old)
+        with pytest.raises(StoreUnavailable):
+            client.set(lost[0], "during")
+        for key in kept:  # the other shards answer meanwhile
+            client.set(key, "during")
+        promoted = cluster_group.wait_promoted(old, timeout_s=30)
+        with promoted.client() as owner:
+            took_s = _eventually(
+                lambda: client.set(lost[0], "after"),
+                lambda: owner.get(lost[0]) == b"after",
+                timeout_s=10,
+            )
+        print(f"\nwrites on the promoted replica {took_s:.2f}s after its promotion")
+        for key in keys:
+            client.set(key, "after")
+        assert [client.get(key) for key in keys] == [b"after"] * len(keys)
+    finally:
+        client.close()
+
+
+def test_a_cluster_down_at_start_fails_commands_not_the_start() -> None:
+    """A cluster down at start fails each command with StoreUnavailable, not the client's making."""
+    url = f"redis+cluster://127.0.0.1:{_closed_port()}"
+    client = connect(url)
+    try:
+        with pytest.raises(StoreUnavailable) as raised:
+            client.ping()
+        assert "no node of the cluster" in str(raised.value.__cause__)
+        with pytest.raises(StoreUnavailable):
+            client.pipeline(transaction=False).get("k").execute()
+    finally:
+        client.close()
+
+    async def scenario() -> None:
+        async_client = connect_async(url, socket_timeout=1)
+        try:
+            with pytest.raises(StoreUnavailable) as raised:
+                await async_client.get("k")
+            assert "no node of the cluster" in str(raised.value.__cause__)
+        finally:
+            await async_client.aclose()
+
+    asyncio.run(scenario())
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_an_idle_client_sends_nothing_but_its_role_checks(
+    cluster_group: RedisClusterGroup,
+) -> None:
+    """An idle client sends each primary only a ROLE twice a second, and nothing before its use."""
+    client = connect(cluster_group.url)
+    try:
+        before = {n.port: _commands(n) for n in cluster_group.nodes}
+        time.sleep(1.2)  # a never used client's follower has nothing to check
+        unused = {n.port: _delta(_commands(n), before[n.port]) for n in cluster_group.nodes}
+        for tag in TAGS:  # a node client on every primary
+            client.get(f"idle:{tag}")
+        time.sleep(1.2)  # the follower's first checks
+        before = {n.port: _commands(n) for n in cluster_group.nodes}
+        time.sleep(3)  # about six more checks
+        after = {n.port: _commands(n) for n in cluster_group.nodes}
+    finally:
+        client.close()
+    primaries = {n.port for n in _primaries(cluster_group)}
+    for node in cluster_group.nodes:
+        primary = node.port in primaries
+        idle = _from_clients(unused[node.port], primary=primary)
+        assert idle == {}, (node, unused[node.port])
+        sent = _from_clients(_delta(after[node.port], before[node.port]), primary=primary)
+        if primary:
+            assert set(sent) == {"role"} and sent["role"] >= 4, (node, sent)
+        else:
+            assert sent == {}, (node, sent)
+
+
+def _from_clients(calls: dict[str, int], *, primary: bool) -> dict[str, int]:
+    """``calls`` without the test's own reads (INFO, on a connection that says HELLO and
+    introduces itself) and replication's commands (a replica's REPLCONF ACK to its
+    primary, a primary's PING to its replicas)."""
+    replication = {"replconf"} if primary else {"ping"}
+    ours = {"info", "hello", "client|setinfo"}
+    return {k: n for k, n in calls.items() if k not in ours | replication}
