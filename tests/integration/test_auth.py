@@ -190,8 +190,8 @@ def test_repeated_failures_lock_the_client_out_with_retry_after(
         resp = other.post("/rpc", json={"method": "sessions.list", "params": {}})
         assert resp.status_code == 200, "another client is not locked out"
     with redis.Redis.from_url(redis_url) as r:
-        assert int(r.get(Keyspace().auth_failures("127.0.0.2")) or 0) >= 3
-        assert r.ttl(Keyspace().auth_failures("127.0.0.2")) > 0
+        assert int(r.get(Keyspace(groups=Settings().groups).auth_failures("127.0.0.2")) or 0) >= 3
+        assert r.ttl(Keyspace(groups=Settings().groups).auth_failures("127.0.0.2")) > 0
 
 
 def test_failures_count_across_api_processes_and_success_resets_no_one(
@@ -229,7 +229,9 @@ def test_a_client_with_the_right_token_costs_one_lockout_read_a_second_and_guess
         assert good.post("/rpc", json=body).status_code == 200  # cleared on the first api
         for _ in range(4):  # locked out through the second api
             guesser.post("/rpc", headers={"Authorization": "Bearer guess"})
-        assert int(r.get(Keyspace().auth_failures("127.0.0.7")) or 0) >= 3  # locked out
+        assert (
+            int(r.get(Keyspace(groups=Settings().groups).auth_failures("127.0.0.7")) or 0) >= 3
+        )  # locked out
         assert good.post("/rpc", json=body).status_code == 200, "cleared a moment ago"
         # A guess on the cleared api is counted and refused, and the client is un-cleared:
         # even the right token is refused now.

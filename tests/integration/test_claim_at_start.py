@@ -31,9 +31,14 @@ def config_data() -> dict[str, Any]:
     }
 
 
-def _new_run(run_id: str, key: str) -> NewRun:
+def _rid(name: str, key: str) -> str:
+    """The id of the run a test calls ``name`` in session ``key`` (in its slot group)."""
+    return store_reads.id_beside(key, name)
+
+
+def _new_run(name: str, key: str) -> NewRun:
     return NewRun(
-        run_id=run_id,
+        run_id=_rid(name, key),
         session_key=key,
         message={"role": "user", "content": "hello there", "timestamp": 1},
         timeout_s=30,
@@ -51,12 +56,12 @@ def test_a_run_that_takes_its_lane_is_claimed_in_its_start(services: Services) -
     assert isinstance(claim, Claim) and claim.attempt == 1 and claim.started_published
     assert claim.run is not None and claim.run.status == "running"
     assert claim.deadline_at_ms > 0 and claim.run.deadline_at_ms == claim.deadline_at_ms
-    assert claim.session is not None and claim.session.get("lastRunId") == "run-ca"
+    assert claim.session is not None and claim.session.get("lastRunId") == _rid("run-ca", key)
     assert [m["content"] for m in claim.history or []] == ["hello there"]
-    assert runs.get("run-ca").status == "running"  # type: ignore[union-attr]
+    assert runs.get(_rid("run-ca", key)).status == "running"  # type: ignore[union-attr]
     types = [e["type"] for e in store_reads.events(services.store)]
     assert types.count("run.started") == 1
-    assert runs.claim("run-ca", key) == "skip:running"
+    assert runs.claim(_rid("run-ca", key), key) == "skip:running"
 
 
 def test_a_run_queued_behind_its_lane_is_not_claimed(services: Services) -> None:
@@ -65,7 +70,7 @@ def test_a_run_queued_behind_its_lane_is_not_claimed(services: Services) -> None
     runs.start(_new_run("run-cb1", key))
     second = runs.start(_new_run("run-cb2", key), claim_history=10)
     assert not second.took_lane and second.claim is None
-    assert runs.get("run-cb2").status == "queued"  # type: ignore[union-attr]
+    assert runs.get(_rid("run-cb2", key)).status == "queued"  # type: ignore[union-attr]
 
 
 def test_a_sends_announce_run_is_executed_on_its_start_claim(
@@ -115,9 +120,9 @@ def test_a_claimed_run_released_unrun_is_queued_again_and_sent(services: Service
     assert step.claim_history() == 10
     started = runs.start(_new_run("run-cd", key), claim_history=step.claim_history())
     assert isinstance(started.claim, Claim)
-    assert step.take_claimed("run-cd", key, started.claim)
+    assert step.take_claimed(_rid("run-cd", key), key, started.claim)
     here.release()
-    assert sent.runs == [("run-cd", key)]
-    assert runs.get("run-cd").status == "queued"  # type: ignore[union-attr]
-    again = runs.claim("run-cd", key)
+    assert sent.runs == [(_rid("run-cd", key), key)]
+    assert runs.get(_rid("run-cd", key)).status == "queued"  # type: ignore[union-attr]
+    again = runs.claim(_rid("run-cd", key), key)
     assert isinstance(again, Claim) and again.attempt == 2

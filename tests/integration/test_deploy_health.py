@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from switchboard.cli.heartbeat import HEARTBEAT
+from switchboard.shared.config import Settings
 from switchboard.shared.store.keyspace import Keyspace
 from switchboard.shared.store.runs import now_ms
 from switchboard.shared.store.sweeps import SweepStore
@@ -92,7 +93,7 @@ def test_beat_check_reads_the_heartbeat_mark(env: dict[str, str], redis_url: str
     never = check_health(env, "--beat")
     assert never.returncode == 3 and "no heartbeat" in never.stderr
     with redis.Redis.from_url(redis_url) as client:
-        marks = SweepStore(client, Keyspace("sb:"))
+        marks = SweepStore(client, Keyspace("sb:", Settings().groups))
         marks.mark_ran("sweep", now_ms())
         assert check_health(env, "--beat").returncode == 3
         marks.mark_ran(HEARTBEAT, now_ms() - 31_000)

@@ -83,15 +83,16 @@ def test_a_batch_join_is_won_by_exactly_one_member(store: Store) -> None:
 
 def test_an_outcome_is_frozen_once_and_an_announce_appended_once(store: Store) -> None:
     """freeze keeps the first outcome; append_once lands one message for one state move."""
-    store.spawns.create("s3", {"spawnId": "s3", "status": "running"})
-    assert store.spawns.freeze("s3", {"outcome": "ok", "result": "first"})
-    assert not store.spawns.freeze("s3", {"outcome": "error", "result": "second"})
-    spawn_key = store.ks.spawn("s3")
+    s3 = store.ks.new_id_beside("agent:main:req")  # a spawn is in its requester's slot group
+    store.spawns.create(s3, {"spawnId": s3, "status": "running"})
+    assert store.spawns.freeze(s3, {"outcome": "ok", "result": "first"})
+    assert not store.spawns.freeze(s3, {"outcome": "error", "result": "second"})
+    spawn_key = store.ks.spawn(s3)
     message = {"role": "user", "content": "done"}
     args: dict[str, Any] = {"field": "announce", "expected": "", "new": "appended", "now_ms": 5}
     seq = store.spawns.append_once(spawn_key, "agent:main:req", message, **args)
     again = store.spawns.append_once(spawn_key, "agent:main:req", message, **args)
-    found = store.spawns.get("s3")
+    found = store.spawns.get(s3)
     assert found is not None and found["result"] == "first" and found["announce"] == "appended"
     assert (seq, again) == (1, 0)
     assert store.transcripts.length("agent:main:req") == 1

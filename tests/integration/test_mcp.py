@@ -5,6 +5,7 @@ private Redis and a real Celery worker answering with the echo model."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -239,6 +240,7 @@ def stdio_session(
             "SWITCHBOARD_REDIS_URL": settings.redis_url or "",
             "SWITCHBOARD_DATA_DIR": str(tmp_path / "data"),
             "SWITCHBOARD_LOG_LEVEL": "WARNING",
+            **{k: v for k, v in os.environ.items() if k.startswith("SWITCHBOARD_SLOT_")},
         },
     )
 

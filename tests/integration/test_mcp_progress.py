@@ -6,6 +6,7 @@ worker whose echo model takes about 2 s to answer (`/sleep`)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -140,6 +141,7 @@ def stdio_session(
             "SWITCHBOARD_REDIS_URL": settings.redis_url or "",
             "SWITCHBOARD_DATA_DIR": str(tmp_path / "data"),
             "SWITCHBOARD_LOG_LEVEL": "WARNING",
+            **{k: v for k, v in os.environ.items() if k.startswith("SWITCHBOARD_SLOT_")},
         },
     )
 

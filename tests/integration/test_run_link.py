@@ -13,21 +13,27 @@ from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.shared.services import Services
 from switchboard.shared.store.codec import as_text
 from switchboard.shared.store.runs import LinkAdvance, LinkMoved, NewRun, now_ms
+from switchboard.testing import store_reads
 
 pytestmark = pytest.mark.integration
 
 FLOW = "test-link-hash"  # a plain hash standing in for a flow
 
 
+def _rid(name: str, key: str) -> str:
+    """The id of the run a test calls ``name`` in session ``key`` (in its slot group)."""
+    return store_reads.id_beside(key, name)
+
+
 def _new_run(
-    run_id: str,
+    name: str,
     key: str,
     *,
     link: tuple[str, str] | None = None,
     on_end: dict[str, Any] | None = None,
 ) -> NewRun:
     return NewRun(
-        run_id=run_id,
+        run_id=_rid(name, key),
         session_key=key,
         message={"role": "user", "content": "hi", "timestamp": 1},
         timeout_s=30,
@@ -50,8 +56,8 @@ def test_a_started_run_names_itself_in_its_link(services: Services) -> None:
         _new_run("run-a", "agent:main:link-a", link=(FLOW, "run:0")), on_create={}
     )
     assert started.took_lane and started.existing_run_id is None
-    assert _field(services, "run:0") == "run-a"
-    assert services.store.runs.get("run-a") is not None
+    assert _field(services, "run:0") == _rid("run-a", "agent:main:link-a")
+    assert services.store.runs.get(_rid("run-a", "agent:main:link-a")) is not None
 
 
 def test_the_first_run_linked_stays_linked(services: Services) -> None:
@@ -59,8 +65,9 @@ def test_the_first_run_linked_stays_linked(services: Services) -> None:
     runs = services.store.runs
     runs.start(_new_run("run-1", "agent:main:link-b", link=(FLOW, "run:1")), on_create={})
     second = runs.start(_new_run("run-2", "agent:main:link-b", link=(FLOW, "run:1")))
-    assert runs.get("run-2") is not None and not second.took_lane  # recorded, queued
-    assert _field(services, "run:1") == "run-1"
+    assert runs.get(_rid("run-2", "agent:main:link-b")) is not None  # recorded,
+    assert not second.took_lane  # queued
+    assert _field(services, "run:1") == _rid("run-1", "agent:main:link-b")
 
 
 def test_a_duplicate_links_the_run_its_idempotency_key_names(services: Services) -> None:
@@ -69,20 +76,21 @@ def test_a_duplicate_links_the_run_its_idempotency_key_names(services: Services)
     runs, key = services.store.runs, "agent:main:link-c"
     runs.start(_new_run("run-x", key, link=(FLOW, "run:0")), idempotency_key="idem")
     again = runs.start(_new_run("run-y", key, link=(FLOW, "announceRunId")), idempotency_key="idem")
-    assert again.existing_run_id == "run-x"
-    assert runs.get("run-y") is None
-    assert _field(services, "announceRunId") == "run-x"
-    assert _field(services, "run:0") == "run-x"
+    assert again.existing_run_id == _rid("run-x", key)
+    assert runs.get(_rid("run-y", key)) is None
+    assert _field(services, "announceRunId") == _rid("run-x", key)
+    assert _field(services, "run:0") == _rid("run-x", key)
 
 
 def test_start_in_records_the_run_in_a_pipeline(services: Services) -> None:
     """(d) `start_in` queues the start script in a pipeline: the session is created, the
     run recorded holding its lane (reply `[1, sessionId, 'lane', '']`), and linked."""
     runs, key = services.store.runs, "agent:main:link-d"
+    flow = services.store.ks.flow(store_reads.id_beside(key, "flow-d"))  # in the run's slot
     pipe = services.store.redis.pipeline(transaction=False)
     runs.start_in(
         pipe,
-        _new_run("run-p", key, link=(FLOW, "run:0")),
+        _new_run("run-p", key, link=(flow, "run:0")),
         on_create={"chatType": "direct"},
         now=now_ms(),
     )
@@ -91,10 +99,10 @@ def test_start_in_records_the_run_in_a_pipeline(services: Services) -> None:
     assert entry is not None and entry.get("chatType") == "direct"
     assert int(reply[0]) == 1 and as_text(reply[1]) == entry.session_id
     assert as_text(reply[2]) == "lane"
-    rec = runs.get("run-p")
+    rec = runs.get(_rid("run-p", key))
     assert rec is not None and rec.status == "queued"
-    assert runs.lane_holder(key) == "run-p"
-    assert _field(services, "run:0") == "run-p"
+    assert runs.lane_holder(key) == _rid("run-p", key)
+    assert as_text(services.store.redis.hget(flow, "run:0")) == _rid("run-p", key)
 
 
 # ---- start_run's label / route branch ------------------------------------------------------
@@ -356,14 +364,16 @@ def test_with_fields_is_the_flow_advance_stores(services: Services) -> None:
 def test_outbox_done_clears_several_runs_at_once(services: Services) -> None:
     """`outbox_done(*run_ids)` removes every run named, and only those."""
     runs = services.store.runs
-    ids = ["run-o1", "run-o2", "run-o3"]
-    for run_id in ids:
-        key = f"agent:main:{run_id}"
-        runs.start(_new_run(run_id, key, on_end={"task": "test.none", "args": []}))
+    ids = []
+    for name in ("run-o1", "run-o2", "run-o3"):
+        key = f"agent:main:{name}"
+        run_id = _rid(name, key)
+        ids.append(run_id)
+        runs.start(_new_run(name, key, on_end={"task": "test.none", "args": []}))
         claim = runs.claim(run_id, key)
         assert not isinstance(claim, str)
         assert runs.finish(run_id, key, claim.attempt, status="ok", reply="x").applied
     far = now_ms() + 3_600_000
-    assert sorted(runs.outbox_due(far)) == ids
-    runs.outbox_done("run-o1", "run-o3")
-    assert runs.outbox_due(far) == ["run-o2"]
+    assert sorted(runs.outbox_due(far)) == sorted(ids)
+    runs.outbox_done(ids[0], ids[2])
+    assert runs.outbox_due(far) == [ids[1]]

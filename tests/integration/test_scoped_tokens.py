@@ -380,7 +380,7 @@ def test_cli_creates_once_lists_without_secret_audits_and_revokes(
     assert invoke(api_url, token, "sessions_list").status_code == 200
     assert invoke(api_url, token, "sessions_list", "agent:beta:main").status_code == 403
     stored = b" ".join(
-        b" ".join(redis_client.hgetall(k).values()) for k in redis_client.scan_iter(b"sb:tok:*")
+        b" ".join(redis_client.hgetall(k).values()) for k in redis_client.scan_iter(b"sb:*tok:*")
     )
     assert secret.encode() not in stored
     assert hashlib.sha256(secret.encode()).hexdigest().encode() in stored

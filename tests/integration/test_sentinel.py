@@ -27,9 +27,11 @@ import httpx
 import pytest
 import redis
 
+from switchboard.shared.config import Settings
 from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store import Store
 from switchboard.shared.store.client import connect_async, connect_plain
+from switchboard.shared.store.keyspace import Keyspace
 from switchboard.supervisor.redis_sentinel import RedisSentinelGroup
 from switchboard.supervisor.runfile import RUNFILE
 from switchboard.testing.webhook_receiver import WebhookReceiver
@@ -274,7 +276,7 @@ def test_up_runs_on_the_sentinel_group_instead_of_embedding_redis(
         assert info["redis_url"] == steady_group.url
         assert not (tmp_path / ".switchboard" / "redis").exists()  # nothing embedded
         with steady_group.primary.client() as primary:
-            assert primary.exists(f"sb:r:{run_id}")
+            assert primary.exists(Keyspace("sb:", Settings().groups).run(run_id))
     finally:
         os.kill(proc.pid, signal.SIGINT)
         try:

@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 import redis
 
+from switchboard.shared.config import Settings
 from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store import Store
+from switchboard.shared.store.keyspace import Keyspace
 from switchboard.supervisor.redis_sentinel import RedisSentinelGroup, redis_sentinel_missing
 from switchboard.testing.procs import send_and_wait
 
@@ -68,4 +70,4 @@ def test_api_worker_and_beat_serve_a_send_through_password_protected_sentinels(
         result = send_and_wait(url, "agent:main:guarded", "past the sentinels")
         assert result["status"] == "ok" and result["reply"] == "past the sentinels", result
     with guarded_group.primary.client() as primary:
-        assert primary.exists("sb:s:agent:main:guarded")
+        assert primary.exists(Keyspace("sb:", Settings().groups).session("agent:main:guarded"))

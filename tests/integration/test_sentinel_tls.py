@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from tlskit import StoreClients, assert_certificate_verified, skip_without_tls, tls_files
 
+from switchboard.shared.config import Settings
+from switchboard.shared.store.keyspace import Keyspace
 from switchboard.supervisor.redis_sentinel import RedisSentinelGroup, redis_sentinel_missing
 from switchboard.testing.procs import send_and_wait
 
@@ -73,7 +75,9 @@ def test_api_worker_and_beat_serve_a_send_with_state_and_queues_on_tls_sentinel(
         result = send_and_wait(url, "agent:main:tls", "over tls")
         assert result["status"] == "ok" and result["reply"] == "over tls", result
     with tls_group.primary.client() as primary:
-        assert primary.exists("sb:s:agent:main:tls")  # the state is on the group's primary
+        assert primary.exists(
+            Keyspace("sb:", Settings().groups).session("agent:main:tls")
+        )  # the state is on the group's primary
         assert any(  # and so are Celery's queues (kombu's bindings)
             key.startswith(b"_kombu.binding.") for key in primary.scan_iter(count=1000)
         )

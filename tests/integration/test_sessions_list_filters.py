@@ -223,7 +223,7 @@ def test_search_stops_at_limit_matches_after_one_page(
     with pages as spy:
         listed = invoke("sessions_list", {"search": "JOB-", "limit": 3})
     assert keys_of(listed) == [f"agent:main:cron:job-{i}" for i in ("29", "28", "27")]
-    assert spy.call_count == 0
+    assert spy.call_count == _first_page_reads(services)
     assert "partial" not in listed["scope"]
 
 
@@ -240,7 +240,8 @@ def test_search_pages_through_the_index_and_is_bounded(
     ) as spy:
         found = invoke("sessions_list", {"search": "needle"})
     assert keys_of(found) == ["agent:main:cron:needle"]
-    assert spy.call_count == 2  # 451 entries: the first page (200), then 200 and 51
+    # 451 entries: the first page (200), then 200 and 51
+    assert spy.call_count == 2 + _first_page_reads(services)
     with mock.patch.object(sessions_list, "_SCAN_LIMIT", 400):
         bounded = invoke("sessions_list", {"search": "needle"})
     assert keys_of(bounded) == []
@@ -299,3 +300,9 @@ def test_cli_sessions_passes_the_filters_to_the_gateway(
     assert run("--label", "Nightly-Build") == [crowd["build"]]
     assert run("--agent", "ops") == [crowd["ops_deploy"], crowd["ops_main"]]
     assert run("--search", "planning", "--agent", "main") == [crowd["planning"]]
+
+
+def _first_page_reads(services: Services) -> int:
+    """`recent_page` calls a listing's first page makes: none with one slot group (its
+    indexes and entries are read in one step), one with several (indexes, then entries)."""
+    return 0 if services.store.ks.groups == 1 else 1

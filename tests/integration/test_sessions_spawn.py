@@ -395,7 +395,7 @@ def test_invalid_model_is_an_error_and_nothing_is_created(
     assert result["status"] == "error"
     assert result["error"].startswith("invalid model: nope/model-x")
     assert _subagent_sessions(services) == []
-    assert list(services.store.redis.scan_iter(match="sb:spawn:*")) == []
+    assert list(services.store.redis.scan_iter(match="sb:*spawn:*")) == []
     assert services.store.spawns.active_children("agent:main:main") == []
 
 
@@ -739,7 +739,7 @@ def test_batch_is_validated_entirely_before_anything_starts(
     assert result["status"] == "error"
     assert result["error"].startswith("tasks[1]: invalid model: nope/m")
     assert _subagent_sessions(services) == []
-    assert list(services.store.redis.scan_iter(match="sb:batch:*")) == []
+    assert list(services.store.redis.scan_iter(match="sb:*batch:*")) == []
 
 
 # -- idempotent steps -------------------------------------------------------------------------

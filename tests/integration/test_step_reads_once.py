@@ -18,11 +18,15 @@ from switchboard.shared.services import Services
 from switchboard.shared.store.runs import NewRun, RunRecord
 from switchboard.shared.tools.registry import ToolContext
 from switchboard.shared.tools.sessions_send import handle
+from switchboard.testing import store_reads
 
 pytestmark = pytest.mark.integration
 
 MAIN = "agent:main:main"
 TARGET = "agent:main:hook:once"  # a key naming no chat: its announce route is on the entry
+
+
+PRIMARY = store_reads.id_beside(TARGET, "primary-run")  # in its session's slot group
 
 
 @pytest.fixture
@@ -85,7 +89,7 @@ def _ended_primary_run(services: Services, flow_id: str, *, read_at_end: bool = 
     runs = services.store.runs
     runs.start(
         NewRun(
-            run_id="primary-run",
+            run_id=PRIMARY,
             session_key=TARGET,
             message={"role": "user", "content": "hello", "timestamp": 1},
             timeout_s=30,
@@ -95,11 +99,11 @@ def _ended_primary_run(services: Services, flow_id: str, *, read_at_end: bool = 
         ),
         on_create={},
     )
-    claim = runs.claim("primary-run", TARGET)
+    claim = runs.claim(PRIMARY, TARGET)
     assert not isinstance(claim, str)
     follow = services.store.ks.flow(flow_id) if read_at_end else None
     done = runs.finish(
-        "primary-run", TARGET, claim.attempt, status="ok", reply="hi back", follow_up_reads=follow
+        PRIMARY, TARGET, claim.attempt, status="ok", reply="hi back", follow_up_reads=follow
     )
     assert done.applied and done.run is not None
     return done.run
@@ -148,7 +152,7 @@ def _assert_announce_started(services: Services, flow_id: str, target_entry: str
     assert flow.status == "announcing" and flow.get("roundOneReply") == "hi back"
     assert flow.get("announceTarget") == '{"channel":"relay","to":"group:room7"}'
     announce_id = flow.get("announceRunId")
-    assert announce_id is not None and announce_id != "primary-run"
+    assert announce_id is not None and announce_id != PRIMARY
     announce = services.store.runs.get(announce_id)
     assert announce is not None and announce.session_key == target_entry
     assert announce.meta == {"flowId": flow_id, "a2a": "announce"}

@@ -113,9 +113,13 @@ async def stream_request(
 def _valid_id(event_id: str, groups: int) -> bool:
     """Whether ``event_id`` is an id this stream gives: a stream id, or with several slot
     groups a stream id and one of the groups."""
-    if groups == 1:
-        return _STREAM_ID.match(event_id) is not None
-    return _GROUPED_ID.match(event_id) is not None and int(event_id.rsplit("-", 1)[1]) < groups
+    if _STREAM_ID.match(event_id) is not None:
+        return True  # with several groups: as the same id in group 0 (`0-0`: the start)
+    return (
+        groups > 1
+        and _GROUPED_ID.match(event_id) is not None
+        and int(event_id.rsplit("-", 1)[1]) < groups
+    )
 
 
 @router.get(

@@ -3,9 +3,10 @@ the events of every group's stream, a counter summed over every group's metrics 
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
-from switchboard.shared.store import Store, codec
+from switchboard.shared.store import Store, codec, slot_groups
 from switchboard.shared.store.codec import as_text
 
 
@@ -38,3 +39,12 @@ def index_members(store: Store, index: str) -> list[str]:
     for group in store.ks.every_group():
         pipe.zrange(getattr(group, index), 0, -1)
     return [as_text(m) for rows in pipe.execute() for m in rows]
+
+
+def id_beside(session_key: str, name: str) -> str:
+    """A record id for a test to name by ``name`` (the same for the same name and session),
+    made in the session's slot group as the product's ids are (`slot_groups.id_beside`)."""
+    return slot_groups.id_beside(session_key, str(uuid.uuid5(_TEST_IDS, name)))
+
+
+_TEST_IDS = uuid.UUID("8d1b9b6e-51b4-4a8e-9a43-0b8e2f6c1d77")

@@ -174,11 +174,13 @@ class Keyspace:
         return slot_groups.group_of_id(record_id, self.groups)
 
     def group_of(self, redis_key: str) -> int:
-        """The group of a key this keyspace built (read from its hash tag)."""
+        """The group of a key this keyspace built (read from its hash tag); -1 for a key
+        it did not build (in no group: a step never joins it to a group's keys)."""
         if self.groups == 1:
             return 0
-        tagged = redis_key[len(self.prefix) :]
-        return int(tagged[1 : tagged.index("}")])
+        head, _, tagged = redis_key.partition(self.prefix + "{")
+        group, closed, _ = tagged.partition("}")
+        return int(group) if not head and closed and group.isdigit() else -1
 
     def new_id(self, group: int = 0) -> str:
         """A fresh UUID4 id for a record of group ``group`` (`slot_groups.new_id`)."""
@@ -390,5 +392,6 @@ class Keyspace:
     @property
     def layout(self) -> str:
         """Hash: how the keyspace is cut (``groups``), written by the first process to
-        start; every process checks it agrees before it writes anything."""
-        return f"{self.home.prefix}layout"
+        start; every process checks it agrees before it writes anything. Under the plain
+        prefix, in no group: a process cut otherwise finds it where this one does."""
+        return f"{self.prefix}layout"

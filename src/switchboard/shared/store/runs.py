@@ -497,7 +497,10 @@ class RunStore:
         if self.ks.group_of_id(run_id) != self.ks.group_of_key(session_key):
             # Not the run's session (its id is made in its session's slot group): the
             # claim step may touch one slot only, so the run names its session first.
-            session_key = as_text(self.redis.hget(self.ks.run(run_id), "sessionKey")) or session_key
+            recorded = as_text(self.redis.hget(self.ks.run(run_id), "sessionKey"))
+            if not recorded:
+                return "missing:"
+            session_key = recorded
         read = self._history_read(session_key, history)
         res = self._claim(run_id, session_key, history, read)
         if as_text(res[0]) == "session":
