@@ -2,13 +2,13 @@
 
 With one slot group the store's keys share one hash slot (the key prefix is the hash tag),
 so its router sends every command to the primary that owns it: scripts, pipelines and
-transactions run as on one Redis, with every fast path. Then the slot's primary is failed
-over (a planned ``CLUSTER FAILOVER``, and a kill -9 under load with a real api, worker and
-beat): the store's sync and async clients follow by themselves, every acknowledged run
-ends ok exactly once, and the api answers 200 or 503 with Retry-After meanwhile, never a
-500. Keys of many slots: test_cluster_routing.py.
+transactions run as on one Redis, with every fast path; a planned ``CLUSTER FAILOVER`` of
+that slot's primary is followed by the sync and async clients. With the default slot
+groups the state spreads over every primary: a kill -9 of one of them under load, with a
+real api, worker and beat, loses nothing (every acknowledged run ends ok exactly once, the
+api answers 200 or 503 with Retry-After meanwhile, never a 500). Keys of many slots in the
+store's client alone: test_cluster_routing.py.
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -34,7 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 from faultkit import Cluster, base_config, count_by, wait_until
 
 # The same prefix the product gives itself on a cluster (`Settings`).
-PREFIX = Settings(redis_url="redis+cluster://h:1").key_prefix
+# The one-slot store's prefix (SWITCHBOARD_SLOT_GROUPS=1: every key under one hash tag), for
+# the tests that follow one slot's owner; the service test runs the default slot groups.
+PREFIX = Settings(redis_url="redis+cluster://h:1", slot_groups=1).key_prefix
 
 
 def _started(where: Path) -> Iterator[RedisClusterGroup]:
@@ -215,12 +217,13 @@ def test_planned_failover_moves_the_async_client_and_its_subscription(
 
 
 @pytest.mark.faults
-def test_kill_of_the_slot_owner_under_load_loses_nothing(
+def test_kill_of_a_primary_under_load_loses_nothing(
     cluster_group: RedisClusterGroup, tmp_path: Path, webhook: WebhookReceiver
 ) -> None:
-    """kill -9 of the slot's primary with runs in flight: its replica takes over, the
-    worker, beat and api follow without a restart, every acknowledged run ends ok once
-    with an exact transcript, and meanwhile the api answers 200 or 503 + Retry-After."""
+    """kill -9 of one of the primaries the state is spread over (64 slot groups), with
+    runs in flight: its replica takes over, the worker, beat and api follow without a
+    restart, every acknowledged run ends ok once with an exact transcript, and meanwhile
+    the api answers 200 or 503 + Retry-After."""
     from faultkit import FailoverProber as _Prober
     from faultkit import api_post as _post
     from faultkit import api_send as _send
@@ -242,9 +245,12 @@ def test_kill_of_the_slot_owner_under_load_loses_nothing(
         for i in range(12):
             for j in range(2):
                 acknowledged.append(_send(url, f"load-{i}", f"/sleep 1\nrun {i}.{j}"))
-        old = _owner(cluster_group)
+        # The state spreads over the primaries: the one holding the first load session's
+        # slot group is killed (its other groups' sessions with it).
+        group = cluster.services.store.ks.beside("agent:main:load-0")
+        old = cluster_group.primary_for(group.events)
         with old.client() as primary:  # everything acknowledged is on the replica
-            primary.set(f"{PREFIX}fence", "1")
+            primary.set(f"{group.prefix}fence", "1")
             assert primary.wait(1, 2000) == 1
         with _Prober(url) as prober:
             cluster_group.kill(old)

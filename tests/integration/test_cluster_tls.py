@@ -16,12 +16,14 @@ import pytest
 from tlskit import StoreClients, assert_certificate_verified, skip_without_tls, tls_files
 
 from switchboard.shared.config import Settings
+from switchboard.shared.store.keyspace import Keyspace
 from switchboard.supervisor.redis_cluster import RedisClusterGroup
 from switchboard.testing.procs import send_and_wait
 
 pytestmark = pytest.mark.integration
 
-PREFIX = Settings(redis_url="rediss+cluster://h:1").key_prefix
+# The one-slot store's prefix (SWITCHBOARD_SLOT_GROUPS=1), whose one slot owner is followed.
+PREFIX = Settings(redis_url="rediss+cluster://h:1", slot_groups=1).key_prefix
 
 
 @pytest.fixture
@@ -72,6 +74,7 @@ def test_api_worker_and_beat_serve_a_send_with_the_state_on_a_tls_cluster(
     with switchboard_procs.serving() as (url, _):
         result = send_and_wait(url, "agent:main:tls", "over tls")
         assert result["status"] == "ok" and result["reply"] == "over tls", result
-    owner = tls_cluster.primary_for(PREFIX)
-    with owner.client() as client:
-        assert client.exists(f"{PREFIX}s:agent:main:tls")  # the state is on the cluster
+    settings = Settings(redis_url=tls_cluster.url)  # its slot groups spread the state
+    session = Keyspace(settings.key_prefix, settings.groups).session("agent:main:tls")
+    with tls_cluster.primary_for(session).client() as owner:
+        assert owner.exists(session)  # the state is on the cluster, on its slot's owner
