@@ -9,6 +9,7 @@ real api, worker and beat, loses nothing (every acknowledged run ends ok exactly
 api answers 200 or 503 with Retry-After meanwhile, never a 500). Keys of many slots in the
 store's client alone: test_cluster_routing.py.
 """
+
 from __future__ import annotations
 
 import asyncio

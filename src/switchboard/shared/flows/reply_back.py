@@ -70,9 +70,12 @@ def a2a_step(svc: Services, flow_id: str, turn_text: str) -> None:
         return
     if _rekick(svc, flow, turn) or flow.status != "running" or flow.turn != turn:
         return
-    run_id = flow.run_id(turn) or _followed_run_id(svc, flow, turn)
-    if run_id is None:  # sessions_send has not recorded the run yet: retry shortly
-        raise Unavailable(f"a2a flow {flow_id}: run of turn {turn} not recorded yet")
+    run_id = flow.run_id(turn)
+    if run_id is None:  # named here when this step follows it (it is that run's end)
+        run_id = _followed_run_id(svc, flow, turn)
+        if run_id is None:  # sessions_send has not recorded the run yet: retry shortly
+            raise Unavailable(f"a2a flow {flow_id}: run of turn {turn} not recorded yet")
+        flow = flow.with_fields({f"run:{turn}": run_id})
     rec = run_of(svc, run_id)
     if rec is not None and not rec.terminal:
         log.warning("a2a flow %s: run %s has not ended; ignoring early step", flow_id, run_id)

@@ -1,0 +1,211 @@
+"""The store cut into slot groups (SWITCHBOARD_SLOT_GROUPS=8, the slot check on) on a real
+Redis and a real worker: a session's records sit in its group and a sub-agent in its
+requester's; a send between sessions of two groups runs its reply-back rounds and its
+announce, each step on one slot, and survives a death between the two steps of a round's
+start; a run parks on a run of another group and is woken by its end; a process cut into
+other groups refuses to start."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from switchboard.shared.config import ConfigError, Settings
+from switchboard.shared.flows.a2a_flow import get_flow
+from switchboard.shared.services import Services
+from switchboard.shared.store.keyspace import Keyspace
+from switchboard.shared.store.runs import RunStore
+from switchboard.testing.queues import RecordingQueue
+from switchboard.wiring import build_services
+
+pytestmark = pytest.mark.integration
+
+GROUPS = 8
+_KS = Keyspace("sb:", GROUPS)
+
+
+def _in_group(group: int, stem: str) -> str:
+    """A session key of ``stem`` that falls in slot group ``group``."""
+    return next(
+        key
+        for key in (f"agent:main:hook:{stem}-{i}" for i in range(1000))
+        if _KS.group_of_key(key) == group
+    )
+
+
+REQUESTER = _in_group(1, "requester")
+TARGET = _in_group(6, "target")
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    """The integration settings, cut into 8 slot groups with the slot check on (a step
+    that names keys of two slots raises `CrossSlotError`)."""
+    return settings.model_copy(update={"slot_groups": GROUPS, "slot_check": True})
+
+
+@pytest.fixture
+def config_data() -> dict[str, Any]:
+    """Two reply-back rounds; every session of the agent visible to its others."""
+    return {
+        "tools": {"sessions": {"visibility": "agent"}},
+        "session": {"agentToAgent": {"maxPingPongTurns": 2}},
+    }
+
+
+def _invoke(client: httpx.Client, session_key: str, tool: str, **args: Any) -> dict[str, Any]:
+    resp = client.post(
+        "/tools/invoke", json={"tool": tool, "args": args, "sessionKey": session_key}
+    )
+    assert resp.status_code == 200, resp.text
+    result: dict[str, Any] = resp.json()["result"]
+    return result
+
+
+def _done_flow(services: Services, flow_id: str, timeout_s: float = 45) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        flow = get_flow(services, flow_id)
+        assert flow is not None
+        if flow["status"] == "done":
+            return flow
+        assert time.monotonic() < deadline, f"flow not done: {flow}"
+        time.sleep(0.1)
+
+
+def _group_of(services: Services, redis_key: str) -> int:
+    return services.store.ks.group_of(redis_key)
+
+
+def test_records_sit_in_their_sessions_group_and_children_in_their_requesters(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """A run's hash and lane are in its session's group; a spawned child's session, run
+    and spawn record in its requester's, whatever group its own key would hash to."""
+    ks = services.store.ks
+    assert ks.groups == GROUPS and ks.group_of_key(REQUESTER) != ks.group_of_key(TARGET)
+    run_id = _invoke(client, TARGET, "sessions_send", sessionKey=REQUESTER, message="hi")["runId"]
+    assert ks.group_of_id(run_id) == ks.group_of_key(REQUESTER)
+    spawned = _invoke(client, REQUESTER, "sessions_spawn", task="say child")
+    child = spawned["childSessionKey"]
+    spawn_id = str(services.store.runs.get(spawned["runId"]).meta["spawnId"])  # type: ignore[union-attr]
+    for redis_key in (ks.session(child), ks.run(spawned["runId"]), ks.spawn(spawn_id)):
+        assert _group_of(services, redis_key) == ks.group_of_key(REQUESTER), redis_key
+    deadline = time.monotonic() + 30
+    while (spawn := services.store.spawns.get(spawn_id)) is None or spawn.get("announce") not in (
+        "delivered",
+        "skipped",
+    ):
+        assert time.monotonic() < deadline, spawn
+        time.sleep(0.1)
+    texts = [str(m["content"]) for m in services.store.transcripts.all(REQUESTER)]
+    assert sum("say child" in t for t in texts) >= 1  # the announce landed, in one step
+
+
+def test_a_send_between_two_groups_runs_its_rounds_and_announce(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """Target's run, the requester's round (started in its group, named on the flow in
+    the target's), the target's round and the announce: each run in its speaker's group,
+    the flow in the target's, listed in both sessions' flow indexes."""
+    ks = services.store.ks
+    sent = _invoke(
+        client, REQUESTER, "sessions_send", sessionKey=TARGET, message="ping", timeoutSeconds=20
+    )
+    assert sent["status"] == "ok" and sent["reply"] == "ping", sent
+    flow = _done_flow(services, sent["flowId"])
+    speakers = [(r["turn"], r["sessionKey"], r["status"]) for r in flow["rounds"]]
+    assert speakers == [(0, TARGET, "ok"), (1, REQUESTER, "ok"), (2, TARGET, "ok")]
+    for record in flow["rounds"]:
+        assert ks.group_of_id(record["runId"]) == ks.group_of_key(record["sessionKey"])
+    assert _group_of(services, ks.flow(sent["flowId"])) == ks.group_of_key(TARGET)
+    announce = services.store.runs.get(flow["announce"]["runId"])
+    assert announce is not None and announce.session_key == TARGET  # no route: not delivered
+    assert ks.group_of_id(announce.run_id) == ks.group_of_key(TARGET)
+    for session in (REQUESTER, TARGET):
+        assert sent["flowId"] in services.store.flows.recent_ids(session, 10)
+
+
+def test_a_round_whose_start_died_before_its_naming_is_named_when_its_step_runs_again(
+    worker: Any,
+    client: httpx.Client,
+    services: Services,
+    sweeper: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The requester's round is recorded in its group, then named on the flow in the
+    target's: a worker that dies between the two (here: the naming raises once) leaves the
+    flow without its round's run; the step, run again by the sweep, names the same run
+    (its idempotency key), and the flow ends with one run per round."""
+    real = RunStore.name_link
+    died: list[tuple[str, str]] = []
+
+    def dies_once(self: RunStore, link: tuple[str, str], run_id: str) -> None:
+        if not died and link[1] == "run:1":
+            died.append(link)
+            raise RuntimeError("worker died between the round's start and its naming")
+        real(self, link, run_id)
+
+    monkeypatch.setattr(RunStore, "name_link", dies_once)
+    sent = _invoke(
+        client, REQUESTER, "sessions_send", sessionKey=TARGET, message="pong", timeoutSeconds=0
+    )
+    flow = _done_flow(services, sent["flowId"], timeout_s=60)
+    assert died, "the naming never ran"
+    assert [(r["turn"], r["status"]) for r in flow["rounds"]] == [(0, "ok"), (1, "ok"), (2, "ok")]
+    rounds = [r for r in _runs_of_flow(services, sent["flowId"]) if r.meta.get("a2a") == "reply"]
+    assert sorted((r.session_key, r.meta.get("turn")) for r in rounds) == [
+        (REQUESTER, 1),
+        (TARGET, 2),
+    ]  # one run per round: the step run again found the round's run by its key
+    assert {r.run_id for r in rounds} == {flow["rounds"][1]["runId"], flow["rounds"][2]["runId"]}
+
+
+def _runs_of_flow(services: Services, flow_id: str) -> list[Any]:
+    """Every run recorded for a flow, in every slot group."""
+    ids = []
+    for group in services.store.ks.every_group():
+        head = f"{group.prefix}r:"
+        for key in services.store.redis.scan_iter(f"{head}*", count=1000):
+            name = key.decode()[len(head) :]
+            if not name.endswith(":waiters"):
+                ids.append(name)
+    found = services.store.runs.get_many(ids)
+    return [r for r in found if r is not None and r.meta.get("flowId") == flow_id]
+
+
+def test_a_run_parks_on_a_run_of_another_group_and_its_end_wakes_it(
+    worker: Any, rpc: Callable[..., Any], services: Services
+) -> None:
+    """A waiting sessions_send inside a run parks it (its group) and registers it on the
+    target's run (the other group) after the park; the target's end resumes it."""
+    ks = services.store.ks
+    call = {"sessionKey": TARGET, "message": "/sleep 1.5\nfrom afar", "timeoutSeconds": 20}
+    caller = rpc("agent", sessionKey=REQUESTER, message="/tool sessions_send " + json.dumps(call))
+    deadline = time.monotonic() + 15
+    while (rec := services.store.runs.get(caller["runId"])) is None or rec.status != "parked":
+        assert time.monotonic() < deadline, f"the caller never parked: {rec}"
+        time.sleep(0.05)
+    (target_run,) = [str(c["targetRunId"]) for c in rec.parked]
+    assert ks.group_of_id(target_run) == ks.group_of_key(TARGET)
+    waiters = services.store.redis.smembers(ks.run_waiters(target_run))
+    assert caller["runId"].encode() in waiters  # registered across the groups
+    outcome = rpc("agent.wait", runId=caller["runId"], timeoutMs=30_000)
+    assert outcome["status"] == "ok", outcome
+    assert json.loads(outcome["reply"])["reply"] == "from afar"
+
+
+def test_a_process_cut_into_other_groups_refuses_to_start(
+    services: Services, settings: Settings
+) -> None:
+    """The first process records the store's slot groups; one cut otherwise stops at
+    start naming the setting (it would not find what the others write)."""
+    assert services.store.layout_groups() == GROUPS
+    other = settings.model_copy(update={"slot_groups": 4})
+    with pytest.raises(ConfigError, match="SWITCHBOARD_SLOT_GROUPS=8"):
+        build_services(other, queue=RecordingQueue())
