@@ -18,6 +18,7 @@ from redis import Redis
 
 from switchboard.shared.store import codec
 from switchboard.shared.store.codec import as_text
+from switchboard.shared.store.due_index import take_due
 from switchboard.shared.store.keyspace import EVENTS_MAXLEN, Keyspace
 from switchboard.shared.store.lua_scripts import LuaScripts
 
@@ -161,16 +162,10 @@ class DeliveryStore:
     def take_due(self, now_ms: int, recheck_ms: int, limit: int = 500) -> list[str]:
         """The deliveries whose step is due, each pushed ``recheck_ms`` on (at most
         ``limit`` per slot group)."""
-        pipe = self.redis.pipeline(transaction=False)
-        for group in self.ks.every_group():
-            self._lua["pending_take_due"](
-                client=pipe,
-                due=group.deliveries_due,
-                now=now_ms,
-                limit=limit,
-                recheck_ms=recheck_ms,
-            )
-        return [as_text(v) for taken in pipe.execute() for v in taken]
+        indexes = (group.deliveries_due for group in self.ks.every_group())
+        return take_due(
+            self.redis, self._lua, indexes, now_ms=now_ms, recheck_ms=recheck_ms, limit=limit
+        )
 
     def get(self, delivery_id: str) -> dict[str, Any] | None:
         """The delivery as a JSON-ready dict, or None when unknown or expired."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from redis import Redis
 
 from switchboard.shared.store import codec
-from switchboard.shared.store.codec import as_text
+from switchboard.shared.store.due_index import take_due
 from switchboard.shared.store.keyspace import Keyspace
 from switchboard.shared.store.lua_scripts import LuaScripts
 
@@ -54,13 +54,7 @@ class PendingStepStore:
         """The steps presumed lost by ``now_ms``, each pushed ``recheck_ms`` on (so one
         sweep takes it, and it comes back if that enqueue is lost too); at most ``limit``
         per slot group."""
-        pipe = self.redis.pipeline(transaction=False)
-        for group in self.ks.every_group():
-            self._lua["pending_take_due"](
-                client=pipe,
-                due=group.pending_steps,
-                now=now_ms,
-                limit=limit,
-                recheck_ms=recheck_ms,
-            )
-        return [as_text(v) for taken in pipe.execute() for v in taken]
+        indexes = (group.pending_steps for group in self.ks.every_group())
+        return take_due(
+            self.redis, self._lua, indexes, now_ms=now_ms, recheck_ms=recheck_ms, limit=limit
+        )

@@ -21,6 +21,7 @@ from switchboard.shared import keys as sk
 from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store import codec
 from switchboard.shared.store.codec import as_text
+from switchboard.shared.store.due_index import members_due
 from switchboard.shared.store.keyspace import (
     EVENTS_MAXLEN,
     IDEMPOTENCY_TTL_S,
@@ -782,10 +783,8 @@ class RunStore:
     def _due(self, index: str, before_ms: int, limit: int) -> list[str]:
         """The members of every group's ``index`` (a `GroupKeys` name) scored up to
         ``before_ms``, the earliest first in each group, at most ``limit`` per group."""
-        pipe = self.redis.pipeline(transaction=False)
-        for group in self.ks.every_group():
-            pipe.zrangebyscore(getattr(group, index), "-inf", before_ms, start=0, num=limit)
-        return [as_text(r) for rows in pipe.execute() for r in rows]
+        indexes = (getattr(group, index) for group in self.ks.every_group())
+        return members_due(self.redis, indexes, before_ms=before_ms, limit=limit)
 
     def push_lease(self, session_key: str, until_ms: int) -> None:
         """Set a lane lease expiry."""

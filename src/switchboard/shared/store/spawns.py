@@ -27,6 +27,7 @@ from redis.client import Pipeline
 
 from switchboard.shared.store import codec
 from switchboard.shared.store.codec import as_text
+from switchboard.shared.store.due_index import members_due, take_due
 from switchboard.shared.store.keyspace import Keyspace
 from switchboard.shared.store.lua_scripts import LuaScripts
 from switchboard.shared.store.run_records import RunRecord
@@ -373,21 +374,17 @@ class SpawnStore:
 
     def due_archives(self, now_ms: int, limit: int = 200) -> list[str]:
         """Sessions whose archival time has come (at most ``limit`` per slot group)."""
-        pipe = self.redis.pipeline(transaction=False)
-        for group in self.ks.every_group():
-            pipe.zrangebyscore(group.archive_due, "-inf", now_ms, start=0, num=limit)
-        return [as_text(r) for rows in pipe.execute() for r in rows]
+        indexes = (group.archive_due for group in self.ks.every_group())
+        return members_due(self.redis, indexes, before_ms=now_ms, limit=limit)
 
     def take_due_archives(self, now_ms: int, recheck_ms: int, limit: int = 200) -> list[str]:
         """The sessions whose archival time has come, each pushed ``recheck_ms`` on in the
         same step: of two sweeps running at once (two beats, or a worker's startup sweep
         beside beat's), one takes a session; it comes back if that sweep dies."""
-        pipe = self.redis.pipeline(transaction=False)
-        for group in self.ks.every_group():
-            self._lua["pending_take_due"](
-                client=pipe, due=group.archive_due, now=now_ms, limit=limit, recheck_ms=recheck_ms
-            )
-        return [as_text(r) for taken in pipe.execute() for r in taken]
+        indexes = (group.archive_due for group in self.ks.every_group())
+        return take_due(
+            self.redis, self._lua, indexes, now_ms=now_ms, recheck_ms=recheck_ms, limit=limit
+        )
 
     def postpone_archive(self, session_key: str, at_ms: int) -> None:
         """Look at a due session again later (it is busy)."""
