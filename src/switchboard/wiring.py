@@ -10,7 +10,7 @@ from switchboard.shared.flows import pending
 from switchboard.shared.queue import TaskQueue
 from switchboard.shared.services import Services
 from switchboard.shared.store import Store
-from switchboard.shared.store.client import Durability
+from switchboard.shared.store.durability import Durability
 from switchboard.shared.tools.catalog import register_session_tools
 
 log = logging.getLogger("switchboard")

@@ -26,7 +26,8 @@ import redis
 from switchboard.shared.config import Settings
 from switchboard.shared.errors import StoreUnavailable, Unavailable
 from switchboard.shared.store import Store
-from switchboard.shared.store.client import Durability, connect_async, connect_plain
+from switchboard.shared.store.client import connect_async, connect_plain
+from switchboard.shared.store.durability import Durability
 from switchboard.supervisor.redis_cluster import RedisClusterGroup, RedisClusterNode
 from switchboard.supervisor.redis_server import RedisServer, find_redis_server
 from switchboard.testing.webhook_receiver import WebhookReceiver

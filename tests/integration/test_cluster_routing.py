@@ -22,15 +22,10 @@ import redis
 
 from switchboard.shared.errors import StoreUnavailable, Unavailable
 from switchboard.shared.store import Store
-from switchboard.shared.store.client import (
-    CrossSlotError,
-    Durability,
-    connect,
-    connect_async,
-    connect_plain,
-)
+from switchboard.shared.store.client import connect, connect_async, connect_plain
+from switchboard.shared.store.durability import Durability
 from switchboard.shared.store.lua_scripts import load as load_lua
-from switchboard.shared.store.slots import key_slot
+from switchboard.shared.store.slots import CrossSlotError, key_slot
 from switchboard.supervisor.redis_cluster import RedisClusterGroup, RedisClusterNode
 from switchboard.supervisor.redis_server import find_redis_server
 

@@ -13,7 +13,8 @@ import pytest
 import uvloop
 
 from switchboard.shared.errors import StoreUnavailable
-from switchboard.shared.store.client import _cut_connections, connect_async, connect_plain
+from switchboard.shared.store.client import connect_async, connect_plain
+from switchboard.shared.store.follow import cut_connections
 
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
     "asyncio": asyncio.new_event_loop,
@@ -27,7 +28,7 @@ def _cut_from_a_thread(pool: object) -> list[BaseException]:
 
     def cut() -> None:
         try:
-            _cut_connections(pool)
+            cut_connections(pool)
         except BaseException as exc:  # reported to the test
             errors.append(exc)
 

@@ -34,7 +34,7 @@ import redis
 from switchboard.shared.config import Settings
 from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store import Store
-from switchboard.shared.store.client import Durability
+from switchboard.shared.store.durability import Durability
 from switchboard.shared.store.keyspace import Keyspace
 from switchboard.shared.store.runs import NewRun, now_ms
 from switchboard.supervisor.redis_sentinel import RedisSentinelGroup

@@ -21,13 +21,8 @@ import pytest
 
 from switchboard.shared.errors import StoreUnavailable, Unavailable
 from switchboard.shared.store import Store
-from switchboard.shared.store.client import (
-    ACKNOWLEDGED_SCRIPTS,
-    Durability,
-    HeldStoreRedis,
-    NotReplicated,
-    StoreRedis,
-)
+from switchboard.shared.store.client import HeldStoreRedis, StoreRedis
+from switchboard.shared.store.durability import ACKNOWLEDGED_SCRIPTS, Durability, NotReplicated
 from switchboard.shared.store.lua_scripts import load as load_lua
 from switchboard.shared.store.lua_scripts import script_names
 from switchboard.shared.store.runs import NewRun, now_ms

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 from faultkit import TOKEN, Cluster, base_config, wait_until
 
 from switchboard.shared.store import Store
-from switchboard.shared.store.client import Durability
+from switchboard.shared.store.durability import Durability
 from switchboard.shared.store.runs import NewRun, now_ms
 from switchboard.supervisor.redis_sentinel import RedisReplica
 from switchboard.supervisor.redis_server import RedisServer

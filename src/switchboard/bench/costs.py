@@ -7,19 +7,25 @@ difference, less the commands the bench sent itself while polling for the end, i
 work's cost.
 Divided by the runs completed, it sizes a Redis shard: commands per run and CPU seconds
 per thousand runs across api, worker and Redis.
+
+A `SpreadMeter` reads the same, node by node, of a Redis Cluster's primaries: how the
+state's load was split over them (`Spread`), each primary's share of the commands and of
+the Redis CPU, and the busiest primary's share over the mean (what the sizing model's
+balance is made of).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
 
-from switchboard.bench.harness import Stack
+from switchboard.bench.harness import STATE_CLUSTER, Stack
+from switchboard.shared.errors import Unavailable
 
 _TOP = 8  # commands listed by name in a summary; the rest are counted in the total
 _SCRIPTS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
@@ -72,11 +78,107 @@ class CostMeter:
         into.commands.update(Counter(calls) - polled)  # drops what falls to zero or below
 
     def _cpu_s(self) -> float:
-        total = 0.0
-        for proc in self.st.process_tree(self.processes):
-            try:
-                times = proc.cpu_times()
-            except psutil.NoSuchProcess:  # a child that ended since the tree was read
-                continue
-            total += times.user + times.system
-        return total
+        return cpu_s(self.st.process_tree(self.processes))
+
+
+def cpu_s(procs: Sequence[psutil.Process]) -> float:
+    """User + system CPU seconds of ``procs`` (a child that ended since it was listed: 0)."""
+    total = 0.0
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+@dataclass
+class Spread:
+    """Redis commands and CPU seconds of each primary (by address) summed over measured
+    work, the slot groups each owns, and the commands the bench itself sent meanwhile."""
+
+    commands: Counter[str] = field(default_factory=Counter)
+    cpu_s: Counter[str] = field(default_factory=Counter)
+    groups: dict[str, int] = field(default_factory=dict)
+    polled: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        """Each primary's share of the commands, of the Redis CPU and of the slot groups,
+        and, for each, the busiest primary's share over the mean (1.0: an even split);
+        the bench's own polls (on the state and on the broker) over the state's commands:
+        at most their part in the split."""
+        amounts = {"commands": self.commands, "redisCpu": self.cpu_s, "slotGroups": self.groups}
+        total = sum(self.commands.values())
+        return {
+            **{what: shares_of(a) for what, a in amounts.items()},
+            "slotGroupsOwned": dict(self.groups),
+            "busiestOverMean": {what: busiest_over_mean(a) for what, a in amounts.items()},
+            "benchPollsShare": round(self.polled / total, 3) if total > 0 else None,
+        }
+
+
+def shares_of(amounts: Mapping[str, float]) -> dict[str, float | None]:
+    """Each key's share of the total (2 decimals); None each when the total is 0."""
+    total = sum(amounts.values())
+    return {k: round(v / total, 2) if total > 0 else None for k, v in amounts.items()}
+
+
+def busiest_over_mean(amounts: Mapping[str, float]) -> float | None:
+    """The largest amount over the mean (2 decimals): 1.0 when the load is split evenly,
+    K when one of K takes it all; None when nothing was measured."""
+    total = sum(amounts.values())
+    if not amounts or total <= 0:
+        return None
+    return round(max(amounts.values()) / (total / len(amounts)), 2)
+
+
+class SpreadMeter:
+    """Measures how the work a block does on the stack's state cluster is split over its
+    primaries: ``INFO commandstats`` of each before and after, and each one's CPU. The
+    bench's own polls (run ends, the backlog: keys of every group) are in each count,
+    spread as the state is; `Spread.polled` says how many they were."""
+
+    def __init__(self, st: Stack) -> None:
+        self.st = st
+        self.groups = groups_owned(st)
+
+    @contextmanager
+    def measure(self, into: Spread) -> Iterator[None]:
+        """Add each primary's commands and CPU spent inside the block to ``into``."""
+        nodes = self._primaries()
+        polled_before = sum(self.st.polled_commands.values())
+        cpu_before = {address: cpu_s([proc]) for address, proc in nodes.items()}
+        calls_before = self.st.calls_by_server([STATE_CLUSTER])
+        yield
+        calls_after = self.st.calls_by_server([STATE_CLUSTER])
+        for address, proc in nodes.items():
+            port = int(address.rsplit(":", 1)[1])
+            into.commands[address] += sum(calls_after[port].since(calls_before[port]).values())
+            into.cpu_s[address] += cpu_s([proc]) - cpu_before[address]
+        into.groups = dict(self.groups)
+        into.polled += sum(self.st.polled_commands.values()) - polled_before
+
+    def _primaries(self) -> dict[str, psutil.Process]:
+        cluster = self.st.cluster
+        if cluster is None:
+            raise ValueError("the stack's state is not on a cluster")
+        out = {}
+        for node in cluster.nodes[: cluster.primaries]:
+            if node.pid is None:
+                raise Unavailable(f"bench: cluster node {node.address} is not running")
+            out[node.address] = psutil.Process(node.pid)
+        return out
+
+
+def groups_owned(st: Stack) -> dict[str, int]:
+    """How many of the store's slot groups each primary of the stack's state cluster owns
+    (by address, in slot order), as the running cluster places their hash tags."""
+    cluster = st.cluster
+    if cluster is None:
+        raise ValueError("the stack's state is not on a cluster")
+    owned = dict.fromkeys((node.address for node in cluster.nodes[: cluster.primaries]), 0)
+    for group in st.store().ks.every_group():
+        owner = cluster.primary_for(group.updated_all).address
+        owned[owner] = owned.get(owner, 0) + 1
+    return owned

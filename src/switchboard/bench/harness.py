@@ -76,6 +76,9 @@ class Stack:
     # The private Redis Cluster the product's state is on, when it is not on the stack's
     # Redis (the product's broker and the anchors then stay on the stack's Redis).
     cluster: RedisClusterGroup | None = None
+    # SWITCHBOARD_SLOT_GROUPS of every product process (None: the setting's default, 64 on
+    # a cluster and 1 on one Redis).
+    slot_groups: int | None = None
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # Set when a scenario failed on this stack: its work dir (logs) is kept.
     keep_logs: bool = False
@@ -131,13 +134,16 @@ class Stack:
         )
 
     def store(self) -> Store:
-        """The product's store (on the stack's Redis, or on the cluster under the prefix
-        made a hash tag), for the bench's own reads (one per stack)."""
+        """The product's store (on the stack's Redis or on the cluster, cut into the slot
+        groups the processes use), for the bench's own reads (one per stack)."""
         if self._store is None:
             settings = self.settings()
             assert settings.redis_url is not None
             self._store = Store.from_url(
-                settings.redis_url, fast_paths=settings.fast_paths, prefix=settings.key_prefix
+                settings.redis_url,
+                fast_paths=settings.fast_paths,
+                prefix=settings.key_prefix,
+                groups=settings.groups,
             )
         return self._store
 
@@ -174,6 +180,7 @@ class Stack:
             log_level="WARNING",
             fast_paths=self.fast_paths,
             broker_url=self.product_broker_url,
+            slot_groups=self.slot_groups,  # not the bench's own environment's
         )
 
     def redis_servers(self, names: Sequence[str]) -> list[RedisServer]:
@@ -208,9 +215,13 @@ class Stack:
         """Calls per command since start (``INFO commandstats``), summed over the Redis
         servers among ``names`` (`redis_servers`), each read on a connection held for it."""
         total: Counter[str] = Counter()
-        for server in self.redis_servers(names):
-            total.update(self._server(server).command_calls().calls)
+        for calls in self.calls_by_server(names).values():
+            total.update(calls.calls)
         return CommandCalls(dict(total))
+
+    def calls_by_server(self, names: Sequence[str]) -> dict[int, CommandCalls]:
+        """Calls per command since start of each Redis server among ``names``, by port."""
+        return {s.port: self._server(s).command_calls() for s in self.redis_servers(names)}
 
     def _server(self, server: RedisServer) -> ServerStats:
         stats = self._servers.get(server.port)
@@ -350,6 +361,7 @@ def stack(
     apis: int = 1,
     broker_url: str | None = None,
     state_cluster: int = 0,
+    slot_groups: int | None = None,
 ) -> Iterator[Stack]:
     """Private Redis + api(s) + worker(s) (+ beat, + the anchor workers), torn down afterwards.
 
@@ -360,9 +372,11 @@ def stack(
     SO_REUSEPORT, as `switchboard up --apis N` runs them. ``broker_url`` puts the product's
     and the anchors' Celery broker there (RabbitMQ); the state and the anchors' results stay
     on the private Redis. ``state_cluster`` N puts the product's state on a private Redis
-    Cluster of N primaries (no replicas; ``redis+cluster://``, every key under the prefix
-    made a hash tag), with the product's broker on the private Redis (unless ``broker_url``)
-    and the anchors there as ever.
+    Cluster of N primaries (no replicas; ``redis+cluster://``, the keys cut into slot
+    groups, 64 unless ``slot_groups`` says otherwise, and so spread over every primary),
+    with the product's broker on the private Redis (unless ``broker_url``) and the anchors
+    there as ever. ``slot_groups`` is every product process's ``SWITCHBOARD_SLOT_GROUPS``
+    (None: the setting's default).
     Beat (the recovery sweep) is off by default: nothing fails on purpose in a benchmark.
     ``fast_paths`` is handed to every product process as ``SWITCHBOARD_FAST_PATHS`` (the
     bench's own environment is not: a stack runs exactly the mode it was asked for).
@@ -393,10 +407,13 @@ def stack(
         worker_concurrency=worker_concurrency,
         broker_url=broker_url,
         cluster=cluster,
+        slot_groups=slot_groups,
     )
     st.env.update(stack_env(os.environ, st.state_url, workdir, fast_paths=fast_paths))
     if st.product_broker_url is not None:
         st.env["SWITCHBOARD_BROKER_URL"] = st.product_broker_url
+    if slot_groups is not None:
+        st.env["SWITCHBOARD_SLOT_GROUPS"] = str(slot_groups)
     if config_path is not None:
         st.env["SWITCHBOARD_CONFIG"] = str(config_path)
     me = [sys.executable, "-m", "switchboard"]

@@ -24,7 +24,8 @@ from typing import Any
 
 from kombu.transport import redis as kombu_redis
 
-from switchboard.shared.store.client import DRIVER_INFO, follow_primary
+from switchboard.shared.store.driver import DRIVER_INFO
+from switchboard.shared.store.sentinel import follow_primary
 
 log = logging.getLogger("switchboard.worker")
 

@@ -16,10 +16,11 @@ from switchboard.shared import keys as sk
 from switchboard.shared.store.a2a_tasks import A2ATaskStore
 from switchboard.shared.store.audit import AuditStore
 from switchboard.shared.store.bulk import BulkLoader
-from switchboard.shared.store.client import NO_WAIT, Durability, connect
+from switchboard.shared.store.client import connect
 from switchboard.shared.store.collect import CollectStore
 from switchboard.shared.store.counters import CounterStore, ListLengths
 from switchboard.shared.store.deliveries import DeliveryStore
+from switchboard.shared.store.durability import NO_WAIT, Durability
 from switchboard.shared.store.events import EventStore
 from switchboard.shared.store.flows import FlowStore
 from switchboard.shared.store.keyspace import Keyspace

@@ -8,11 +8,6 @@ let through as they are, because redis-py's own helpers act on them: ``NoScriptE
 (a script not yet loaded: `Script` loads it and runs it again) and ``WatchError`` (an
 optimistic transaction that lost its race). The rule is kept in `redis_errors`.
 
-redis-py reads its own version from the installed package's metadata for each connection
-it opens unless given it: a scan of the import path that costs milliseconds, so a burst
-that filled a pool (forty api threads at once, a worker's sixty-four) paid seconds of CPU
-for it. The version is read once here (`DRIVER_INFO`) and handed to every client.
-
 Every client is made from a URL in this module (`connect`, `connect_plain`,
 `connect_async`, `blocking_pool`), in any form `store.urls` reads. A
 ``redis+sentinel://`` URL gives the same client classes on a pool whose connections ask
@@ -31,64 +26,24 @@ primary that owns its key's slot, so the store's keys may carry different hash t
 spread over every shard. ``store/router.py`` says how commands and pipelines are split,
 ``store/cluster.py`` how the slots' owners are found and followed through a failover.
 
-A primary demoted on purpose (``SENTINEL FAILOVER``) keeps serving the connections it has
-until Sentinel reconfigures it, up to ten seconds later, and what they write there is
-thrown away when it resyncs from the new primary. So every sentinel pool is followed
-(`follow_primary`): twice a second its sentinels are asked for the primary, and when they
-name another one every connection of the pool is cut (as if the server had closed it),
-so each reconnects to the new primary at its next command. Sentinels that disagree (right
-after a failover only one knows) are settled by their configuration epoch
-(`NewestSentinel`, `AsyncNewestSentinel`), for the check and for every new connection
-alike. The api's async pools are followed too (their connections, subscriptions
-included, cut from the checking thread).
-
-Acknowledged writes (`Durability`, off unless ``SWITCHBOARD_REDIS_WAIT_REPLICAS`` is set):
-Redis replicates asynchronously, so a write the primary answered can die with it in a
-failover. With ``replicas`` set, each acknowledged write (a script named in
-`ACKNOWLEDGED_SCRIPTS`: a run's accept, its end, a transcript append) is followed on the
-same connection by ``WAIT replicas timeout_ms`` before its answer goes back: a single call
-goes out as a non-transactional pipeline of EVALSHA + WAIT (one round trip); a pipeline
-that queued one gets WAIT at its end (after EXEC for a transaction). WAIT counts the
-connection's own writes, so it must be that connection. When fewer replicas have it within
-the timeout the write stands on the primary (it cannot be taken back), and then:
-
-- a run's accept made on its own (`REFUSED_WHEN_SHORT`) raises `NotReplicated`, a
-  `StoreUnavailable`: the api answers 503 with Retry-After and the client was told nothing.
-  A retry with the same idempotency key answers the same run; without one it may start a
-  second run (the first stands unless a failover takes it). This is what closes a planned
-  failover's window, where the old primary takes writes its replicas never see.
-- anything else (a run's end, an append, a spawn's pipeline) logs a WARNING (at most one
-  per `SHORT_LOG_EVERY_S`, with the count since) and goes on: a worker has no client to
-  refuse, and a run whose end a failover loses is run again once its lease lapses.
-
-docs/operations.md ("Replication and acknowledged writes") says more.
+How a Sentinel group's primary is found and followed is in `sentinel`; acknowledged writes
+(WAIT for replicas) in `durability`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import hashlib
 import logging
-import os
-import socket
-import threading
-import time
 from collections.abc import Callable
 from typing import Any, cast
 
 import redis
 import redis.asyncio as aioredis
 from redis._parsers import Encoder  # redis.connection uses it without exporting it
-from redis.asyncio import sentinel as aiosentinel
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
-from redis.driver_info import DriverInfo
 from redis.exceptions import NoScriptError, ResponseError
-from redis.retry import Retry
-from redis.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
 
-from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store.cluster import (
     AsyncNodeConnection,
     AsyncSSLNodeConnection,
@@ -98,12 +53,21 @@ from switchboard.shared.store.cluster import (
     SSLNodeConnection,
     follow_cluster,
 )
-from switchboard.shared.store.follow import FOLLOWER_JOIN_S, Follower
+from switchboard.shared.store.driver import DRIVER_INFO
+from switchboard.shared.store.durability import NO_WAIT, Durability
+from switchboard.shared.store.follow import FOLLOWER_JOIN_S, Follower, cut_connections
 from switchboard.shared.store.lua_scripts import load as load_lua
 from switchboard.shared.store.lua_scripts import script_names
 from switchboard.shared.store.redis_errors import PASSED_THROUGH as _PASSED_THROUGH
 from switchboard.shared.store.redis_errors import unavailable as unavailable
 from switchboard.shared.store.router import AsyncClusterStoreRedis, ClusterStoreRedis
+from switchboard.shared.store.sentinel import (
+    AsyncNewestSentinel,
+    SentinelBlockingPool,
+    follow_primary,
+    sentinel_kwargs,
+    sentinels,
+)
 from switchboard.shared.store.slots import SCRIPT_COMMANDS as _SCRIPTS
 from switchboard.shared.store.slots import CrossSlotError as CrossSlotError
 from switchboard.shared.store.slots import check_one_slot as check_one_slot
@@ -111,115 +75,11 @@ from switchboard.shared.store.slots import command_keys as command_keys
 from switchboard.shared.store.thread_held import ThreadHeldRedis
 from switchboard.shared.store.urls import (
     ClusterUrl,
-    SentinelUrl,
     parse_redis_url,
     plain_url_options,
 )
 
 log = logging.getLogger("switchboard.store")
-
-DRIVER_INFO = DriverInfo(lib_version=redis.__version__)
-
-# How the sentinels themselves are asked where the primary is: quickly, and a sentinel
-# that does not answer is skipped for the next one instead of retried.
-SENTINEL_TIMEOUT_S = 2.0
-# How often a sentinel pool's primary is checked (`follow_primary`).
-PRIMARY_CHECK_S = 0.5
-# How long a sentinel that did not answer is skipped while another one answers.
-SENTINEL_SKIP_S = 10.0
-
-
-# The writes a client is told about, made durable on replicas when `Durability` is on: a
-# run's accept (recorded with its session, or on its own), its end (with the messages it
-# appends) and a transcript append outside a run.
-ACKNOWLEDGED_SCRIPTS = ("start_run", "submit_run", "finish_run", "transcript_append")
-# Of those, the ones whose shortfall is refused (`NotReplicated`) when run on their own.
-REFUSED_WHEN_SHORT = ("start_run", "submit_run")
-# At most one WARNING per this many seconds for writes that WAIT found short of replicas.
-SHORT_LOG_EVERY_S = 10.0
-
-
-def _script_sha(name: str) -> str:
-    return hashlib.sha1(load_lua(name).source.encode()).hexdigest()
-
-
-class NotReplicated(StoreUnavailable):
-    """A run's accept is on the primary but WAIT found fewer replicas than asked in time:
-    the client is answered 503 (retry, with the same idempotency key)."""
-
-
-class Durability:
-    """How many replicas must hold an acknowledged write before its answer (``replicas``,
-    0: off) and how long WAIT may take for them (``timeout_ms``): the store client's one
-    seam for it (see the module's docstring). Counts the writes WAIT found short."""
-
-    def __init__(self, replicas: int = 0, timeout_ms: int = 1000) -> None:
-        if replicas < 0 or (replicas and timeout_ms < 1):
-            raise ValueError("replicas >= 0 and, with replicas, a timeout of 1 ms or more")
-        self.replicas = replicas
-        self.timeout_ms = timeout_ms
-        self.acknowledged_shas = frozenset(_script_sha(n) for n in ACKNOWLEDGED_SCRIPTS)
-        self.refused_shas = frozenset(_script_sha(n) for n in REFUSED_WHEN_SHORT)
-        self.short = 0  # writes that reached fewer replicas than asked, since start
-        self.refused = 0  # of those, the accepts refused (`NotReplicated`)
-        self._lock = threading.Lock()
-        self._short_unlogged = 0
-        self._logged_at = float("-inf")
-
-    def acknowledged(self, args: tuple[Any, ...]) -> bool:
-        """Whether the command ``args`` is an acknowledged write to confirm (never when off)."""
-        return bool(
-            self.replicas
-            and len(args) > 1
-            and args[0] == "EVALSHA"
-            and str(args[1]) in self.acknowledged_shas
-        )
-
-    def refuses(self, args: tuple[Any, ...]) -> bool:
-        """Whether a shortfall of the acknowledged write ``args`` is refused on its own."""
-        return str(args[1]) in self.refused_shas
-
-    def wait_args(self) -> tuple[Any, ...]:
-        """The WAIT command that confirms the connection's writes."""
-        return ("WAIT", self.replicas, self.timeout_ms)
-
-    def confirmed(self, reply: Any, *, refuse: bool = False) -> None:
-        """Take WAIT's reply (the replicas that have the writes, or its error): fewer than
-        asked are counted, then refused (`NotReplicated`) with ``refuse`` or logged; the
-        write stands either way."""
-        acked = reply if isinstance(reply, int) else -1
-        if acked >= self.replicas:
-            return
-        shown = f"{acked} replicas" if acked >= 0 else f"an error ({reply})"
-        with self._lock:
-            self.short += 1
-            if refuse:
-                self.refused += 1
-            else:
-                self._short_unlogged += 1
-            now = time.monotonic()
-            if refuse or now - self._logged_at < SHORT_LOG_EVERY_S:
-                count = 0
-            else:
-                count, self._short_unlogged, self._logged_at = self._short_unlogged, 0, now
-        if refuse:
-            raise NotReplicated(
-                f"the write reached {shown} within {self.timeout_ms} ms, not the "
-                f"{self.replicas} SWITCHBOARD_REDIS_WAIT_REPLICAS asks for"
-            )
-        if count:
-            log.warning(
-                "%d acknowledged writes reached fewer than %d replicas within %d ms (%s on "
-                "the last): they stand on the primary only, and a failover may lose them",
-                count,
-                self.replicas,
-                self.timeout_ms,
-                shown,
-            )
-
-
-# The store's clients unless told otherwise: no WAIT.
-NO_WAIT = Durability()
 
 
 def load_scripts_on_connect(conn: redis.connection.AbstractConnection) -> None:
@@ -377,177 +237,6 @@ class HeldStoreRedis(_Translating, ThreadHeldRedis):
     scripts_loaded = True
 
 
-class SentinelBlockingPool(SentinelConnectionPool, redis.BlockingConnectionPool):
-    """redis-py's sentinel pool (each new connection asks the sentinels for the primary)
-    with the blocking pool's wait for a free connection."""
-
-
-class NewestSentinel(Sentinel):
-    """Sentinels asked for the primary the newest configuration names.
-
-    redis-py believes the first sentinel that names a primary. Right after a failover only
-    the sentinel that ran it knows the new one; the others learn it within seconds and
-    until then still name the old primary, which, demoted on purpose, still answers. Here
-    every sentinel is asked and the answer with the highest ``config-epoch`` (Sentinel's
-    own order of configurations) wins. A sentinel that did not answer is skipped for
-    `SENTINEL_SKIP_S` while another answers, so one that is down does not slow every
-    new connection by its timeout."""
-
-    def discover_master(self, service_name: str) -> tuple[str, int]:
-        """The (host, port) of the primary of ``service_name`` in the newest configuration."""
-        down: dict[int, float] = self.__dict__.setdefault("_down_until", {})
-        now = time.monotonic()
-        answers: list[Any] = []
-        errors: list[str] = []
-        for sentinel in sorted(self.sentinels, key=lambda s: down.get(id(s), 0.0) > now):
-            if answers and down.get(id(sentinel), 0.0) > now:
-                continue
-            try:
-                masters: Any = sentinel.sentinel_masters()
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                down[id(sentinel)] = now + SENTINEL_SKIP_S
-                errors.append(f"{sentinel} - {exc!r}")
-                continue
-            down.pop(id(sentinel), None)
-            answers.append(masters.get(service_name))
-        return _newest(self, service_name, answers, errors)
-
-
-class AsyncNewestSentinel(aiosentinel.Sentinel):
-    """`NewestSentinel`'s rule for the api's async clients."""
-
-    async def discover_master(self, service_name: str) -> tuple[str, int]:
-        """The (host, port) of the primary of ``service_name`` in the newest configuration."""
-        down: dict[int, float] = self.__dict__.setdefault("_down_until", {})
-        now = time.monotonic()
-        answers: list[Any] = []
-        errors: list[str] = []
-        for sentinel in sorted(self.sentinels, key=lambda s: down.get(id(s), 0.0) > now):
-            if answers and down.get(id(sentinel), 0.0) > now:
-                continue
-            try:
-                masters: Any = await sentinel.sentinel_masters()
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                down[id(sentinel)] = now + SENTINEL_SKIP_S
-                errors.append(f"{sentinel} - {exc!r}")
-                continue
-            down.pop(id(sentinel), None)
-            answers.append(masters.get(service_name))
-        return _newest(self, service_name, answers, errors)
-
-
-def _newest(
-    manager: Any, service_name: str, states: list[Any], errors: list[str]
-) -> tuple[str, int]:
-    """The primary the answer with the highest ``config-epoch`` names."""
-    newest: tuple[int, str, int] | None = None
-    for state in states:
-        if state and manager.check_master_state(state, service_name):
-            epoch = int(state.get("config-epoch", 0))
-            if newest is None or epoch > newest[0]:
-                newest = (epoch, str(state["ip"]), int(state["port"]))
-    if newest is None:
-        shown = f" : {', '.join(errors)}" if errors else ""
-        raise MasterNotFoundError(f"No master found for {service_name!r}{shown}")
-    return newest[1], newest[2]
-
-
-def follow_primary(
-    pool: Any, every_s: float = PRIMARY_CHECK_S, checker: Sentinel | None = None
-) -> Follower:
-    """Cut every connection of the sentinel ``pool`` once the sentinels' newest
-    configuration names another primary (checked every ``every_s`` by a `Follower`, which
-    the store client owning the pool stops when closed). A pool made elsewhere (kombu's)
-    is given `NewestSentinel`'s rule too, so its connections reconnect where the check
-    found the primary; its follower ends with the pool.
-
-    A connection is cut by shutting its socket down, not closed: whoever uses it (a
-    thread's held connection, kombu's event loop, the api's event loop) sees the server
-    close it, as on a crash, and reconnects through the sentinels to the new primary.
-    An async pool (``redis.asyncio``) is checked with ``checker``, sync sentinels of its
-    own, from the thread."""
-    if type(pool.sentinel_manager) is Sentinel:
-        pool.sentinel_manager.__class__ = NewestSentinel
-    return Follower(
-        pool,
-        functools.partial(_check_primary, checker or pool.sentinel_manager),
-        every_s=every_s,
-        name=f"sentinel-primary-{pool.service_name}",
-    )
-
-
-def _check_primary(checker: Any, pool: Any) -> None:
-    known = pool.master_address  # None until a first connection asked for it
-    try:
-        named = checker.discover_master(pool.service_name)
-    except redis.RedisError:
-        named = None  # none names one (a failover under way): connections find out
-    if known is not None and named is not None and tuple(named) != tuple(known):
-        log.warning(
-            "Redis primary of %r moved from %s:%s to %s:%s; reconnecting",
-            pool.service_name,
-            *known,
-            *named,
-        )
-        if hasattr(pool, "proxy"):  # the sync pool keeps it on its proxy
-            pool.proxy.master_address = named
-        else:
-            pool.master_address = named
-        _cut_connections(pool)
-
-
-def _cut_connections(pool: Any) -> None:
-    """Shut down the socket of every connection the pool made (idle or in use)."""
-    for _ in range(3):  # an async pool's lists change under us: copy them again
-        try:
-            made = getattr(pool, "_connections", None)  # a blocking pool lists all here
-            if made is None:
-                made = [*pool._available_connections, *pool._in_use_connections]
-            made = list(made)
-            break
-        except RuntimeError:
-            continue
-    else:
-        return  # the next check cuts them
-    for conn in made:
-        sock = getattr(conn, "_sock", None)  # a sync connection's socket
-        writer = getattr(conn, "_writer", None)  # an async one's stream
-        if writer is not None:
-            sock = writer.get_extra_info("socket")
-        if sock is not None:
-            _shut_down(sock)
-
-
-def _shut_down(sock: Any) -> None:
-    """Shut the socket down for both directions, through a duplicate of its descriptor:
-    an event loop's transport socket (uvloop's) refuses ``shutdown()`` itself, and a
-    shutdown acts on the socket, whichever descriptor names it."""
-    with contextlib.suppress(OSError, ValueError):
-        fd = sock.fileno()
-        if fd < 0:
-            return  # closed meanwhile
-        with socket.socket(fileno=os.dup(fd)) as dup:
-            dup.shutdown(socket.SHUT_RDWR)
-
-
-def _sentinel_kwargs(retry: Any) -> dict[str, Any]:
-    return {
-        "socket_timeout": SENTINEL_TIMEOUT_S,
-        "socket_connect_timeout": SENTINEL_TIMEOUT_S,
-        "retry": retry,
-        "driver_info": DRIVER_INFO,
-    }
-
-
-def _sentinels(parsed: SentinelUrl) -> NewestSentinel:
-    """The URL's sentinels, asked by the sync clients' pools (over TLS for a
-    ``rediss+sentinel://`` URL, as are the connections to the primary)."""
-    kwargs = {**_sentinel_kwargs(Retry(NoBackoff(), 0)), **parsed.sentinel_kwargs()}
-    return NewestSentinel(  # type: ignore[no-untyped-call]
-        list(parsed.sentinels), sentinel_kwargs=kwargs, **parsed.connection_kwargs()
-    )
-
-
 # The store's pool: keepalive and health checks, and a wait for a free connection.
 _POOL_OPTIONS: dict[str, Any] = {
     "socket_keepalive": True,
@@ -580,7 +269,7 @@ def blocking_pool(
     if isinstance(parsed, ClusterUrl):
         raise ValueError("a Redis Cluster has a pool per node: make its client with connect()")
     options = {**parsed.connection_kwargs(), **pool_options, "is_master": True}
-    pool = SentinelBlockingPool(parsed.master, _sentinels(parsed), **options)  # type: ignore[no-untyped-call]
+    pool = SentinelBlockingPool(parsed.master, sentinels(parsed), **options)  # type: ignore[no-untyped-call]
     return pool, follow_primary(pool)
 
 
@@ -655,7 +344,7 @@ def _cluster_client(
 
     nodes = NodeClients(cluster_map, node_client)
     router = ClusterStoreRedis(nodes, _encoder(options))
-    router.following = follow_cluster(nodes, _cut_connections)
+    router.following = follow_cluster(nodes, cut_connections)
     return router
 
 
@@ -702,7 +391,7 @@ def connect_plain(url: str, **options: Any) -> StoreRedis | ClusterStoreRedis:
     options = {"driver_info": DRIVER_INFO, **options}
     if isinstance(parsed, ClusterUrl):
         return _cluster_client(parsed, StoreRedis.from_pool, redis.ConnectionPool, options)
-    plain = _sentinels(parsed).master_for(  # type: ignore[no-untyped-call]
+    plain = sentinels(parsed).master_for(  # type: ignore[no-untyped-call]
         parsed.master, redis_class=StoreRedis, **options
     )
     plain.following = follow_primary(plain.connection_pool)
@@ -769,12 +458,12 @@ def connect_async(url: str, **options: Any) -> AsyncStoreClient:
     options = {"driver_info": DRIVER_INFO, **options}
     if isinstance(parsed, ClusterUrl):
         return _async_cluster_client(parsed, options)
-    kwargs = {**_sentinel_kwargs(AsyncRetry(NoBackoff(), 0)), **parsed.sentinel_kwargs()}
-    sentinels = AsyncNewestSentinel(  # type: ignore[no-untyped-call]
+    kwargs = {**sentinel_kwargs(AsyncRetry(NoBackoff(), 0)), **parsed.sentinel_kwargs()}
+    asked = AsyncNewestSentinel(  # type: ignore[no-untyped-call]
         list(parsed.sentinels), sentinel_kwargs=kwargs, **parsed.connection_kwargs()
     )
-    client = sentinels.master_for(parsed.master, redis_class=AsyncStoreRedis, **options)
-    client.following = follow_primary(client.connection_pool, checker=_sentinels(parsed))
+    client = asked.master_for(parsed.master, redis_class=AsyncStoreRedis, **options)
+    client.following = follow_primary(client.connection_pool, checker=sentinels(parsed))
     return cast(AsyncStoreRedis, client)
 
 
@@ -790,5 +479,5 @@ def _async_cluster_client(parsed: ClusterUrl, options: dict[str, Any]) -> AsyncC
 
     nodes = NodeClients(cluster_map, node_client)
     router = AsyncClusterStoreRedis(nodes, _encoder(options))
-    router.following = follow_cluster(nodes, _cut_connections)
+    router.following = follow_cluster(nodes, cut_connections)
     return router

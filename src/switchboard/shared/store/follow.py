@@ -1,6 +1,6 @@
 """The thread that follows where a pool's primary is (a Sentinel group's, a cluster's).
 
-`client.follow_primary` starts one per sentinel pool, `cluster.follow_cluster` one per
+`sentinel.follow_primary` starts one per sentinel pool, `cluster.follow_cluster` one per
 cluster client (for all its nodes). It checks every half second until the store client
 that owns it is closed (`Follower.stop`), or else until what it follows is gone (a pool
 made elsewhere, kombu's, has no such client).
@@ -8,7 +8,10 @@ made elsewhere, kombu's, has no such client).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import socket
 import threading
 import weakref
 from collections.abc import Callable
@@ -75,3 +78,37 @@ class Follower:
         finally:
             if on_end is not None:
                 on_end()
+
+
+def cut_connections(pool: Any) -> None:
+    """Shut down the socket of every connection the pool made (idle or in use)."""
+    for _ in range(3):  # an async pool's lists change under us: copy them again
+        try:
+            made = getattr(pool, "_connections", None)  # a blocking pool lists all here
+            if made is None:
+                made = [*pool._available_connections, *pool._in_use_connections]
+            made = list(made)
+            break
+        except RuntimeError:
+            continue
+    else:
+        return  # the next check cuts them
+    for conn in made:
+        sock = getattr(conn, "_sock", None)  # a sync connection's socket
+        writer = getattr(conn, "_writer", None)  # an async one's stream
+        if writer is not None:
+            sock = writer.get_extra_info("socket")
+        if sock is not None:
+            _shut_down(sock)
+
+
+def _shut_down(sock: Any) -> None:
+    """Shut the socket down for both directions, through a duplicate of its descriptor:
+    an event loop's transport socket (uvloop's) refuses ``shutdown()`` itself, and a
+    shutdown acts on the socket, whichever descriptor names it."""
+    with contextlib.suppress(OSError, ValueError):
+        fd = sock.fileno()
+        if fd < 0:
+            return  # closed meanwhile
+        with socket.socket(fileno=os.dup(fd)) as dup:
+            dup.shutdown(socket.SHUT_RDWR)
