@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from switchboard.shared.config import ConfigError, Settings
 from switchboard.shared.flows.a2a_flow import get_flow
@@ -209,3 +210,15 @@ def test_a_process_cut_into_other_groups_refuses_to_start(
     other = settings.model_copy(update={"slot_groups": 4})
     with pytest.raises(ConfigError, match="SWITCHBOARD_SLOT_GROUPS=8"):
         build_services(other, queue=RecordingQueue())
+
+
+def test_a_store_holding_one_groups_data_is_not_cut_into_more(
+    redis_url: str, settings: Settings
+) -> None:
+    """A store with sessions written before slot groups were recorded (one group: a
+    cluster's one-slot store, or one Redis) is taken as cut into one group: a process cut
+    into 8 refuses to start instead of starting on an empty keyspace beside the data."""
+    with redis.Redis.from_url(redis_url) as admin:
+        admin.zadd("sb:idx:upd", {"agent:main:main": 1})  # as one group's store keeps it
+    with pytest.raises(ConfigError, match="SWITCHBOARD_SLOT_GROUPS=1"):
+        build_services(settings, queue=RecordingQueue())

@@ -90,6 +90,7 @@ _NOT_KEYS = frozenset(
         "home",
         "new_id",
         "new_id_beside",
+        "one_group_indexes",
         "session_ids_of",
         "updated_agent_match",
     }

@@ -99,7 +99,7 @@ class Spread:
     work, the slot groups each owns, and the commands the bench itself sent meanwhile."""
 
     commands: Counter[str] = field(default_factory=Counter)
-    cpu_s: Counter[str] = field(default_factory=Counter)
+    cpu_s: dict[str, float] = field(default_factory=dict)
     groups: dict[str, int] = field(default_factory=dict)
     polled: int = 0
 
@@ -108,7 +108,11 @@ class Spread:
         and, for each, the busiest primary's share over the mean (1.0: an even split);
         the bench's own polls (on the state and on the broker) over the state's commands:
         at most their part in the split."""
-        amounts = {"commands": self.commands, "redisCpu": self.cpu_s, "slotGroups": self.groups}
+        amounts: dict[str, Mapping[str, float]] = {
+            "commands": self.commands,
+            "redisCpu": self.cpu_s,
+            "slotGroups": self.groups,
+        }
         total = sum(self.commands.values())
         return {
             **{what: shares_of(a) for what, a in amounts.items()},
@@ -155,7 +159,8 @@ class SpreadMeter:
         for address, proc in nodes.items():
             port = int(address.rsplit(":", 1)[1])
             into.commands[address] += sum(calls_after[port].since(calls_before[port]).values())
-            into.cpu_s[address] += cpu_s([proc]) - cpu_before[address]
+            spent = cpu_s([proc]) - cpu_before[address]
+            into.cpu_s[address] = into.cpu_s.get(address, 0.0) + spent
         into.groups = dict(self.groups)
         into.polled += sum(self.st.polled_commands.values()) - polled_before
 

@@ -271,7 +271,45 @@ def _shape_lines(docs: Sequence[dict[str, Any]]) -> list[str]:
                 f"Redis commands and CPU, state on {store}: {what}."
                 for store, what in counted.items()
             ]
+        out += _spread_lines(d["scenario"], shapes)
     return out
+
+
+def _spread_lines(scenario: str, shapes: Sequence[dict[str, Any]]) -> list[str]:
+    """The rows with the state on a cluster: each primary's share of the state's slot
+    groups, commands and Redis CPU, and the busiest one's over the mean."""
+    split = [r for r in shapes if r.get("stateSpread")]
+    if not split:
+        return []
+    out = [
+        "",
+        f"{scenario}, the state's load by primary (throughput rounds; primaries in slot order):",
+        "",
+        "| state | apis x workers | slot groups owned | share of the commands "
+        "| share of the Redis CPU | busiest / mean: groups, commands, CPU |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in split:
+        spread = r["stateSpread"]
+        owned = " / ".join(str(n) for n in spread.get("slotGroupsOwned", {}).values())
+        busiest = spread.get("busiestOverMean", {})
+        ratios = ", ".join(
+            _share(busiest.get(what)) for what in ("slotGroups", "commands", "redisCpu")
+        )
+        out.append(
+            f"| {r['store']} | {r['apis']}x{r['workers']} | {owned} "
+            f"| {_shares(spread.get('commands', {}))} | {_shares(spread.get('redisCpu', {}))} "
+            f"| {ratios} |"
+        )
+    return out
+
+
+def _shares(shares: dict[str, float | None]) -> str:
+    return " / ".join(_share(v) for v in shares.values()) or "—"
+
+
+def _share(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
 
 
 def _ratio_cell(value: float | None) -> str:

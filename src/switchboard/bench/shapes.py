@@ -7,12 +7,14 @@ fire-and-forget runs per second (sends with ``timeoutSeconds=0``, completion fro
 records), send+wait p50 (back-to-back blocks), and Redis commands and CPU per run. The
 columns: state and broker on the stack's Redis; state there and RabbitMQ as broker (a vhost
 of its own, made and deleted with ``rabbitmqctl``); state on a private Redis Cluster of 3
-primaries (``redis+cluster://``, every key in the prefix's one slot) with the stack's Redis
-as broker, Redis commands and CPU then summed over the broker's Redis and every cluster
-node. Beside them, in the same stack, the raw Celery anchor: a no-op task on Celery's
-default prefork pool at its defaults, on the same broker (its results on the stack's
-Redis). Several apis share the stack's one port (SO_REUSEPORT, as `switchboard up --apis N`
-runs them); the load reaches them over several connections.
+primaries (``redis+cluster://``, the keys cut into 64 slot groups and so spread over every
+primary) with the stack's Redis as broker, Redis commands and CPU then summed over the
+broker's Redis and every cluster node, and each primary's share of them measured too
+(``stateSpread``: `costs.SpreadMeter`). Beside them, in the same stack, the raw Celery
+anchor: a no-op task on Celery's default prefork pool at its defaults, on the same broker
+(its results on the stack's Redis). Several apis share the stack's one port (SO_REUSEPORT,
+as `switchboard up --apis N` runs them); the load reaches them over several connections.
+The shapes, the columns and the outcome are `shapes_report`'s.
 """
 
 from __future__ import annotations
@@ -25,13 +27,12 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import psutil
 
-from switchboard.bench.costs import CostMeter, Costs
+from switchboard.bench.costs import CostMeter, Costs, Spread, SpreadMeter
 from switchboard.bench.harness import (
     ONE_AGENT_STACK,
     REDIS,
@@ -51,47 +52,24 @@ from switchboard.bench.messaging import (
     _product_rate,
 )
 from switchboard.bench.report import Outcome, latency_summary, ratio
+from switchboard.bench.shapes_report import (
+    ANCHOR,
+    COLUMNS,
+    CONNECTIONS,
+    FULL,
+    QUICK,
+    REDIS_COUNTED,
+    SHAPES,
+    STORES,
+    Counts,
+    column,
+    outcome,
+)
 from switchboard.shared.errors import Unavailable
 from switchboard.shared.store.apis import ApiHeartbeats
 
-SHAPES: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 2))  # (apis, workers)
-BROKERS = ("redis", "rabbitmq")
-CLUSTER_PRIMARIES = 3  # no replicas: the bench measures the load, not a failover
-CLUSTER = f"redis-cluster-{CLUSTER_PRIMARIES}"
-# Where the state is (a row's ``store``) -> primaries of its private cluster (0: none, the
-# state is on the stack's Redis).
-STORES = {"redis": 0, CLUSTER: CLUSTER_PRIMARIES}
-# (broker, store) in the order measured; a cluster cannot be a broker: the stack's Redis is.
-COLUMNS: tuple[tuple[str, str], ...] = (
-    ("redis", "redis"),
-    ("rabbitmq", "redis"),
-    ("redis", CLUSTER),
-)
-# The Redis servers a row's commands and Redis CPU are summed over, by store.
-REDIS_COUNTED = {
-    "redis": "the stack's Redis (state, broker and the anchor's results)",
-    CLUSTER: f"the stack's Redis (broker and the anchor's results) + every node of the "
-    f"{CLUSTER_PRIMARIES}-primary cluster (state: the slot owner; the others idle)",
-}
-ANCHOR = "prefork"  # Celery's defaults: prefork pool, one process per core
 RABBITMQ_PORT = 5672
-# Connections the send+wait loop spreads its calls over (SO_REUSEPORT hashes each
-# connection to one api: with 8, all on one of two apis has odds of 1 in 128).
-_CONNECTIONS = 8
 _WARM_UP = 10
-
-
-@dataclass(frozen=True)
-class Counts:
-    """How much one shape measures."""
-
-    sends: int  # fire-and-forget runs per round
-    rounds: int
-    latency: int  # send+wait samples (and as many anchor round trips)
-
-
-FULL = Counts(sends=1000, rounds=3, latency=200)
-QUICK = Counts(sends=100, rounds=1, latency=20)
 
 
 def scale(run: BenchRun) -> Outcome:
@@ -109,7 +87,7 @@ def scale(run: BenchRun) -> Outcome:
                     _shape(run, counts, broker, url, store=store, apis=apis, workers=workers)
                 )
             run.stacks.close()  # before the vhost goes
-    return _outcome(rows, counts)
+    return outcome(rows, counts)
 
 
 # -- one shape ----------------------------------------------------------------------------
@@ -125,7 +103,7 @@ def _shape(
     apis: int,
     workers: int,
 ) -> dict[str, Any]:
-    label = f"scale {_column(broker, store)} {apis}x{workers}"
+    label = f"scale {column(broker, store)} {apis}x{workers}"
     st = run.stacks.get(
         label,
         config=ONE_AGENT_STACK["config"],
@@ -144,9 +122,11 @@ def _shape(
         st.warm_up()
         st.warm_up_anchors(apps)
         _drain(st, url)
+        # Which primary owns which slot group: asked of the cluster before the rounds.
+        spread_meter = SpreadMeter(st) if st.cluster is not None else None
     ours: list[float] = []
     base: list[float] = []
-    costs, anchor_costs = Costs(), Costs()
+    costs, anchor_costs, spread = Costs(), Costs(), Spread()
     cpu = dict.fromkeys(product, 0.0)  # CPU seconds per process over the sends' rounds
     completed = 0
     for round_no in range(counts.rounds):
@@ -159,7 +139,8 @@ def _shape(
                     base.append(_anchor_rate(st, app, run.progress, counts.sends, step))
                 continue
             cpu_before = _cpu_s(st, cpu)
-            with CostMeter(st, product).measure(costs):
+            split = spread_meter.measure(spread) if spread_meter else contextlib.nullcontext()
+            with CostMeter(st, product).measure(costs), split:
                 rate, ok = _product_rate(
                     st, run.progress, counts.sends, f"{step}: sends", tag=str(round_no)
                 )
@@ -196,6 +177,7 @@ def _shape(
         anchor_latency=latency_summary(samples[ANCHOR]),
         cpu=cpu,
         bad=bad,
+        spread=spread.summary() if spread_meter else None,
     )
 
 
@@ -215,6 +197,7 @@ def _row(
     anchor_latency: Mapping[str, float],
     cpu: Mapping[str, float],
     bad: Sequence[dict[str, Any]],
+    spread: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     runs_per_s, anchor_per_s = round(_median(ours), 1), round(_median(base), 1)
     api_cpu = {name: spent for name, spent in cpu.items() if name.startswith("api")}
@@ -251,6 +234,9 @@ def _row(
             name: round(spent / total_api_cpu, 2) if total_api_cpu > 0 else None
             for name, spent in api_cpu.items()
         },
+        # With the state on a cluster: each primary's share of its commands and CPU over
+        # the throughput rounds, and the busiest one's over the mean (`costs.Spread`).
+        **({"stateSpread": spread} if spread is not None else {}),
         "sends": sends,
         "completed": completed,
         "sendWaitNotOk": len(bad),
@@ -313,7 +299,7 @@ def _spread_client(st: Stack) -> Iterator[httpx.Client]:
     """A client of the api whose calls take turns over several keep-alive connections, so
     a loop of calls reaches every api sharing the port, not only the one its connection
     was hashed to."""
-    transport = _RoundRobin(_CONNECTIONS)
+    transport = _RoundRobin(CONNECTIONS)
     with httpx.Client(
         base_url=st.api_url,
         headers={"Authorization": f"Bearer {TOKEN}"},
@@ -411,101 +397,3 @@ def _rabbitmq_messages(vhost: str) -> int:
         if len(parts) == 2 and parts[0].startswith("sb.") and parts[1].isdigit():
             total += int(parts[1])
     return total
-
-
-# -- the outcome --------------------------------------------------------------------------
-
-
-def _column(broker: str, store: str) -> str:
-    """A column's name: the broker, and where the state is when not on the stack's Redis."""
-    return broker if store == "redis" else f"{broker} + state on {store}"
-
-
-def _outcome(rows: list[dict[str, Any]], counts: Counts) -> Outcome:
-    measured = [r for r in rows if "skipped" not in r]
-    by = {(r["broker"], r["store"], r["apis"], r["workers"]): r for r in measured}
-    one, four = by.get(("redis", "redis", 1, 1)), by.get(("redis", "redis", 2, 2))
-    gain = ratio(four["runsPerS"], one["runsPerS"]) if one and four else None
-    incomplete = sum(r["sends"] - r["completed"] for r in measured)
-    not_ok = sum(r["sendWaitNotOk"] for r in measured)
-
-    def text(r: dict[str, Any]) -> str:
-        p50 = r["sendWait"]["p50_ms"]
-        return f"{r['apis']}x{r['workers']} {r['runsPerS']:.0f}/s p50 {p50:.1f} ms"
-
-    def anchor_text(broker: str) -> str:
-        first = next((r for r in measured if r["broker"] == broker), None)
-        if first is None:
-            return f"{broker}: —"
-        a = first["anchor"]
-        return f"{broker}: {a['tasksPerS']:.0f} tasks/s, p50 {a['roundTrip']['p50_ms']:.1f} ms"
-
-    parts = []
-    for broker, store in COLUMNS:
-        column = [r for r in rows if (r["broker"], r["store"]) == (broker, store)]
-        shown = [text(r) for r in column if "skipped" not in r]
-        skipped = [r["skipped"] for r in column if "skipped" in r]
-        if shown:
-            parts.append(f"{_column(broker, store)}: " + ", ".join(shown))
-        elif skipped:
-            parts.append(f"{_column(broker, store)}: skipped ({skipped[0]})")
-    per_run = {
-        store: r["costs"].get("redisCommands")
-        for store in STORES
-        if (r := by.get(("redis", store, 1, 1))) is not None
-    }
-    if per_run.get("redis") is not None:
-        parts.append(f"{per_run['redis']:g} Redis commands per run")
-    if per_run.get(CLUSTER) is not None:
-        parts.append(f"{per_run[CLUSTER]:g} with the state on {CLUSTER} (broker's Redis + nodes)")
-    return Outcome(
-        scenario="scale",
-        title="apis x workers on Redis and RabbitMQ, and with the state on a Redis Cluster",
-        figure={"shapes": rows, "scaleOutGain": gain},
-        anchor={
-            "what": "no-op Celery task on Celery's default prefork pool at its defaults, "
-            "on the same broker, measured in each shape's stack (in the first one here)",
-            **{b: anchor_text(b) for b in BROKERS},
-        },
-        ratio=gain,
-        ratio_text="runs/s 2x2 / runs/s 1x1, state and broker on the stack's Redis",
-        target="every shape measured in every column available (a sizing figure; no speed target)",
-        passed=True,
-        figure_text="; ".join(parts),
-        anchor_text="; ".join(anchor_text(b) for b in BROKERS),
-        parameters={
-            "shapes": [f"{a}x{w}" for a, w in SHAPES],
-            "brokers": list(BROKERS),
-            "columns": [_column(broker, store) for broker, store in COLUMNS],
-            "sendsPerRound": counts.sends,
-            "rounds": counts.rounds,
-            "sendWaitSamples": counts.latency,
-            "runsPerS": "POST /tools/invoke sessions_send timeoutSeconds=0, 32 requests in "
-            "flight, from the first request to the last target run's end; median of rounds",
-            "sendWait": "POST /tools/invoke sessions_send timeoutSeconds=30, back-to-back "
-            f"blocks, over {_CONNECTIONS} keep-alive connections taken in turn",
-            "apis": "several api processes share one port with SO_REUSEPORT",
-            "workerConcurrency": WORKER_CONCURRENCY,
-            "model": "builtin/echo",
-            "maxPingPongTurns": 0,
-            "costs": "INFO commandstats of the stack's Redis (and of every cluster node when "
-            "the state is on the cluster, summed) and /proc CPU of every api, worker and "
-            "redis-server, from the first send until follow-ups drained; on RabbitMQ the "
-            "broker's traffic is not in the Redis count",
-            "anchor": f"celery -A switchboard.bench.anchor worker ({ANCHOR} pool, "
-            "concurrency = cores), one per stack; its results on the stack's Redis",
-            "cluster": f"{CLUSTER}: the state on a private Redis Cluster of "
-            f"{CLUSTER_PRIMARIES} primaries, no replicas (redis+cluster://, key prefix "
-            "{sb}:, so all on one slot's owner), the broker and the anchor on the stack's "
-            "Redis; Redis commands and CPU: " + REDIS_COUNTED[CLUSTER],
-        },
-        checks={"allCompleted": incomplete == 0, "sendWaitAllOk": not_ok == 0},
-        costs={
-            f"{_column(r['broker'], r['store'])} {r['apis']}x{r['workers']}": r["costs"]
-            for r in measured
-        },
-        notes=[
-            *([f"{incomplete} fire-and-forget run(s) did not complete ok"] if incomplete else []),
-            *([f"{not_ok} send+wait(s) did not answer ok"] if not_ok else []),
-        ],
-    )

@@ -138,10 +138,16 @@ class Store:
 
     def layout_groups(self) -> int:
         """The slot groups the store's data is cut into, as recorded by the first process
-        that asked (this one's `Keyspace.groups` when none had): a process cut otherwise
-        would not find what the others write."""
+        that asked (this one's `Keyspace.groups` when none had, or 1 when the store holds
+        data of one group made before the record: a cluster's one-slot store upgraded):
+        a process cut otherwise would not find what the others write."""
         layout = self.ks.layout
-        self.redis.hsetnx(layout, "groups", self.ks.groups)
+        if not self.redis.exists(layout):  # the first process, or data from before the mark
+            pipe = self.redis.pipeline(transaction=False)
+            for index in self.ks.one_group_indexes:
+                pipe.exists(index)
+            ungrouped = any(pipe.execute())
+            self.redis.hsetnx(layout, "groups", 1 if ungrouped else self.ks.groups)
         return int(self.redis.hget(layout, "groups") or self.ks.groups)
 
     def ping(self) -> bool:

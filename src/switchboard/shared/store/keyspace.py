@@ -392,6 +392,15 @@ class Keyspace:
     @property
     def layout(self) -> str:
         """Hash: how the keyspace is cut (``groups``), written by the first process to
-        start; every process checks it agrees before it writes anything. Under the plain
-        prefix, in no group: a process cut otherwise finds it where this one does."""
-        return f"{self.prefix}layout"
+        start; every process checks it agrees before it writes anything. Under the prefix
+        without its braces and in no group (``{sb}:``, one group on a cluster, and
+        ``sb:`` name the same one): a process cut otherwise finds it where this one does."""
+        return f"{self.prefix.replace('{', '').replace('}', '')}layout"
+
+    @property
+    def one_group_indexes(self) -> tuple[str, ...]:
+        """Where a store cut into one group keeps its updatedAt index, under this prefix
+        and under it as a hash tag (one group on a Redis Cluster): a store holding either
+        was cut into one group, whatever recorded it (data from before `layout`)."""
+        bare = self.prefix.replace("{", "").replace("}", "")
+        return (f"{bare}idx:upd", "{" + bare.rstrip(":") + "}:idx:upd")
