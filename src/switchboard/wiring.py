@@ -10,6 +10,7 @@ from switchboard.shared.flows import pending
 from switchboard.shared.queue import TaskQueue
 from switchboard.shared.services import Services
 from switchboard.shared.store import Store
+from switchboard.shared.store.client import connect_plain
 from switchboard.shared.store.durability import Durability
 from switchboard.shared.tools.catalog import register_session_tools
 
@@ -43,6 +44,20 @@ def build_services(
     services = Services(store=store, config=config, settings=settings, queue=queue)
     register_session_tools(services.tools)
     return services
+
+
+def check_layout(settings: Settings) -> None:
+    """At a process's start, before anything else: refuse (`ConfigError`, one line and
+    exit 2 from the CLI) a store whose data is cut into other slot groups than
+    ``settings`` say; a store not reachable yet is checked when the process builds its
+    services (`build_services`)."""
+    if not settings.redis_url:
+        return
+    client = connect_plain(settings.redis_url, socket_timeout=3, socket_connect_timeout=3)
+    try:
+        _check_layout(Store(client, prefix=settings.key_prefix, groups=settings.groups))
+    finally:
+        client.close()
 
 
 def _check_layout(store: Store) -> None:

@@ -8,6 +8,9 @@ other groups refuses to start."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -222,3 +225,31 @@ def test_a_store_holding_one_groups_data_is_not_cut_into_more(
         admin.zadd("sb:idx:upd", {"agent:main:main": 1})  # as one group's store keeps it
     with pytest.raises(ConfigError, match="SWITCHBOARD_SLOT_GROUPS=1"):
         build_services(settings, queue=RecordingQueue())
+
+
+@pytest.mark.parametrize("command", [["worker"], ["beat"], ["api", "--port", "0"]])
+def test_a_process_command_cut_otherwise_stops_at_start_with_one_line(
+    redis_url: str, tmp_path: Any, command: list[str]
+) -> None:
+    """`switchboard api|worker|beat` on a store recorded as cut into 8 groups, itself cut
+    into 4: one line naming the setting on stderr, exit 2, before it serves anything."""
+    with redis.Redis.from_url(redis_url) as admin:
+        admin.hset(_KS.layout, "groups", GROUPS)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")},
+        "SWITCHBOARD_REDIS_URL": redis_url,
+        "SWITCHBOARD_TOKEN": "t",
+        "SWITCHBOARD_DATA_DIR": str(tmp_path / "data"),
+        "SWITCHBOARD_SLOT_GROUPS": "4",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "switchboard", *command],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "SWITCHBOARD_SLOT_GROUPS=8" in lines[0], done.stderr

@@ -59,6 +59,7 @@ def run_bench(
     console: Console,
     fast_paths: bool = True,
     subagents: Sequence[int] | None = None,
+    slot_groups: Sequence[int] | None = None,
 ) -> int:
     """Run the named scenarios; write ``<out_dir>/<name>.json`` and its README; print a table.
 
@@ -66,7 +67,9 @@ def run_bench(
     (anything incomplete, any timeout); else, in a full run, 4 when a speed target was
     missed (the figures are sound, only slower than the target). A quick
     run (scaled-down counts, a smoke test) judges nothing about speed. ``subagents``: the
-    fan-out's sizes (default `fanout.SIZES`; quick `fanout.QUICK_SIZES`).
+    fan-out's sizes (default `fanout.SIZES`; quick `fanout.QUICK_SIZES`). ``slot_groups``:
+    the listing's stacks' slot groups, each value on a stack of its own side by side
+    (default: one stack, the setting's default).
     """
     names = [name for name in SCENARIOS if name in names]  # the order that shares stacks
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -81,6 +84,8 @@ def run_bench(
             try:
                 if name == "fanout" and subagents:
                     outcome = fanout.fanout(run, sizes=subagents)
+                elif name == "listing" and slot_groups:
+                    outcome = scale.listing(run, slot_groups=slot_groups)
                 else:
                     outcome = SCENARIOS[name](run)
             except (SwitchboardError, OSError, TimeoutError, httpx.HTTPError) as exc:

@@ -46,6 +46,17 @@ def bench(
             max=10_000,
         ),
     ] = None,
+    slot_groups: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--slot-groups",
+            help="The listing scenario's SWITCHBOARD_SLOT_GROUPS, repeatable (default: the "
+            "setting's default, 1 on one Redis): each value gets a stack of its own, loaded "
+            "alike and measured side by side (samples interleaved); the first is judged.",
+            min=1,
+            max=1024,
+        ),
+    ] = None,
     fast_paths: Annotated[
         str | None,
         typer.Option(
@@ -74,5 +85,6 @@ def bench(
             console=console,
             fast_paths=fast,
             subagents=subagents or None,
+            slot_groups=slot_groups or None,
         )
     )

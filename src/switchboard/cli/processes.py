@@ -24,6 +24,14 @@ if TYPE_CHECKING:
     pass
 
 
+def _check_layout(settings: Settings) -> None:
+    """The store's slot groups agree with this process's (`wiring.check_layout`; imported
+    here: the wiring loads the tool catalog, which `switchboard --help` need not)."""
+    from switchboard.wiring import check_layout
+
+    check_layout(settings)
+
+
 def _celery_quiet(settings: Settings) -> list[str]:
     """Celery's startup banner is not a log line: left out when logs are JSON lines."""
     from switchboard.logs import resolve_format
@@ -54,6 +62,7 @@ def api(
     from switchboard.supervisor.listener import bind_listener
 
     settings = _settings(config)
+    _check_layout(settings)
     setup_logging(settings.log_level)
     bind_host = host or settings.host
     bind_port = port if port is not None else settings.port
@@ -114,6 +123,7 @@ def worker(
     from switchboard.workers.app import ALL_QUEUES, create_celery_app
 
     settings = _settings(config)
+    _check_layout(settings)
     if max_in_flight is not None:
         settings = settings.model_copy(update={"worker_max_in_flight": max_in_flight})
     setup_logging(settings.log_level)
@@ -139,6 +149,7 @@ def beat(config: ConfigOpt = None) -> None:
     from switchboard.workers.app import create_celery_app
 
     settings = _settings(config)
+    _check_layout(settings)
     setup_logging(settings.log_level)
     data_dir = settings.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
