@@ -9,7 +9,14 @@ import pytest
 
 from switchboard.bench.report import write_readme
 from switchboard.bench.shapes import cpu_ms_per_run
-from switchboard.bench.sizing import capacity, shard_runs_per_s, workers_for
+from switchboard.bench.sizing import (
+    busiest_over_mean,
+    capacity,
+    groups_by_slot_range,
+    groups_dealt_evenly,
+    shard_runs_per_s,
+    workers_for,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -100,3 +107,28 @@ def test_results_readme_lists_every_shape_and_the_cluster_row(tmp_path: Path) ->
     assert row in text
     assert "| rabbitmq | redis | — | rabbitmqctl not found |" in text
     assert "| redis | redis-cluster-3 | — | no cluster here |" in text
+
+
+def test_groups_dealt_evenly_differ_by_at_most_one() -> None:
+    """64 groups over 10 shards: four of 7 and six of 6, the busiest 1.09x the mean."""
+    dealt = groups_dealt_evenly(64, 10)
+    assert sorted(dealt) == [6] * 6 + [7] * 4
+    assert busiest_over_mean(dealt) == pytest.approx(7 / 6.4)
+    assert groups_dealt_evenly(64, 3) == [22, 21, 21]
+
+
+def test_groups_by_slot_range_follow_the_hash_tags_slots() -> None:
+    """Each group lands on the range owning its tag's slot: every group placed, unevenly."""
+    placed = groups_by_slot_range(64, 10)
+    assert sum(placed) == 64 and len(placed) == 10
+    assert placed == [8, 5, 6, 8, 5, 5, 7, 6, 9, 5]  # sb:{0}… to sb:{63}…, CRC16 slots
+    assert busiest_over_mean(placed) == pytest.approx(9 / 6.4)
+    assert groups_by_slot_range(64, 3) == [21, 22, 21]
+
+
+def test_busiest_over_mean_refuses_no_load() -> None:
+    """An even load is 1.0; one shard with all of it is the shard count; none is an error."""
+    assert busiest_over_mean([5, 5, 5]) == pytest.approx(1.0)
+    assert busiest_over_mean([9, 0, 0]) == pytest.approx(3.0)
+    with pytest.raises(ValueError):
+        busiest_over_mean([0, 0])

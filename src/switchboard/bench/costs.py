@@ -25,6 +25,7 @@ from typing import Any
 import psutil
 
 from switchboard.bench.harness import STATE_CLUSTER, Stack
+from switchboard.bench.sizing import busiest_over_mean
 from switchboard.shared.errors import Unavailable
 
 _TOP = 8  # commands listed by name in a summary; the rest are counted in the total
@@ -95,19 +96,25 @@ def cpu_s(procs: Sequence[psutil.Process]) -> float:
 
 @dataclass
 class Spread:
-    """Redis commands and CPU seconds of each primary (by address) summed over measured
-    work, the slot groups each owns, and the commands the bench itself sent meanwhile."""
+    """Redis commands (by name) and CPU seconds of each primary (by address) summed over
+    measured work, the slot groups each owns, and the commands the bench itself sent."""
 
-    commands: Counter[str] = field(default_factory=Counter)
+    by_node: dict[str, Counter[str]] = field(default_factory=dict)
     cpu_s: dict[str, float] = field(default_factory=dict)
     groups: dict[str, int] = field(default_factory=dict)
     polled: int = 0
 
-    def summary(self) -> dict[str, Any]:
+    @property
+    def commands(self) -> dict[str, int]:
+        """Commands per primary."""
+        return {node: sum(calls.values()) for node, calls in self.by_node.items()}
+
+    def summary(self, units: int) -> dict[str, Any]:
         """Each primary's share of the commands, of the Redis CPU and of the slot groups,
         and, for each, the busiest primary's share over the mean (1.0: an even split);
-        the bench's own polls (on the state and on the broker) over the state's commands:
-        at most their part in the split."""
+        what the busiest primary ran per ``unit`` above the others' mean, by command; the
+        bench's own polls (on the state and on the broker) over the state's commands: at
+        most their part in the split."""
         amounts: dict[str, Mapping[str, float]] = {
             "commands": self.commands,
             "redisCpu": self.cpu_s,
@@ -117,7 +124,8 @@ class Spread:
         return {
             **{what: shares_of(a) for what, a in amounts.items()},
             "slotGroupsOwned": dict(self.groups),
-            "busiestOverMean": {what: busiest_over_mean(a) for what, a in amounts.items()},
+            "busiestOverMean": {what: _busiest_ratio(a) for what, a in amounts.items()},
+            "busiestExtraPerRun": busiest_extra(self.by_node, units),
             "benchPollsShare": round(self.polled / total, 3) if total > 0 else None,
         }
 
@@ -128,13 +136,26 @@ def shares_of(amounts: Mapping[str, float]) -> dict[str, float | None]:
     return {k: round(v / total, 2) if total > 0 else None for k, v in amounts.items()}
 
 
-def busiest_over_mean(amounts: Mapping[str, float]) -> float | None:
-    """The largest amount over the mean (2 decimals): 1.0 when the load is split evenly,
-    K when one of K takes it all; None when nothing was measured."""
-    total = sum(amounts.values())
-    if not amounts or total <= 0:
+def busiest_extra(by_node: Mapping[str, Counter[str]], units: int) -> dict[str, float]:
+    """The commands the busiest node ran above the mean of the others, per unit, by name
+    (the largest first, at most `_TOP`): what makes it the busiest."""
+    if units <= 0 or len(by_node) < 2:
+        return {}
+    busiest = max(by_node, key=lambda node: sum(by_node[node].values()))
+    others = [calls for node, calls in by_node.items() if node != busiest]
+    extra = {
+        name: (calls - sum(o[name] for o in others) / len(others)) / units
+        for name, calls in by_node[busiest].items()
+    }
+    top = sorted(extra.items(), key=lambda item: -item[1])[:_TOP]
+    return {name: round(n, 2) for name, n in top if n > 0}
+
+
+def _busiest_ratio(amounts: Mapping[str, float]) -> float | None:
+    """`sizing.busiest_over_mean` of the amounts (2 decimals); None when none was measured."""
+    if not amounts or sum(amounts.values()) <= 0:
         return None
-    return round(max(amounts.values()) / (total / len(amounts)), 2)
+    return round(busiest_over_mean(list(amounts.values())), 2)
 
 
 class SpreadMeter:
@@ -143,9 +164,10 @@ class SpreadMeter:
     bench's own polls (run ends, the backlog: keys of every group) are in each count,
     spread as the state is; `Spread.polled` says how many they were."""
 
-    def __init__(self, st: Stack) -> None:
+    def __init__(self, st: Stack, groups: Mapping[str, int] | None = None) -> None:
         self.st = st
-        self.groups = groups_owned(st)
+        # The slot groups each primary owns (default: asked of the running cluster).
+        self.groups = dict(groups) if groups is not None else groups_owned(st)
 
     @contextmanager
     def measure(self, into: Spread) -> Iterator[None]:
@@ -158,7 +180,8 @@ class SpreadMeter:
         calls_after = self.st.calls_by_server([STATE_CLUSTER])
         for address, proc in nodes.items():
             port = int(address.rsplit(":", 1)[1])
-            into.commands[address] += sum(calls_after[port].since(calls_before[port]).values())
+            calls = into.by_node.setdefault(address, Counter())
+            calls.update(calls_after[port].since(calls_before[port]))
             spent = cpu_s([proc]) - cpu_before[address]
             into.cpu_s[address] = into.cpu_s.get(address, 0.0) + spent
         into.groups = dict(self.groups)

@@ -286,8 +286,9 @@ def _spread_lines(scenario: str, shapes: Sequence[dict[str, Any]]) -> list[str]:
         f"{scenario}, the state's load by primary (throughput rounds; primaries in slot order):",
         "",
         "| state | apis x workers | slot groups owned | share of the commands "
-        "| share of the Redis CPU | busiest / mean: groups, commands, CPU |",
-        "|---|---|---|---|---|---|",
+        "| share of the Redis CPU | busiest / mean: groups, commands, CPU "
+        "| the busiest's extra commands per run |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in split:
         spread = r["stateSpread"]
@@ -296,10 +297,12 @@ def _spread_lines(scenario: str, shapes: Sequence[dict[str, Any]]) -> list[str]:
         ratios = ", ".join(
             _share(busiest.get(what)) for what in ("slotGroups", "commands", "redisCpu")
         )
+        extra = spread.get("busiestExtraPerRun", {})
+        extras = ", ".join(f"{name} {n:g}" for name, n in list(extra.items())[:4]) or "—"
         out.append(
             f"| {r['store']} | {r['apis']}x{r['workers']} | {owned} "
             f"| {_shares(spread.get('commands', {}))} | {_shares(spread.get('redisCpu', {}))} "
-            f"| {ratios} |"
+            f"| {ratios} | {extras} |"
         )
     return out
 

@@ -177,7 +177,7 @@ def _shape(
         anchor_latency=latency_summary(samples[ANCHOR]),
         cpu=cpu,
         bad=bad,
-        spread=spread.summary() if spread_meter else None,
+        spread=spread.summary(completed) if spread_meter else None,
     )
 
 
