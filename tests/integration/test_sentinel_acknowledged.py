@@ -31,11 +31,9 @@ import httpx
 import pytest
 import redis
 
-from switchboard.shared.config import Settings
 from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store import Store
 from switchboard.shared.store.durability import Durability
-from switchboard.shared.store.keyspace import Keyspace
 from switchboard.shared.store.runs import NewRun, now_ms
 from switchboard.supervisor.redis_sentinel import RedisSentinelGroup
 from switchboard.testing.webhook_receiver import WebhookReceiver
@@ -164,7 +162,7 @@ def failover_try(where: Path, webhook_url: str, wait_replicas: int, planned: boo
             assert promoted.info("replication")["role"] == "master"
             pipe = promoted.pipeline(transaction=False)
             for run_id in outcome.acknowledged:
-                pipe.exists(Keyspace("sb:", Settings().groups).run(run_id))
+                pipe.exists(cluster.services.store.ks.run(run_id))
             found = pipe.execute()
         outcome.lost = [r for r, n in zip(outcome.acknowledged, found, strict=True) if not n]
     return outcome
@@ -299,7 +297,7 @@ def store_try(where: Path, wait_replicas: int) -> Outcome:
         with redis.Redis(port=promoted_port) as promoted:
             pipe = promoted.pipeline(transaction=False)
             for run_id in outcome.acknowledged:
-                pipe.exists(Keyspace("sb:", Settings().groups).run(run_id))
+                pipe.exists(store.ks.run(run_id))
             found = pipe.execute()
         outcome.lost = [r for r, n in zip(outcome.acknowledged, found, strict=True) if not n]
     return outcome
