@@ -41,6 +41,7 @@ def test_spread_gives_each_primarys_share_and_the_busiest_over_the_mean() -> Non
     assert summary["commands"] == {A: 0.5, B: 0.25, C: 0.25}
     assert summary["redisCpu"] == {A: 0.5, B: 0.25, C: 0.25}
     assert summary["slotGroupsOwned"] == {A: 21, B: 22, C: 21}
+    assert summary["commandsPerRun"] == {A: 6.0, B: 3.0, C: 3.0}
     assert summary["busiestOverMean"] == {"commands": 1.5, "redisCpu": 1.5, "slotGroups": 1.03}
     assert summary["benchPollsShare"] == 0.02
 
@@ -116,6 +117,7 @@ def _cluster_row(apis: int, workers: int) -> dict[str, Any]:
         "completed": 100,
         "sendWaitNotOk": 0,
         "stateSpread": _spread().summary(units=100),
+        "brokerCosts": {"redisCommands": 12.5, "cpuSPer1000": 0.042},
     }
 
 
@@ -146,6 +148,6 @@ def test_results_readme_has_a_row_per_cluster_shape_with_its_split(tmp_path: Pat
     text = write_readme(tmp_path).read_text()
     row = (
         "| redis-cluster-3 | 2x2 | 21 / 22 / 21 | 0.50 / 0.25 / 0.25 | 0.50 / 0.25 / 0.25 "
-        "| 1.03, 1.50, 1.50 | hset 2, zadd 1 |"
+        "| 1.03, 1.50, 1.50 | hset 2, zadd 1 | 12.5 commands, 0.042 ms CPU |"
     )
     assert row in text

@@ -124,6 +124,10 @@ class Spread:
         return {
             **{what: shares_of(a) for what, a in amounts.items()},
             "slotGroupsOwned": dict(self.groups),
+            "commandsPerRun": {
+                node: round(n / units, 2) if units > 0 else None
+                for node, n in self.commands.items()
+            },
             "busiestOverMean": {what: _busiest_ratio(a) for what, a in amounts.items()},
             "busiestExtraPerRun": busiest_extra(self.by_node, units),
             "benchPollsShare": round(self.polled / total, 3) if total > 0 else None,

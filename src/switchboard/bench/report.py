@@ -287,8 +287,8 @@ def _spread_lines(scenario: str, shapes: Sequence[dict[str, Any]]) -> list[str]:
         "",
         "| state | apis x workers | slot groups owned | share of the commands "
         "| share of the Redis CPU | busiest / mean: groups, commands, CPU "
-        "| the busiest's extra commands per run |",
-        "|---|---|---|---|---|---|---|",
+        "| the busiest's extra commands per run | the broker's Redis per run |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in split:
         spread = r["stateSpread"]
@@ -299,10 +299,16 @@ def _spread_lines(scenario: str, shapes: Sequence[dict[str, Any]]) -> list[str]:
         )
         extra = spread.get("busiestExtraPerRun", {})
         extras = ", ".join(f"{name} {n:g}" for name, n in list(extra.items())[:4]) or "—"
+        broker = r.get("brokerCosts", {})
+        on_broker = (
+            f"{broker['redisCommands']:g} commands, {broker['cpuSPer1000']:.3f} ms CPU"
+            if "redisCommands" in broker
+            else "—"
+        )
         out.append(
             f"| {r['store']} | {r['apis']}x{r['workers']} | {owned} "
             f"| {_shares(spread.get('commands', {}))} | {_shares(spread.get('redisCpu', {}))} "
-            f"| {ratios} | {extras} |"
+            f"| {ratios} | {extras} | {on_broker} |"
         )
     return out
 

@@ -126,7 +126,7 @@ def _shape(
         spread_meter = SpreadMeter(st) if st.cluster is not None else None
     ours: list[float] = []
     base: list[float] = []
-    costs, anchor_costs, spread = Costs(), Costs(), Spread()
+    costs, anchor_costs, spread, broker_costs = Costs(), Costs(), Spread(), Costs()
     cpu = dict.fromkeys(product, 0.0)  # CPU seconds per process over the sends' rounds
     completed = 0
     for round_no in range(counts.rounds):
@@ -139,8 +139,11 @@ def _shape(
                     base.append(_anchor_rate(st, app, run.progress, counts.sends, step))
                 continue
             cpu_before = _cpu_s(st, cpu)
-            split = spread_meter.measure(spread) if spread_meter else contextlib.nullcontext()
-            with CostMeter(st, product).measure(costs), split:
+            with contextlib.ExitStack() as meters:
+                meters.enter_context(CostMeter(st, product).measure(costs))
+                if spread_meter is not None:  # the state's primaries, the broker's Redis apart
+                    meters.enter_context(spread_meter.measure(spread))
+                    meters.enter_context(CostMeter(st, (REDIS,)).measure(broker_costs))
                 rate, ok = _product_rate(
                     st, run.progress, counts.sends, f"{step}: sends", tag=str(round_no)
                 )
@@ -177,7 +180,12 @@ def _shape(
         anchor_latency=latency_summary(samples[ANCHOR]),
         cpu=cpu,
         bad=bad,
-        spread=spread.summary(completed) if spread_meter else None,
+        cluster=None
+        if spread_meter is None
+        else {
+            "stateSpread": spread.summary(completed),
+            "brokerCosts": broker_costs.summary(completed, unit="completed run, on the broker"),
+        },
     )
 
 
@@ -197,7 +205,7 @@ def _row(
     anchor_latency: Mapping[str, float],
     cpu: Mapping[str, float],
     bad: Sequence[dict[str, Any]],
-    spread: dict[str, Any] | None = None,
+    cluster: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     runs_per_s, anchor_per_s = round(_median(ours), 1), round(_median(base), 1)
     api_cpu = {name: spent for name, spent in cpu.items() if name.startswith("api")}
@@ -235,8 +243,9 @@ def _row(
             for name, spent in api_cpu.items()
         },
         # With the state on a cluster: each primary's share of its commands and CPU over
-        # the throughput rounds, and the busiest one's over the mean (`costs.Spread`).
-        **({"stateSpread": spread} if spread is not None else {}),
+        # the throughput rounds, the busiest one's over the mean (`costs.Spread`), and the
+        # broker's Redis alone (its commands and CPU per run).
+        **(cluster or {}),
         "sends": sends,
         "completed": completed,
         "sendWaitNotOk": len(bad),

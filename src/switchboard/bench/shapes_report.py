@@ -186,8 +186,11 @@ def _parameters(counts: Counts) -> dict[str, Any]:
         "hash tag of its own, spread over the primaries), the broker and the anchor on the "
         "stack's Redis; Redis commands and CPU: " + REDIS_COUNTED[CLUSTER],
         "stateSpread": "cluster rows: each primary's share (by address, in slot order) of "
-        "the state's Redis commands (INFO commandstats of each node, before and after) and "
-        "of its Redis CPU (/proc) over the throughput rounds, of the slot groups (which "
-        "primary owns each group's hash tag, asked of the cluster), and for each the "
-        "busiest primary's share over the mean",
+        "the state's Redis commands (INFO commandstats of each node, before and after; the "
+        "bench's polls included, benchPollsShare at most) and of its Redis CPU (/proc) over "
+        "the throughput rounds, of the slot groups (which primary owns each group's hash "
+        "tag, asked of the cluster), for each the busiest primary's share over the mean, "
+        "and the commands per run the busiest ran above the others' mean",
+        "brokerCosts": "cluster rows: the broker's Redis alone over the throughput rounds "
+        "(the product's Celery messages; the anchor is idle then), less the bench's polls",
     }
