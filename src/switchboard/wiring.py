@@ -49,23 +49,24 @@ def build_services(
 def check_layout(settings: Settings) -> None:
     """At a process's start, before anything else: refuse (`ConfigError`, one line and
     exit 2 from the CLI) a store whose data is cut into other slot groups than
-    ``settings`` say; a store not reachable yet is checked when the process builds its
-    services (`build_services`)."""
+    ``settings`` say, writing nothing (the process records them when it builds its
+    services, `build_services`, as does one that could not reach the store yet)."""
     if not settings.redis_url:
         return
     client = connect_plain(settings.redis_url, socket_timeout=3, socket_connect_timeout=3)
     try:
-        _check_layout(Store(client, prefix=settings.key_prefix, groups=settings.groups))
+        store = Store(client, prefix=settings.key_prefix, groups=settings.groups)
+        _check_layout(store, record=False)
     finally:
         client.close()
 
 
-def _check_layout(store: Store) -> None:
+def _check_layout(store: Store, *, record: bool = True) -> None:
     """Refuse to start on a store whose data is cut into other slot groups than this
     process's (``SWITCHBOARD_SLOT_GROUPS``); a store not reachable yet is checked by the
     first process that reaches it."""
     try:
-        recorded = store.layout_groups()
+        recorded = store.layout_groups(record=record)
     except StoreUnavailable as exc:
         log.warning("slot groups not checked (the store is not reachable: %s)", exc)
         return

@@ -136,19 +136,24 @@ class Store:
         ``execute`` sends a step's writes across stores in one round trip."""
         return self.redis.pipeline(transaction=False)
 
-    def layout_groups(self) -> int:
+    def layout_groups(self, *, record: bool = True) -> int:
         """The slot groups the store's data is cut into, as recorded by the first process
         that asked (this one's `Keyspace.groups` when none had, or 1 when the store holds
         data of one group made before the record: a cluster's one-slot store upgraded):
-        a process cut otherwise would not find what the others write."""
+        a process cut otherwise would not find what the others write. With ``record``
+        False nothing is written (what would be recorded is answered)."""
         layout = self.ks.layout
-        if not self.redis.exists(layout):  # the first process, or data from before the mark
-            pipe = self.redis.pipeline(transaction=False)
-            for index in self.ks.one_group_indexes:
-                pipe.exists(index)
-            ungrouped = any(pipe.execute())
-            self.redis.hsetnx(layout, "groups", 1 if ungrouped else self.ks.groups)
-        return int(self.redis.hget(layout, "groups") or self.ks.groups)
+        recorded = self.redis.hget(layout, "groups")
+        if recorded is not None:
+            return int(recorded)
+        pipe = self.redis.pipeline(transaction=False)  # the first process, or data from
+        for index in self.ks.one_group_indexes:  # before the record
+            pipe.exists(index)
+        groups = 1 if any(pipe.execute()) else self.ks.groups
+        if not record:
+            return groups
+        self.redis.hsetnx(layout, "groups", groups)
+        return int(self.redis.hget(layout, "groups") or groups)
 
     def ping(self) -> bool:
         """Whether Redis answers (raises `StoreUnavailable` when it does not)."""
