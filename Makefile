@@ -59,8 +59,11 @@ up: venv ## run everything on this machine (embedded Redis, api, worker, beat)
 	$(BIN)/switchboard up
 
 # `make test` runs the multi-process suites (scale, faults: mostly waiting on processes they
-# start, each on ports and dirs of its own) beside the other layers, in a second pytest.
+# start, each on ports and dirs of its own) beside the other layers, in a second pytest; the
+# scale suite with the store cut into 8 slot groups (each step on one hash slot, checked),
+# so its bursts, kills, partitions and failovers cross groups as on a Redis Cluster.
 SLOW_SUITES = scale or faults
+SCALE_SLOT_GROUPS ?= 8
 # The other layers mostly wait (on processes starting, sweeps, timeouts): pytest-xdist runs
 # them in this many processes, each test file whole in one of them (--dist loadfile), at a
 # lower CPU priority than the scale and fault suites, whose bursts and kills are timed.
@@ -69,8 +72,9 @@ TEST_PROCS ?= 2
 test: venv browser ## run every test layer (the scale and fault suites beside the others)
 	@tmp=$$(mktemp -d /tmp/switchboard-test.XXXXXX); \
 	echo "==> the $(SLOW_SUITES) suites run beside the others; their log: $$tmp/slow.log"; \
-	$(BIN)/pytest -q -p no:cacheprovider -m "$(SLOW_SUITES)" --basetemp=$$tmp/slow \
-		> $$tmp/slow.log 2>&1 & slow=$$!; \
+	( $(BIN)/pytest -q -p no:cacheprovider -m faults --basetemp=$$tmp/faults; f=$$?; \
+	  $(BIN)/pytest -q -p no:cacheprovider -m scale --slot-groups $(SCALE_SLOT_GROUPS) \
+		--basetemp=$$tmp/scale; s=$$?; exit $$(( f | s )) ) > $$tmp/slow.log 2>&1 & slow=$$!; \
 	nice -n 10 $(BIN)/pytest -q -m "not ($(SLOW_SUITES))" -n $(TEST_PROCS) --dist loadfile \
 		--basetemp=$$tmp/rest; rest=$$?; \
 	echo "==> waiting for the $(SLOW_SUITES) suites"; wait $$slow; slowrc=$$?; \
