@@ -141,7 +141,9 @@ class Keyspace:
         object.__setattr__(self, "_by_group", made)
 
     def _group_prefix(self, group: int) -> str:
-        return self.prefix if self.groups == 1 else f"{self.prefix}{{{group}}}:"
+        if self.groups == 1:
+            return self.prefix
+        return f"{self.prefix}{{{slot_groups.group_tags(self.groups)[group]}}}:"
 
     # -- slot groups ----------------------------------------------------------------------
     def at(self, group: int) -> GroupKeys:
@@ -179,8 +181,10 @@ class Keyspace:
         if self.groups == 1:
             return 0
         head, _, tagged = redis_key.partition(self.prefix + "{")
-        group, closed, _ = tagged.partition("}")
-        return int(group) if not head and closed and group.isdigit() else -1
+        tag, closed, _ = tagged.partition("}")
+        if head or not closed or not tag.replace(".", "", 1).isdigit():
+            return -1
+        return slot_groups.group_of_tag(tag)
 
     def new_id(self, group: int = 0) -> str:
         """A fresh UUID4 id for a record of group ``group`` (`slot_groups.new_id`)."""

@@ -42,6 +42,8 @@ _JSON_FIELDS = frozenset({"deliveryContext", "origin"})
 
 # How many index sets `SessionStore.recent_entries` remembers a first page for.
 _PAGE_HINTS_KEPT = 64
+# The least a listing reads of each index before it knows whether it needs more.
+_SHARE_FLOOR = 4
 
 
 @dataclass(frozen=True)
@@ -278,15 +280,7 @@ class SessionStore:
         indexes = self._indexes_for(agent_ids, kinds)
         lo = "-inf" if min_updated_ms is None else str(min_updated_ms)
         want = offset + limit
-        pipe = self.redis.pipeline(transaction=False)
-        for idx in indexes:
-            pipe.zrevrangebyscore(idx, "+inf", lo, start=0, num=want, withscores=True)
-        merged = heapq.merge(
-            *[[(as_text(m), int(s)) for m, s in rows] for rows in pipe.execute()],
-            key=lambda pair: -pair[1],
-        )
-        out = list(merged)[offset:want]
-        return out
+        return self._top(indexes, "+inf", lo, want)[offset:want]
 
     def recent_page(
         self,
@@ -307,21 +301,46 @@ class SessionStore:
         hi = "+inf" if after is None else str(after.score)
         skip = after.keys if after is not None else frozenset()
         want = limit + len(skip)
-        pipe = self.redis.pipeline(transaction=False)
-        for idx in indexes:
-            pipe.zrevrangebyscore(idx, hi, lo, start=0, num=want, withscores=True)
-        merged = heapq.merge(
-            *[[(as_text(m), int(s)) for m, s in rows] for rows in pipe.execute()],
-            key=lambda pair: -pair[1],
-        )
         out: list[tuple[str, int]] = []
-        for key, score in merged:
+        for key, score in self._top(indexes, hi, lo, want):
             if after is not None and score == after.score and key in skip:
                 continue
             out.append((key, score))
             if len(out) >= limit:
                 break
         return out, _next_cursor(out, limit, after)
+
+    def _top(self, indexes: Sequence[str], hi: str, lo: str, want: int) -> list[tuple[str, int]]:
+        """The ``want`` highest-scored (member, score) pairs between ``hi`` and ``lo`` of
+        ``indexes`` merged, newest first, ties in index order then position.
+
+        Each index is read for its share first (twice ``want`` over the indexes, at least
+        `_SHARE_FLOOR`): with many (a store cut into slot groups: an index per group) that
+        reads about twice ``want`` rows in all, not ``want`` per index. An index whose
+        share ends at or above the ``want``-th score so far may hold more of the answer:
+        it alone is read on from there, in a second round trip."""
+        share = max(_SHARE_FLOOR, -(-2 * want // len(indexes))) if indexes else want
+        share = min(share, want)
+        pipe = self.redis.pipeline(transaction=False)
+        for idx in indexes:
+            pipe.zrevrangebyscore(idx, hi, lo, start=0, num=share, withscores=True)
+        rows = [[(as_text(m), int(s)) for m, s in found] for found in pipe.execute()]
+        merged = list(heapq.merge(*rows, key=lambda pair: -pair[1]))
+        floor = merged[want - 1][1] if len(merged) >= want else None
+        more = [
+            i
+            for i, found in enumerate(rows)
+            if len(found) == share and share < want and (floor is None or found[-1][1] >= floor)
+        ]
+        if not more:
+            return merged[:want]
+        pipe = self.redis.pipeline(transaction=False)
+        for i in more:  # the same range from the share on, down to the floor
+            low = lo if floor is None else str(floor)
+            pipe.zrevrangebyscore(indexes[i], hi, low, start=share, num=want, withscores=True)
+        for i, found in zip(more, pipe.execute(), strict=True):
+            rows[i] += [(as_text(m), int(s)) for m, s in found]
+        return list(heapq.merge(*rows, key=lambda pair: -pair[1]))[:want]
 
     def recent_entries(
         self,

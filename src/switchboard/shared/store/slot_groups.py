@@ -2,8 +2,8 @@
 
 On a Redis Cluster a Lua script or a transaction may touch keys of one hash slot only.
 The store's keys are cut into ``groups`` slot groups (``SWITCHBOARD_SLOT_GROUPS``), each
-under a hash tag of its own (``sb:{7}:…``), so a cluster spreads them over its shards
-while every key one step touches shares a slot:
+under a hash tag of its own (``sb:{7.38}:…``, `group_tags`), so a cluster spreads them over
+its shards while every key one step touches shares a slot:
 
 - a session's keys (its hash, transcript, lane, indexes of its own) are in the group of
   its key: its `anchor` (the CRC-32 of the key) modulo ``groups``;
@@ -17,15 +17,24 @@ while every key one step touches shares a slot:
   announce, a fork of the parent's transcript and a ``sessions_yield`` each stay one
   step on one slot.
 
+Each group's hash tag is chosen so that its slot falls in the group's own share of the
+16,384 slots (`group_tags`: group g of 64 in slots 256g to 256g + 255): a cluster whose
+primaries own equal slot ranges, as ``redis-cli --cluster create`` deals them, holds as
+many groups on each primary as whole groups allow (64 over 10 primaries: 6 or 7 each),
+where the plain numbers' slots would fall unevenly (5 to 9).
+
 With one group (the default on one Redis or a Sentinel group) every id is a plain UUID4,
 every key is in group 0 and nothing here costs anything.
 """
 
 from __future__ import annotations
 
+import functools
 import secrets
 import uuid
 import zlib
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 # The bits of an id that carry its group: the first 8 hex digits of the UUID.
 _HEAD_HEX = 8
@@ -33,6 +42,28 @@ _HEAD_SPAN = 1 << (4 * _HEAD_HEX)
 _HEX = frozenset("0123456789abcdefABCDEF")
 # A sub-agent key ends in `subagent:<id>`; its group is the id's.
 _SUBAGENT = ":subagent:"
+
+
+@functools.cache
+def group_tags(groups: int) -> tuple[str, ...]:
+    """The hash tag of each of ``groups`` groups: ``"<g>"`` or ``"<g>.<n>"``, the first
+    whose slot is in group g's equal share of the slots (``key_slot`` of a tag is that of
+    every key carrying it)."""
+    tags = []
+    for group in range(groups):
+        low = group * REDIS_CLUSTER_HASH_SLOTS // groups
+        high = (group + 1) * REDIS_CLUSTER_HASH_SLOTS // groups
+        tag, n = str(group), 0
+        while not low <= key_slot(tag.encode()) < high:
+            n += 1
+            tag = f"{group}.{n}"
+        tags.append(tag)
+    return tuple(tags)
+
+
+def group_of_tag(tag: str) -> int:
+    """The group a `group_tags` tag names."""
+    return int(tag.partition(".")[0])
 
 
 def new_id(group: int, groups: int) -> str:
