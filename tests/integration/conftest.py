@@ -22,7 +22,10 @@ from celery.contrib.testing.worker import start_worker
 
 from switchboard.api.app import create_app
 from switchboard.shared.config import Settings, SwitchboardConfig, parse_config
+from switchboard.shared.errors import Unavailable
 from switchboard.shared.services import Services
+from switchboard.supervisor.redis_cluster import RedisClusterGroup
+from switchboard.supervisor.redis_server import find_redis_server
 from switchboard.testing.procs import stop_groups, wait_healthy
 from switchboard.workers.app import create_celery_app
 from switchboard.workers.pool import TaskPool
@@ -228,3 +231,29 @@ def switchboard_procs(redis_url: str, tmp_path: Path) -> Iterator[SwitchboardPro
     procs = SwitchboardProcesses(env, tmp_path)
     yield procs
     procs.kill_all()
+
+
+# --- a private Redis Cluster (the cluster and routing tests) ---------------------------------
+
+
+def _started_cluster(where: Path) -> Iterator[RedisClusterGroup]:
+    """Three primaries with a replica each, on ports of their own; skipped where no
+    redis-server can run one."""
+    try:
+        find_redis_server()
+    except Unavailable as exc:
+        pytest.skip(f"no redis-server to run a Redis Cluster: {exc}")
+    with RedisClusterGroup(where, primaries=3, replicas_per_primary=1) as group:
+        yield group
+
+
+@pytest.fixture(scope="module")
+def steady_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterGroup]:
+    """A cluster the module's tests that fail nothing over share."""
+    yield from _started_cluster(tmp_path_factory.mktemp("steady-cluster"))
+
+
+@pytest.fixture
+def cluster_group(tmp_path: Path) -> Iterator[RedisClusterGroup]:
+    """A cluster of the test's own (a failover changes which node owns what)."""
+    yield from _started_cluster(tmp_path / "cluster")

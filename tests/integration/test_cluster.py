@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +23,12 @@ import pytest
 import redis
 
 from switchboard.shared.config import Settings
-from switchboard.shared.errors import StoreUnavailable, Unavailable
+from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store import Store
 from switchboard.shared.store.client import connect_async, connect_plain
 from switchboard.shared.store.durability import Durability
 from switchboard.supervisor.redis_cluster import RedisClusterGroup, RedisClusterNode
-from switchboard.supervisor.redis_server import RedisServer, find_redis_server
+from switchboard.supervisor.redis_server import RedisServer
 from switchboard.testing.webhook_receiver import WebhookReceiver
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
@@ -39,27 +38,6 @@ from faultkit import Cluster, base_config, count_by, wait_until
 # The one-slot store's prefix (SWITCHBOARD_SLOT_GROUPS=1: every key under one hash tag), for
 # the tests that follow one slot's owner; the service test runs the default slot groups.
 PREFIX = Settings(redis_url="redis+cluster://h:1", slot_groups=1).key_prefix
-
-
-def _started(where: Path) -> Iterator[RedisClusterGroup]:
-    try:
-        find_redis_server()
-    except Unavailable as exc:
-        pytest.skip(f"no redis-server to run a Redis Cluster: {exc}")
-    with RedisClusterGroup(where, primaries=3, replicas_per_primary=1) as group:
-        yield group
-
-
-@pytest.fixture
-def cluster_group(tmp_path: Path) -> Iterator[RedisClusterGroup]:
-    """A cluster of the test's own (failovers change which node owns the slot)."""
-    yield from _started(tmp_path / "cluster")
-
-
-@pytest.fixture(scope="module")
-def steady_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterGroup]:
-    """A cluster the module's tests that fail nothing over share."""
-    yield from _started(tmp_path_factory.mktemp("steady-cluster"))
 
 
 def _owner(group: RedisClusterGroup) -> RedisClusterNode:

@@ -12,49 +12,26 @@ import asyncio
 import contextlib
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
-from switchboard.shared.errors import StoreUnavailable, Unavailable
+from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store import Store
 from switchboard.shared.store.client import connect, connect_async, connect_plain
 from switchboard.shared.store.durability import Durability
 from switchboard.shared.store.lua_scripts import load as load_lua
 from switchboard.shared.store.slots import CrossSlotError, key_slot
 from switchboard.supervisor.redis_cluster import RedisClusterGroup, RedisClusterNode
-from switchboard.supervisor.redis_server import find_redis_server
 
 pytestmark = pytest.mark.integration
 
 # Sixteen hash tags; the even split of the slots puts some on each of the three primaries.
 TAGS = [f"{{{n}}}" for n in range(16)]
 FAST_AND_PLAIN = pytest.mark.parametrize("fast_paths", [True, False], ids=["fast", "plain"])
-
-
-def _started(where: Path) -> Iterator[RedisClusterGroup]:
-    try:
-        find_redis_server()
-    except Unavailable as exc:
-        pytest.skip(f"no redis-server to run a Redis Cluster: {exc}")
-    with RedisClusterGroup(where, primaries=3, replicas_per_primary=1) as group:
-        yield group
-
-
-@pytest.fixture(scope="module")
-def steady_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterGroup]:
-    """A cluster the module's tests that fail nothing over share."""
-    yield from _started(tmp_path_factory.mktemp("routing-cluster"))
-
-
-@pytest.fixture
-def cluster_group(tmp_path: Path) -> Iterator[RedisClusterGroup]:
-    """A cluster of the test's own (a failover changes which node owns what)."""
-    yield from _started(tmp_path / "cluster")
 
 
 def _primaries(group: RedisClusterGroup) -> list[RedisClusterNode]:
