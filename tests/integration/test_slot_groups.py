@@ -25,6 +25,7 @@ from switchboard.shared.services import Services
 from switchboard.shared.store.keyspace import Keyspace
 from switchboard.shared.store.runs import RunStore
 from switchboard.testing.queues import RecordingQueue
+from switchboard.testing.sse import Sse, sse_events, until
 from switchboard.wiring import build_services
 
 pytestmark = pytest.mark.integration
@@ -202,6 +203,39 @@ def test_a_run_parks_on_a_run_of_another_group_and_its_end_wakes_it(
     outcome = rpc("agent.wait", runId=caller["runId"], timeoutMs=30_000)
     assert outcome["status"] == "ok", outcome
     assert json.loads(outcome["reply"])["reply"] == "from afar"
+
+
+def test_events_of_every_group_come_in_one_stream_and_resume_by_id(
+    worker: Any, client: httpx.Client, rpc: Callable[..., Any], services: Services
+) -> None:
+    """`/events` follows every group's stream as one: two sessions' runs in two groups
+    arrive merged, ids `<ms>-<seq>-<group>` in increasing order, and a Last-Event-ID
+    resumes after that event in every group."""
+    ks = services.store.ks
+    runs = []
+    for session in (REQUESTER, TARGET, REQUESTER):
+        run_id = rpc("agent", sessionKey=session, message=f"hi {session}")["runId"]
+        rpc("agent.wait", runId=run_id, timeoutMs=20_000)
+        runs.append(run_id)
+
+    def ended(run_id: str) -> Callable[[Sse], bool]:
+        return lambda ev: ev.event == "run.ended" and ev.data.get("runId") == run_id
+
+    with client.stream("GET", "/events", headers={"Last-Event-ID": "0-0"}) as resp:
+        seen = [ev for ev in until(sse_events(resp), ended(runs[-1])) if ev.id]
+    mine = [ev for ev in seen if ev.data.get("runId") in runs]
+    assert [(ev.event, ev.data["runId"]) for ev in mine] == [
+        (kind, run_id) for run_id in runs for kind in ("run.started", "run.ended")
+    ]
+    order = [tuple(int(p) for p in str(ev.id).split("-")) for ev in seen]
+    assert order == sorted(order) and len(set(order)) == len(order)
+    groups = {int(str(ev.id).rsplit("-", 1)[1]) for ev in mine}
+    assert groups == {ks.group_of_key(REQUESTER), ks.group_of_key(TARGET)}
+    first_end = next(ev for ev in mine if ended(runs[0])(ev))
+    with client.stream("GET", "/events", headers={"Last-Event-ID": str(first_end.id)}) as resp:
+        resumed = [ev for ev in until(sse_events(resp), ended(runs[-1])) if ev.id]
+    later = [ev for ev in seen if ev.id and order[seen.index(ev)] > order[seen.index(first_end)]]
+    assert [ev.id for ev in resumed][1:] == [ev.id for ev in later]  # after `ready`
 
 
 def test_a_process_cut_into_other_groups_refuses_to_start(
