@@ -154,7 +154,7 @@ def test_a_sentinel_failover_under_a_burst_loses_nothing(setup: Setup, cluster: 
     try:
         _scenario(group, cluster, service, webhook, clients, started)
     except BaseException:
-        print(group.logs())
+        print(group.logs(), cluster.logs(), sep="\n")  # the apis' errors among them
         raise
     finally:
         for client in http:

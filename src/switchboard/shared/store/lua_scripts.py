@@ -33,6 +33,9 @@ from typing import Any
 
 from redis import Redis
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
+
+from switchboard.shared.store.redis_errors import unavailable
 
 _INCLUDE = re.compile(r"^--\s*@include\s+([\w/]+)\s*$")
 _HEADER = re.compile(r"^--\s*(KEYS|ARGV):(.*)$")
@@ -76,9 +79,14 @@ class LuaScript:
     script: Script = field(repr=False)
 
     def __call__(self, *, client: Redis | None = None, **values: Any) -> Any:
-        """Run it (on ``client`` when given: a pipeline queues the call)."""
+        """Run it (on ``client`` when given: a pipeline queues the call). A script the
+        server did not know even once redis-py loaded it again (the server changed under
+        the call: a failover) is `StoreUnavailable`, as any other Redis failure."""
         keys, args = self.src.split(values)
-        return self.script(keys=keys, args=args, client=client)
+        try:
+            return self.script(keys=keys, args=args, client=client)
+        except NoScriptError as exc:
+            raise unavailable(exc) from exc
 
 
 class LuaScripts:

@@ -23,10 +23,12 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Awaitable, Callable
 
 from redis.asyncio import Redis as AsyncRedis
+from redis.exceptions import NoScriptError
 
 from switchboard.shared.store import codec
 from switchboard.shared.store.keyspace import Keyspace
 from switchboard.shared.store.lua_scripts import load as load_lua
+from switchboard.shared.store.redis_errors import unavailable
 from switchboard.shared.store.runs import RunRecord
 
 log = logging.getLogger("switchboard.wait")
@@ -139,7 +141,10 @@ class RunWaiter:
     async def fetch(self, run_id: str) -> RunRecord | None:
         """The run as stored, read on this waiter's (async) connection, and marked as
         waited for: its end, if still to come, is published (`WATCH_RUN`)."""
-        flat = await self._watch_run(keys=[self.ks.run(run_id)])
+        try:
+            flat = await self._watch_run(keys=[self.ks.run(run_id)])
+        except NoScriptError as exc:  # unknown even once loaded again: a failover under it
+            raise unavailable(exc) from exc
         return RunRecord.from_hash(run_id, codec.decode_flat_hash(flat)) if flat else None
 
     async def wait(
