@@ -18,7 +18,7 @@ from switchboard.shared.config import Settings, SwitchboardConfig
 from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store import Keyspace, Store
 from switchboard.shared.store.aio import AsyncStore
-from switchboard.shared.store.client import connect
+from switchboard.shared.store.client import connect, connect_async, connect_plain
 from switchboard.shared.store.lua_scripts import LuaScripts
 from switchboard.supervisor.redis_server import RedisServer
 from switchboard.wiring import build_services
@@ -125,6 +125,37 @@ def test_the_api_answers_503_with_retry_after_while_redis_is_down(
     assert openai.headers["retry-after"] == "2"
     assert openai.json()["error"]["code"] == "unavailable"
     svc.store.close()
+
+
+# ---- connections the server closed -----------------------------------------------------------
+
+
+def test_every_client_reconnects_a_connection_the_server_closed(tmp_path: Path) -> None:
+    """Redis closing an idle connection (its ``timeout``, a restart, a proxy) costs the next
+    command nothing: the sync clients (fast paths on and off), the probe client and the
+    api's async client each answer it on a new connection, over two rounds of closes."""
+    with RedisServer(tmp_path, appendonly=False) as server:
+        admin = redis.Redis.from_url(server.url)
+        sync = [connect(server.url, fast_paths=f) for f in (True, False)]
+        sync.append(connect_plain(server.url))
+        loop = asyncio.new_event_loop()
+        api = connect_async(server.url)
+        try:
+            for n in range(2):
+                for client in sync:
+                    client.set("sb-test:closed", n)
+                loop.run_until_complete(api.set("sb-test:closed", n))
+                assert admin.client_kill_filter(_type="normal", skipme=True) == len(sync) + 1
+                loop.run_until_complete(asyncio.sleep(0.2))  # the api's loop sees them closed
+                for client in sync:
+                    assert client.get("sb-test:closed") == str(n).encode()
+                assert loop.run_until_complete(api.get("sb-test:closed")) == str(n).encode()
+        finally:
+            for client in sync:
+                client.close()
+            loop.run_until_complete(api.aclose())
+            loop.close()
+            admin.close()
 
 
 # ---- scripts in pipelines ------------------------------------------------------------------

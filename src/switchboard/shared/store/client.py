@@ -43,6 +43,7 @@ from redis._parsers import Encoder  # redis.connection uses it without exporting
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, ResponseError
+from redis.maint_notifications import MaintNotificationsConfig
 
 from switchboard.shared.store.cluster import (
     AsyncNodeConnection,
@@ -444,6 +445,16 @@ class AsyncStoreRedis(aioredis.Redis):
 # The api's async client for any URL (`connect_async`): on one pool, or a cluster's router.
 AsyncStoreClient = AsyncStoreRedis | AsyncClusterStoreRedis
 
+# What every async pool is made with. redis-py's async pool hands out a pooled connection
+# the server has closed (a Redis restart or failover, its ``timeout``, a proxy) as if it
+# were live, so the command on it fails, while its maintenance notifications are on (the
+# default with RESP3: redis/redis-py#4128); off, the pool reconnects it first. They serve
+# managed Redis's planned maintenance, which the store follows as any failover.
+_ASYNC_POOL_OPTIONS: dict[str, Any] = {
+    "driver_info": DRIVER_INFO,
+    "maint_notifications_config": MaintNotificationsConfig(enabled=False),
+}
+
 
 def connect_async(url: str, **options: Any) -> AsyncStoreClient:
     """An async store client for ``url`` with the connection ``options`` given (for a
@@ -451,11 +462,9 @@ def connect_async(url: str, **options: Any) -> AsyncStoreClient:
     behind an `AsyncClusterStoreRedis`)."""
     parsed = parse_redis_url(url)
     if parsed is None:
-        options = plain_url_options(url, options)
-        return cast(
-            AsyncStoreRedis, AsyncStoreRedis.from_url(url, driver_info=DRIVER_INFO, **options)
-        )
-    options = {"driver_info": DRIVER_INFO, **options}
+        options = {**_ASYNC_POOL_OPTIONS, **plain_url_options(url, options)}
+        return cast(AsyncStoreRedis, AsyncStoreRedis.from_url(url, **options))
+    options = {**_ASYNC_POOL_OPTIONS, **options}
     if isinstance(parsed, ClusterUrl):
         return _async_cluster_client(parsed, options)
     kwargs = {**sentinel_kwargs(AsyncRetry(NoBackoff(), 0)), **parsed.sentinel_kwargs()}
