@@ -452,6 +452,14 @@ class FailoverProber:
         self._stop.set()
         self._thread.join(FAILOVER_REQUEST_TIMEOUT_S * 2)
 
+    def acknowledged_again(self, sends: int = 2, timeout_s: float = 30) -> None:
+        """Wait until ``sends`` more sends are answered 200 from now on (those before
+        may have reached a shard that was not failing over)."""
+        seen = len(self.acknowledged)
+        wait_until(
+            lambda: len(self.acknowledged) >= seen + sends, timeout_s, "sends to succeed again", 0.2
+        )
+
     def _loop(self) -> None:
         n = 0
         while not self._stop.is_set():

@@ -333,6 +333,53 @@ def test_a_killed_primary_answers_unavailable_then_its_promoted_replica_serves(
         client.close()
 
 
+@pytest.mark.parametrize("failover", ["kill", "planned"])
+def test_the_first_command_after_a_failover_reaches_the_promoted_primary(
+    cluster_group: RedisClusterGroup, failover: str
+) -> None:
+    """With nothing following the primaries, a command for a moved slot still succeeds the
+    first time after the failover: the old owner ran none of it (its connect refused, or
+    it answered MOVED), so it is sent once more on the map read again, for the sync
+    clients (fast paths on and off) and the api's async client."""
+    keys = sorted((f"resent:{tag}" for tag in TAGS), key=key_slot)
+    old = cluster_group.primary_for(keys[0])
+    moved = [key for key in keys if cluster_group.primary_for(key) is old]
+    clients = [connect(cluster_group.url, fast_paths=fast) for fast in (True, False)]
+    async_client = connect_async(cluster_group.url, socket_timeout=5)
+    loop = asyncio.new_event_loop()
+    writers: list[Callable[[str, str], Any]] = [c.set for c in clients]
+    writers.append(lambda key, value: loop.run_until_complete(async_client.set(key, value)))
+    try:
+        for write in writers:
+            write(moved[0], "before")  # each holds its map and a connection to the old owner
+        for client in (*clients, async_client):
+            assert client.following is not None
+            client.following.stop(join_s=5)  # only a command's own failure shows the move
+        if failover == "kill":
+            cluster_group.kill(old)
+            new = cluster_group.wait_promoted(old, timeout_s=30)
+        else:
+            new = cluster_group.replica_of(old)
+            with new.client() as replica:
+                replica.execute_command("CLUSTER", "FAILOVER")
+            deadline = time.monotonic() + 20
+            while cluster_group.primary_for(moved[0]) is not new:
+                assert time.monotonic() < deadline, "the replica never took the slots"
+                time.sleep(0.1)
+        time.sleep(0.3)  # past the map's least time between reads
+        # A live api's loop runs all along: it has seen the old owner's connection closed.
+        loop.run_until_complete(asyncio.sleep(0.2))
+        for n, write in enumerate(writers):
+            write(moved[0], f"after {n}")  # no StoreUnavailable: sent once more
+            with new.client() as owner:
+                assert owner.get(moved[0]) == f"after {n}".encode()
+    finally:
+        for client in clients:
+            client.close()
+        loop.run_until_complete(async_client.aclose())
+        loop.close()
+
+
 def test_a_cluster_down_at_start_fails_commands_not_the_start() -> None:
     """A cluster down at start fails each command with StoreUnavailable, not the client's making."""
     url = f"redis+cluster://127.0.0.1:{_closed_port()}"

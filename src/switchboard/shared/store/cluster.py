@@ -14,9 +14,12 @@ use: `NodeClients`). This module holds what they share:
 - `NodeConnection`: a redis-py connection to one node. The server answering ``MOVED`` or
   ``ASK`` (the slot moved), ``READONLY`` (the node was demoted) or ``CLUSTERDOWN`` (the
   cluster is electing) means the map is stale: the connection marks it so, closes and
-  raises ``ConnectionError`` (the store client raises `StoreUnavailable`; callers retry
-  their idempotent steps, and the retry is routed on the map read again). A connect that
-  fails marks the map stale too.
+  raises `NotRun` (a ``ConnectionError``: the store client raises `StoreUnavailable`). A
+  connect that fails marks the map stale and raises `NotRun` too. Either way the node ran
+  nothing of that command, so the router sends a single command once more when the map,
+  read again, names another owner for its slot (the first command after a failover
+  reaches the promoted primary instead of failing); otherwise callers retry their
+  idempotent steps, routed on the map read again.
 - `follow_cluster`: twice a second each primary the map knows is asked its ``ROLE`` (one
   command per node; an idle client sends nothing else, and nothing before its first
   command). When one is no longer a primary or does not answer, the map is read again;
@@ -60,6 +63,11 @@ Address = tuple[str, int]
 Client = TypeVar("Client")
 
 
+class NotRun(redis.ConnectionError):
+    """The node ran nothing of the command: it could not be connected to, or it answered
+    that it does not serve the command's slot (see the module)."""
+
+
 class ClusterMap:
     """Which primary owns each hash slot, as the cluster says (see the module)."""
 
@@ -93,6 +101,16 @@ class ClusterMap:
         elif self._stale:
             with contextlib.suppress(redis.ConnectionError):
                 self._read(wait=False)
+
+    def read_since(self, began: float) -> None:
+        """Read the map unless it was read (or tried) after ``began`` (a
+        ``time.monotonic()``): what a command that failed since ``began`` is routed on
+        again. Waits for a read another thread is making; a failure keeps the map."""
+        if self._read_at > began:
+            return
+        with contextlib.suppress(redis.ConnectionError), self._lock:
+            if self._read_at <= began:
+                self._read_locked()
 
     def owner(self, key: Any) -> Address:
         """The (host, port) of the primary that owns ``key``'s slot, as last read."""
@@ -138,19 +156,22 @@ class ClusterMap:
                 if self._owners is None:  # the first read failed a moment ago
                     raise redis.ConnectionError(self._failure)
                 return
-            try:
-                if self._manager is None:
-                    self._manager = self._connect()
-                else:
-                    self._manager.initialize()
-            except (redis.RedisError, RedisClusterException) as exc:
-                self._failure = f"no node of the cluster says where the slots are: {exc}"
-                raise redis.ConnectionError(self._failure) from exc
-            finally:
-                self._read_at = time.monotonic()
-            self._take(self._manager.slots_cache)
+            self._read_locked()
         finally:
             self._lock.release()
+
+    def _read_locked(self) -> None:
+        try:
+            if self._manager is None:
+                self._manager = self._connect()
+            else:
+                self._manager.initialize()
+        except (redis.RedisError, RedisClusterException) as exc:
+            self._failure = f"no node of the cluster says where the slots are: {exc}"
+            raise redis.ConnectionError(self._failure) from exc
+        finally:
+            self._read_at = time.monotonic()
+        self._take(self._manager.slots_cache)
 
     def _take(self, slots: dict[int, list[ClusterNode]]) -> None:
         owners: list[Address | None] = [None] * REDIS_CLUSTER_HASH_SLOTS
@@ -179,12 +200,13 @@ class NodeConnection(redis.Connection):
         self.cluster_map = cluster_map
         super().__init__(**kwargs)  # type: ignore[no-untyped-call]
 
-    def _connect(self) -> Any:
+    def connect(self) -> None:
+        """Connect (and greet) the node; a failure marks the map stale, `NotRun`."""
         try:
-            return super()._connect()  # type: ignore[no-untyped-call]
-        except OSError:
+            super().connect()  # type: ignore[no-untyped-call]
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
             self.cluster_map.stale()
-            raise
+            raise NotRun(f"{self.host}:{self.port} could not be connected to: {exc}") from exc
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         """The server's answer; one that says the map is stale closes the connection and
@@ -194,7 +216,7 @@ class NodeConnection(redis.Connection):
         except _MOVED_ON as exc:
             self.cluster_map.stale()
             self.disconnect()  # type: ignore[no-untyped-call]
-            raise redis.ConnectionError(f"{self.host}:{self.port} {_moved(exc)}") from exc
+            raise NotRun(f"{self.host}:{self.port} {_moved(exc)}") from exc
 
 
 class AsyncNodeConnection(aioredis.Connection):
@@ -204,12 +226,13 @@ class AsyncNodeConnection(aioredis.Connection):
         self.cluster_map = cluster_map
         super().__init__(**kwargs)
 
-    async def _connect(self) -> None:
+    async def connect(self) -> None:
+        """As `NodeConnection.connect`."""
         try:
-            await super()._connect()  # type: ignore[no-untyped-call]
-        except OSError:
+            await super().connect()  # type: ignore[no-untyped-call]
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
             self.cluster_map.stale()
-            raise
+            raise NotRun(f"{self.host}:{self.port} could not be connected to: {exc}") from exc
 
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         """As `NodeConnection.read_response`."""
@@ -218,7 +241,7 @@ class AsyncNodeConnection(aioredis.Connection):
         except _MOVED_ON as exc:
             self.cluster_map.stale()
             await self.disconnect()
-            raise redis.ConnectionError(f"{self.host}:{self.port} {_moved(exc)}") from exc
+            raise NotRun(f"{self.host}:{self.port} {_moved(exc)}") from exc
 
 
 class SSLNodeConnection(NodeConnection, redis.SSLConnection):

@@ -13,6 +13,10 @@ one Redis. The routers only choose the node:
 - a command goes to the owner of its key's slot (`slots.routing_key`: a script's first
   key); a keyless one (PING, INFO, PUBLISH: cluster pub/sub reaches subscribers on every
   node) to the owner of the first slot; SCRIPT and FLUSHALL/FLUSHDB to every primary.
+  One the node did not run (`cluster.NotRun`: no connection, or its slot has moved) is
+  sent once more when the map, read again, names another owner (`_moved_to`); so after
+  a failover the first command for a moved slot reaches the promoted primary. Pipelines
+  are not sent again (some of their commands may have run).
 - a pipeline (`RoutedPipeline`) is queued whole, then at ``execute`` split by node: one
   store pipeline per node, in turn (scripts, WAIT and errors as on one Redis), its
   replies put back in the order queued. Every node's pipeline runs; the first error
@@ -35,6 +39,7 @@ the follower cannot cut); one model for both clients, with one map and one follo
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar, cast
 
@@ -42,7 +47,8 @@ import redis
 import redis.asyncio as aioredis
 from redis._parsers import Encoder  # redis.connection uses it without exporting it
 
-from switchboard.shared.store.cluster import NodeClients
+from switchboard.shared.errors import StoreUnavailable
+from switchboard.shared.store.cluster import NodeClients, NotRun
 from switchboard.shared.store.follow import FOLLOWER_JOIN_S, Follower
 from switchboard.shared.store.redis_errors import unavailable
 from switchboard.shared.store.slots import (
@@ -83,8 +89,16 @@ class ClusterStoreRedis(redis.Redis):
         if str(args[0]).upper() in EVERY_PRIMARY:
             replies = [c.execute_command(*args, **options) for c in self.primary_clients()]  # type: ignore[no-untyped-call]
             return replies[0]
-        client = self.client_for(routing_key(args))
-        return client.execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        key = routing_key(args)
+        client = self.client_for(key)
+        began = time.monotonic()
+        try:
+            return client.execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        except StoreUnavailable as exc:
+            moved = _moved_to(self.nodes, key, client, exc, began)
+            if moved is None:
+                raise
+        return moved.execute_command(*args, **options)  # type: ignore[no-untyped-call]
 
     def client_for(self, key: Any | None) -> redis.Redis:
         """The store client of the primary that owns ``key``'s slot (the first primary's
@@ -200,8 +214,18 @@ class AsyncClusterStoreRedis(aioredis.Redis):
             clients = await self.primary_clients()
             replies = [await c.execute_command(*args, **options) for c in clients]  # type: ignore[no-untyped-call]
             return replies[0]
-        client = await self.client_for(routing_key(args))
-        return await client.execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        key = routing_key(args)
+        client = await self.client_for(key)
+        began = time.monotonic()
+        try:
+            return await client.execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        except StoreUnavailable as exc:
+            if not isinstance(exc.__cause__, NotRun):
+                raise
+            moved = await asyncio.to_thread(_moved_to, self.nodes, key, client, exc, began)
+            if moved is None:
+                raise
+        return await moved.execute_command(*args, **options)  # type: ignore[no-untyped-call]
 
     async def client_for(self, key: Any | None) -> aioredis.Redis:
         """As `ClusterStoreRedis.client_for` (the map read off the loop)."""
@@ -297,6 +321,22 @@ class RoutedPubSub(aioredis.client.PubSub):
             client = await self.router.client_for(None)
             self.connection_pool = client.connection_pool
         await super().connect()  # type: ignore[no-untyped-call]
+
+
+def _moved_to(
+    nodes: NodeClients[Client], key: Any | None, sent_to: Client, exc: Exception, began: float
+) -> Client | None:
+    """Where to send once more a command ``sent_to`` failed with ``exc`` (sent at
+    ``began``): when the node ran none of it (`NotRun`) and the map, read since, names
+    another owner for ``key``'s slot, that owner's client; else None."""
+    if not isinstance(exc.__cause__, NotRun):
+        return None
+    nodes.map.read_since(began)
+    try:
+        owner = nodes.for_key(key)
+    except redis.ConnectionError:
+        return None
+    return owner if owner is not sent_to else None
 
 
 def primary_clients(client: redis.Redis) -> list[redis.Redis]:
