@@ -60,14 +60,16 @@ def make_venv(tmp_path: Path, **env: str) -> tuple[str, list[str]]:
 
 def test_uv_installs_the_package_from_pips_indexes(tmp_path: Path) -> None:
     """uv gets pip's index, extra indexes and links (environment over pip.conf), picks the
-    best version across them, and pip never installs the package itself."""
+    best version across them, and pip never installs the package itself; everything is
+    compiled to bytecode (uv's flag, then switchboard's own modules)."""
     out, calls = make_venv(tmp_path)
-    assert calls[-1] == (
+    assert calls[-2] == (
         "uv pip install --python .venv/bin/python --index-strategy unsafe-best-match"
-        " --index-url https://mirror.test/simple"
+        " --compile-bytecode --index-url https://mirror.test/simple"
         " --extra-index-url file:///opt/a/simple --extra-index-url file:///opt/b/simple"
         " --find-links /from/env -e .[dev]"
     )
+    assert calls[-1] == "python -m compileall -q -j 0 src"
     assert not any("-e .[dev]" in call for call in calls if call.startswith("python"))
     assert "==> installing uv" in out and "==> installing switchboard" in out
 
@@ -75,6 +77,9 @@ def test_uv_installs_the_package_from_pips_indexes(tmp_path: Path) -> None:
 def test_plain_pip_installs_when_uv_cannot_be_installed(tmp_path: Path) -> None:
     """No uv from the index: the recipe says so and installs with pip, still succeeding."""
     out, calls = make_venv(tmp_path, NO_UV="1")
-    assert calls[-1] == "python -m pip install --progress-bar off -e .[dev]"
+    assert calls[-2:] == [
+        "python -m pip install --progress-bar off -e .[dev]",  # pip compiles as it installs
+        "python -m compileall -q -j 0 src",
+    ]
     assert not any(call.startswith("uv ") for call in calls)
     assert "installing with pip instead" in out

@@ -53,7 +53,10 @@ from switchboard.testing.webhook_receiver import WebhookReceiver
 pytestmark = [pytest.mark.scale, pytest.mark.timeout(300)]
 
 PLAIN_SESSIONS = 30
-PLAIN_QUEUED = 6  # one run holds each lane, five queue behind it (~21 s a lane)
+# One run holds each lane, eight queue behind it (~31 s a lane): the lanes end about 8.5
+# runs a second, so 270 plain runs keep 200 in flight for ~12 s after the burst, room
+# for the sends and spawns to be made on a loaded host (six a lane left ~3 s).
+PLAIN_QUEUED = 9
 PLAIN_SLEEPS = 4  # plain runs sleep 2 to 5 s
 TRICKLE_EVERY_S = 0.25  # a new plain run while the restarts go on
 
@@ -111,14 +114,21 @@ def test_a_rolling_restart_of_every_api_and_worker_under_a_burst(
         found = cluster.services.store.runs.get_many(list(tool_runs))
         return all(r is not None and (r.terminal or r.status == "parked") for r in found)
 
-    def in_flight() -> dict[str, Any] | None:
+    def picture() -> dict[str, Any]:
         runs = cluster.runs()
-        picture = {"notTerminal": sum(not r.terminal for r in runs)}
-        picture["byStatus"] = count_by(r.status for r in runs)
-        return picture if picture["notTerminal"] >= 200 and tools_done() else None
+        found: dict[str, Any] = {"notTerminal": sum(not r.terminal for r in runs)}
+        found["byStatus"] = count_by(r.status for r in runs)
+        found["toolsDone"] = tools_done()
+        return found
 
-    picture = wait_until(in_flight, 60, "200 runs in flight, every send and spawn made", 0.05)
-    print(f"\nburst of {len(acknowledged)} runs in {time.monotonic() - started:.1f}s: {picture}")
+    def in_flight() -> dict[str, Any] | None:
+        now = picture()
+        return now if now["notTerminal"] >= 200 and now["toolsDone"] else None
+
+    burst = wait_until(
+        in_flight, 60, "200 runs in flight, every send and spawn made", 0.05, state=picture
+    )
+    print(f"\nburst of {len(acknowledged)} runs in {time.monotonic() - started:.1f}s: {burst}")
 
     # Clients wait for every run; a trickle of new runs goes on until the restarts end.
     waited: dict[str, dict[str, Any]] = {}
