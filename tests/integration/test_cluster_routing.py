@@ -77,20 +77,6 @@ def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)}
 
 
-def _planned_failover(
-    group: RedisClusterGroup, old: RedisClusterNode, key: str
-) -> RedisClusterNode:
-    """``CLUSTER FAILOVER`` on ``old``'s replica; the replica, once it owns ``key``'s slot."""
-    new = group.replica_of(old)
-    with new.client() as replica:
-        replica.execute_command("CLUSTER", "FAILOVER")
-    deadline = time.monotonic() + 20
-    while group.primary_for(key) is not new:
-        assert time.monotonic() < deadline, "the replica never took the slots"
-        time.sleep(0.1)
-    return new
-
-
 def _eventually(write: Callable[[], Any], done: Callable[[], bool], timeout_s: float) -> float:
     """Call ``write`` (a `StoreUnavailable` tolerated) until ``done``; the seconds taken."""
     start = time.monotonic()
@@ -266,7 +252,7 @@ def test_a_planned_failover_is_followed_by_the_sync_and_async_clients(
         idle_thread.submit(clients[0].get, moved[0]).result()
         loop.run_until_complete(subscriber.subscribe("planned:{0}:ended"))
         assert _store_connections(old) != [], "the clients should hold connections to it"
-        new = _planned_failover(cluster_group, old, moved[0])
+        new = cluster_group.planned_failover(old, moved[0])
         for n, write in enumerate(writers):
             with new.client() as owner:
                 _eventually(
@@ -367,7 +353,7 @@ def test_the_first_command_after_a_failover_reaches_the_promoted_primary(
             cluster_group.kill(old)
             new = cluster_group.wait_promoted(old, timeout_s=30)
         else:
-            new = _planned_failover(cluster_group, old, moved[0])
+            new = cluster_group.planned_failover(old, moved[0])
         time.sleep(0.3)  # past the map's least time between reads
         # A live api's loop runs all along: it has seen the old owner's connection closed.
         loop.run_until_complete(asyncio.sleep(0.2))

@@ -192,6 +192,22 @@ class RedisClusterGroup:
                     return replica
         raise Unavailable(f"the cluster names no running replica of {node.address}")
 
+    def planned_failover(
+        self, old: RedisClusterNode, key: str, timeout_s: float = 20
+    ) -> RedisClusterNode:
+        """``CLUSTER FAILOVER`` on a replica of ``old`` (a primary); return that replica
+        once it owns ``key``'s slot."""
+        new = self.replica_of(old)
+        with new.client() as replica:
+            if replica.execute_command("CLUSTER", "FAILOVER") not in (b"OK", "OK", True):
+                raise Unavailable(f"{new.address} refused CLUSTER FAILOVER")
+        deadline = time.monotonic() + timeout_s
+        while self.primary_for(key) is not new:
+            if time.monotonic() > deadline:
+                raise Unavailable(f"{new.address} did not take the slot of {key!r}")
+            time.sleep(0.1)
+        return new
+
     def kill(self, node: RedisClusterNode) -> None:
         """SIGKILL ``node``'s process (and a fork of it, if any) and wait for it to exit; the
         slots it served as primary are kept for `wait_promoted`."""
