@@ -16,6 +16,7 @@ import pytest
 
 from switchboard.shared.delivery import Target, dispatch, records
 from switchboard.shared.gateway.agent import RunRequest, start_run
+from switchboard.shared.runtime import executor
 from switchboard.shared.runtime.executor import execute_run
 from switchboard.shared.runtime.leases import FENCED, LeaseKeeper, keeper_for
 from switchboard.shared.services import Services
@@ -225,3 +226,67 @@ def test_a_stale_copy_leaves_a_cancel_request_to_the_current_attempt(
     asyncio.run(asyncio.wait_for(execute_run(services, run_id, key, claim=stale), 20))
     assert runs.status(run_id) == "running"
     assert run_id in runs.cancel_requests()
+
+
+class _EndsBeforeRenewal:
+    """The store's runs, where each fenced renewal reaches Redis only after ``end`` ran:
+    the race of a run ending here while the keeper's renewal of it is on its way."""
+
+    def __init__(self, runs: Any, end: Any) -> None:
+        self._runs, self._end = runs, end
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._runs, name)
+
+    def renew_held(self, held: Any) -> Any:
+        self._end()
+        return self._runs.renew_held(held)
+
+
+def test_a_renewal_answered_after_its_run_ended_here_is_not_fenced(
+    services: Services, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The keeper's renewal of a run leaves; meanwhile the run ends on this worker and its
+    block releases the lane. The renewal is refused (the run no longer runs) but nothing
+    stale was running: no fenced write is logged and no stop callback is called."""
+    key = "agent:main:hook:fence-race"
+    run_id, attempt = _claimed(services, key)
+    stopped: list[str] = []
+    block: Any = None
+
+    def end_here() -> None:
+        block.__exit__(None, None, None)
+        assert services.store.runs.finish(run_id, key, attempt, status="ok", reply="x").applied
+
+    keeper = LeaseKeeper(_EndsBeforeRenewal(services.store.runs, end_here))  # type: ignore[arg-type]
+    block = keeper.holding(key, run_id, attempt=attempt, on_superseded=lambda: stopped.append("x"))
+    block.__enter__()
+    with caplog.at_level(logging.WARNING, logger="switchboard.run"):
+        assert keeper.renew_now() == 0
+    assert stopped == []
+    assert keeper.held() == []
+    assert [r.getMessage() for r in caplog.records if FENCED in r.getMessage()] == []
+
+
+def test_a_run_that_times_out_is_ended_after_its_lease_is_released(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run ending otherwise than with a result (here its timeout) is ended once its
+    block no longer holds the lane for the keeper, as a run with a result is: the keeper
+    never renews, and finds refused, the lease of a run this worker just ended."""
+    key = "agent:main:hook:fence-timeout"
+    request = RunRequest(session_key=key, message="/sleep 30\nslow", timeout_s=0.5)
+    run_id = str(start_run(services, request)["runId"])
+    keeper = keeper_for(services.store.runs)
+    held_at_end: list[list[str]] = []
+    finish = executor._finish
+
+    def watched_finish(*args: Any, **kwargs: Any) -> bool:
+        held_at_end.append(keeper.held())
+        return finish(*args, **kwargs)
+
+    monkeypatch.setattr(executor, "_finish", watched_finish)
+    asyncio.run(execute_run(services, run_id, key))
+    record = services.store.runs.get(run_id)
+    assert record is not None and record.status == "timeout", record
+    assert held_at_end == [[]], held_at_end

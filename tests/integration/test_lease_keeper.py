@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import time
+from typing import Any
 
 import pytest
 
-from switchboard.shared.runtime.leases import LeaseKeeper, keeper_for
+from switchboard.shared.runtime.leases import LATE, LeaseKeeper, keeper_for
 from switchboard.shared.services import Services
 
 pytestmark = pytest.mark.integration
@@ -73,3 +75,40 @@ def test_an_attempt_ending_leaves_a_later_attempts_cancel_in_place(services: Ser
         services.store.redis.zadd(ks.beside(key).cancel_requests, {run_id: time.time() * 1000})
         assert keeper.check_cancels() == 1
     assert stopped == [2]
+
+
+class _SlowRenewals:
+    """The store's runs with a lease of ``lease_s``, whose renewals each take ``delay_s``."""
+
+    def __init__(self, runs: Any, lease_s: int, delay_s: float) -> None:
+        self._runs, self.lease_s, self.delay_s, self.calls = runs, lease_s, delay_s, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._runs, name)
+
+    def renew_leases(self, keys: Any) -> None:
+        self.calls += 1
+        time.sleep(self.delay_s)
+        self._runs.renew_leases(keys)
+
+
+@pytest.mark.parametrize(("lease_s", "delay_s"), [(3, 0.0), (1, 1.2)])
+def test_a_renewal_later_than_the_lease_is_logged(
+    services: Services, caplog: pytest.LogCaptureFixture, lease_s: int, delay_s: float
+) -> None:
+    """Renewals held up past the lease (a busy process, a slow store) say so: the sweep
+    may have given this process's runs to another attempt meanwhile. Timely ones do not."""
+    runs = _SlowRenewals(services.store.runs, lease_s, delay_s)
+    keeper = LeaseKeeper(runs)  # type: ignore[arg-type]
+    logs = caplog.at_level(logging.WARNING, logger="switchboard.run")
+    with logs, keeper.holding("agent:main:lease-late"):
+        deadline = time.monotonic() + 10
+        while runs.calls < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(delay_s + 0.2)  # the second renewal answered
+    late = [r.getMessage() for r in caplog.records if r.getMessage().startswith(LATE)]
+    assert runs.calls >= 2
+    if delay_s:
+        assert late and "past the 1 s lease (SWITCHBOARD_LANE_LEASE_S)" in late[0], late
+    else:
+        assert late == []

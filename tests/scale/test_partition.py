@@ -62,6 +62,7 @@ from scalekit import (
     unsettled,
 )
 
+from switchboard.shared.runtime.leases import LATE
 from switchboard.testing.webhook_receiver import WebhookReceiver
 
 pytestmark = [pytest.mark.scale, pytest.mark.timeout(420)]
@@ -269,7 +270,10 @@ def test_a_worker_cut_off_past_its_lease_is_fenced_once_healed(
     for run_id, attempt, kind in refused:
         final = by_id[run_id]
         assert final.attempt > attempt, (run_id, attempt, kind, final.attempt)
-    assert fenced_writes(survivor) == [] and fenced_writes(survivor, "delivery") == []
+    # The survivor was never cut off: nothing of it is fenced (unless its lease keeper was
+    # held up past the lease, which it logs: shown if this fails).
+    late = [e for e in events(survivor) if e.startswith(LATE)]
+    assert fenced_writes(survivor) == [] and fenced_writes(survivor, "delivery") == [], late
     assert victim.alive(), "the cut-off worker exited"
     totals = sweep_totals(cluster.procs)
     print(f"sweeps: {totals}")

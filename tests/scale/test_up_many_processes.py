@@ -60,6 +60,23 @@ def _ended_by(up: UpProcess) -> Counter[str]:
     return counts
 
 
+def _wait_serving(up: UpProcess, names: set[str], timeout_s: float = 90) -> None:
+    """Wait until each of these prefixed children (`api-1`, …) has started serving: up's
+    /healthz answers once one api does, and the kernel gives a port's connections only to
+    the processes listening on it."""
+    deadline = time.monotonic() + timeout_s
+    serving: set[str] = set()
+    while serving < names and time.monotonic() < deadline:
+        serving = {
+            name.strip()
+            for line in list(up.lines)
+            for name, _, rest in [line.partition(" | ")]
+            if "Application startup complete." in rest
+        }
+        time.sleep(0.2)
+    assert serving >= names, f"serving: {sorted(serving)}, not yet: {sorted(names - serving)}"
+
+
 def _connections_on(process: psutil.Process, port: int) -> int:
     return sum(
         1
@@ -80,6 +97,7 @@ def test_two_apis_on_one_port_and_two_workers(up: UpProcess) -> None:
     assert nodes == ["worker1@%h", "worker2@%h"], nodes
     port = int(up.url.rsplit(":", 1)[1])
     headers = {"Authorization": f"Bearer {up.token}"}
+    _wait_serving(up, {"api-1", "api-2"})
 
     def wait_for(i: int) -> Any:
         # A client of its own per wait: its own connection, placed by the kernel.

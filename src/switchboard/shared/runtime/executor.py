@@ -217,9 +217,12 @@ async def _execute_traced(
         return
     # The lane's lease is renewed while the run executes (one keeper per process), fenced by
     # the attempt; a cancel request for it (`subagents cancel`) stops it, and so does the
-    # keeper finding another attempt has it (this worker was cut off past its lease).
+    # keeper finding another attempt has it (this worker was cut off past its lease). The
+    # block holds the agent loop only: every end step comes after it, so the keeper never
+    # renews (and finds refused) the lease of a run this worker itself just ended.
     stop = CancelSignal()
     keeper = keeper_for(svc.store.runs)
+    failed: tuple[str, str] | None = None  # an end other than a result: (status, error)
     with keeper.holding(
         rec.session_key,
         rec.run_id,
@@ -234,36 +237,30 @@ async def _execute_traced(
             if stop.reason == SUPERSEDED:  # another attempt has it: nothing of ours is kept
                 log.warning("run %s attempt %d stopped: superseded", rec.run_id, claim.attempt)
                 return
-            _end_cancelled(svc, rec, claim, follow_ups)
-            return
+            failed = ("cancelled", CANCELLED_TEXT)
         except RunSuperseded:  # found before a tool call: no tool ran, nothing is written
             _log_fenced(rec, claim, "tool calls")
             log.warning("run %s attempt %d stopped: superseded", rec.run_id, claim.attempt)
             return
         except TimeoutError:
-            _finish(
-                svc,
-                rec,
-                claim,
-                follow_ups,
-                status="timeout",
-                error=_timeout_text(rec),
-                aborted=True,
-            )
-            return
+            failed = ("timeout", _timeout_text(rec))
         except StoreUnavailable:
             # The store went away mid-run: not the run's fault. Its lane lease lapses and the
             # sweep runs it again once the store is back.
             raise
         except SwitchboardError as exc:
-            _finish(svc, rec, claim, follow_ups, status="error", error=exc.message)
-            return
+            failed = ("error", exc.message)
         except Exception as exc:  # a model or provider failure ends the run as an error
             log.exception("run %s failed", rec.run_id)
-            _finish(
-                svc, rec, claim, follow_ups, status="error", error=f"{type(exc).__name__}: {exc}"
-            )
-            return
+            failed = ("error", f"{type(exc).__name__}: {exc}")
+    if failed is not None:
+        status, error = failed
+        if status == "cancelled":
+            _end_cancelled(svc, rec, claim, follow_ups)
+        else:  # a timeout aborts the run's turn; an error ends it where it failed
+            aborted = status == "timeout"
+            _finish(svc, rec, claim, follow_ups, status=status, error=error, aborted=aborted)
+        return
     try:
         if svc.settings.fast_paths:  # its end step off the loop: the loop's runs go on
             await off_loop(lambda: _record_result(svc, rec, claim, result, follow_ups))

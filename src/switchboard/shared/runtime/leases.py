@@ -37,6 +37,8 @@ _CHUNK = 1000
 CANCEL_CHECK_S = 1.0
 # The start of the log line of every write a newer attempt fenced off (tests count them).
 FENCED = "fenced:"
+# The start of the log line of a renewal made later than the lease after the last one.
+LATE = "late:"
 
 # One holding: (session key, run id or '', attempt or 0).
 Held = tuple[str, str, int]
@@ -135,9 +137,13 @@ class LeaseKeeper:
             )
         for start in range(0, len(plain), _CHUNK):
             self.runs.renew_leases(plain[start : start + _CHUNK])
-        refused: list[Held] = []
+        answered: list[Held] = []
         for start in range(0, len(fenced), _CHUNK):
-            refused += self.runs.renew_held(fenced[start : start + _CHUNK])
+            answered += self.runs.renew_held(fenced[start : start + _CHUNK])
+        with self._lock:
+            # A holding released while the renewal was on its way was ended here (its run
+            # finished, parked or was handed back): refused, but nothing stale is running.
+            refused = [h for h in answered if h in self._held]
         for session_key, run_id, attempt in refused:
             log.warning(
                 "%s run %s attempt %d: lease renewal refused (another attempt has the run); "
@@ -157,7 +163,7 @@ class LeaseKeeper:
                 stop()
             except Exception:  # one run's stop must not keep the others running
                 log.exception("stopping a superseded run failed")
-        return len(plain) + len(fenced) - len(refused)
+        return len(plain) + len(fenced) - len(answered)
 
     def _ensure_thread(self) -> None:
         # Called under the lock. Started in the process that uses it (a thread does not
@@ -171,6 +177,7 @@ class LeaseKeeper:
     def _keep(self) -> None:
         tick = min(self.interval_s, CANCEL_CHECK_S)
         renew_at = time.monotonic() + self.interval_s
+        renewed_at = time.monotonic()  # the last renewal answered (or the keeper's start)
         while True:
             time.sleep(tick)
             with self._lock:
@@ -188,6 +195,18 @@ class LeaseKeeper:
                 self.renew_now()
             except Exception as exc:  # a store blip: the next turn renews, well inside the lease
                 log.warning("renewing lane leases failed: %s", exc)
+                continue
+            gap_s, renewed_at = time.monotonic() - renewed_at, time.monotonic()
+            if gap_s > self.runs.lease_s:
+                # Held up (a store outage, or a process too busy to run this thread): the
+                # sweep may have given runs of this process to another attempt meanwhile.
+                log.warning(
+                    "%s lane leases renewed %.1f s after the last renewal, past the %g s "
+                    "lease (SWITCHBOARD_LANE_LEASE_S)",
+                    LATE,
+                    gap_s,
+                    self.runs.lease_s,
+                )
 
 
 _keepers: dict[int, LeaseKeeper] = {}
