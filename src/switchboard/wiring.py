@@ -12,6 +12,7 @@ from switchboard.shared.services import Services
 from switchboard.shared.store import Store
 from switchboard.shared.store.client import connect_plain
 from switchboard.shared.store.durability import Durability
+from switchboard.shared.store.stats import MIN_REDIS_VERSION, too_old
 from switchboard.shared.tools.catalog import register_session_tools
 
 log = logging.getLogger("switchboard")
@@ -56,9 +57,26 @@ def check_layout(settings: Settings) -> None:
     client = connect_plain(settings.redis_url, socket_timeout=3, socket_connect_timeout=3)
     try:
         store = Store(client, prefix=settings.key_prefix, groups=settings.groups)
+        _check_version(store)
         _check_layout(store, record=False)
     finally:
         client.close()
+
+
+def _check_version(store: Store) -> None:
+    """Refuse to start on a Redis older than the store's scripts need (a store not
+    reachable yet is not checked)."""
+    try:
+        version = store.stats.version_if_told()
+    except StoreUnavailable:
+        return
+    if version is not None and too_old(version):
+        oldest = ".".join(map(str, MIN_REDIS_VERSION))
+        raise ConfigError(
+            f"the Redis at SWITCHBOARD_REDIS_URL is {version}: Switchboard needs Redis "
+            f"{oldest} or newer",
+            key_path="SWITCHBOARD_REDIS_URL",
+        )
 
 
 def _check_layout(store: Store, *, record: bool = True) -> None:

