@@ -12,7 +12,7 @@ from switchboard.shared.services import Services
 from switchboard.shared.store import Store
 from switchboard.shared.store.client import connect_plain
 from switchboard.shared.store.durability import Durability
-from switchboard.shared.store.stats import MIN_REDIS_VERSION, too_old
+from switchboard.shared.store.stats import MIN_REDIS_VERSION_TEXT, too_old
 from switchboard.shared.tools.catalog import register_session_tools
 
 log = logging.getLogger("switchboard")
@@ -71,10 +71,9 @@ def _check_version(store: Store) -> None:
     except StoreUnavailable:
         return
     if version is not None and too_old(version):
-        oldest = ".".join(map(str, MIN_REDIS_VERSION))
         raise ConfigError(
             f"the Redis at SWITCHBOARD_REDIS_URL is {version}: Switchboard needs Redis "
-            f"{oldest} or newer",
+            f"{MIN_REDIS_VERSION_TEXT} or newer",
             key_path="SWITCHBOARD_REDIS_URL",
         )
 

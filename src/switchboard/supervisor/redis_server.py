@@ -28,7 +28,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from switchboard.shared.errors import Unavailable
-from switchboard.shared.store.stats import MIN_REDIS_VERSION, too_old
+from switchboard.shared.store.stats import MIN_REDIS_VERSION_TEXT, too_old
 
 log = logging.getLogger("switchboard.supervisor")
 
@@ -52,12 +52,12 @@ def find_redis_server() -> str:
             raise Unavailable(f"{REDIS_SERVER_ENV}={override} is not an executable file")
         return override
     on_path = shutil.which("redis-server")
+    version = _version_of(on_path) if on_path is not None else ""
+    if on_path is not None and not too_old(version):
+        return on_path
     bundled = _bundled_redis_server()
-    if on_path is not None:
-        version = _version_of(on_path)
-        if not too_old(version):
-            return on_path
-        oldest = ".".join(map(str, MIN_REDIS_VERSION))
+    if on_path is not None:  # too old: the bundled one, if there is one
+        oldest = MIN_REDIS_VERSION_TEXT
         if bundled is None:
             raise Unavailable(
                 f"the redis-server on PATH ({on_path}) is {version}, older than {oldest}: "

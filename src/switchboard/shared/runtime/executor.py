@@ -18,6 +18,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from pydantic_ai.messages import ToolReturnPart
@@ -222,7 +223,7 @@ async def _execute_traced(
     # renews (and finds refused) the lease of a run this worker itself just ended.
     stop = CancelSignal()
     keeper = keeper_for(svc.store.runs)
-    failed: tuple[str, str] | None = None  # an end other than a result: (status, error)
+    end: Callable[[], object] | None = None  # an end other than a result, made after the block
     with keeper.holding(
         rec.session_key,
         rec.run_id,
@@ -237,29 +238,28 @@ async def _execute_traced(
             if stop.reason == SUPERSEDED:  # another attempt has it: nothing of ours is kept
                 log.warning("run %s attempt %d stopped: superseded", rec.run_id, claim.attempt)
                 return
-            failed = ("cancelled", CANCELLED_TEXT)
+            end = partial(_end_cancelled, svc, rec, claim, follow_ups)
         except RunSuperseded:  # found before a tool call: no tool ran, nothing is written
             _log_fenced(rec, claim, "tool calls")
             log.warning("run %s attempt %d stopped: superseded", rec.run_id, claim.attempt)
             return
         except TimeoutError:
-            failed = ("timeout", _timeout_text(rec))
+            error = _timeout_text(rec)
+            end = partial(
+                _finish, svc, rec, claim, follow_ups, status="timeout", error=error, aborted=True
+            )
         except StoreUnavailable:
             # The store went away mid-run: not the run's fault. Its lane lease lapses and the
             # sweep runs it again once the store is back.
             raise
         except SwitchboardError as exc:
-            failed = ("error", exc.message)
+            end = partial(_finish, svc, rec, claim, follow_ups, status="error", error=exc.message)
         except Exception as exc:  # a model or provider failure ends the run as an error
             log.exception("run %s failed", rec.run_id)
-            failed = ("error", f"{type(exc).__name__}: {exc}")
-    if failed is not None:
-        status, error = failed
-        if status == "cancelled":
-            _end_cancelled(svc, rec, claim, follow_ups)
-        else:  # a timeout aborts the run's turn; an error ends it where it failed
-            aborted = status == "timeout"
-            _finish(svc, rec, claim, follow_ups, status=status, error=error, aborted=aborted)
+            error = f"{type(exc).__name__}: {exc}"
+            end = partial(_finish, svc, rec, claim, follow_ups, status="error", error=error)
+    if end is not None:
+        end()
         return
     try:
         if svc.settings.fast_paths:  # its end step off the loop: the loop's runs go on

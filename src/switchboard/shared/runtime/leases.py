@@ -196,7 +196,8 @@ class LeaseKeeper:
             except Exception as exc:  # a store blip: the next turn renews, well inside the lease
                 log.warning("renewing lane leases failed: %s", exc)
                 continue
-            gap_s, renewed_at = time.monotonic() - renewed_at, time.monotonic()
+            now = time.monotonic()
+            gap_s, renewed_at = now - renewed_at, now
             if gap_s > self.runs.lease_s:
                 # Held up (a store outage, or a process too busy to run this thread): the
                 # sweep may have given runs of this process to another attempt meanwhile.

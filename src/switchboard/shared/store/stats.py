@@ -27,12 +27,13 @@ from switchboard.shared.store.run_records import TERMINAL
 UNACKED = "unacked"
 # The oldest Redis the store runs on: its scripts use ZADD with LT (Redis 6.2).
 MIN_REDIS_VERSION = (6, 2)
+MIN_REDIS_VERSION_TEXT = ".".join(map(str, MIN_REDIS_VERSION))
 
 
 def parse_version(text: str) -> tuple[int, int] | None:
     """(major, minor) of a version such as ``6.0.16`` (or ``v=6.0.16`` in
     ``redis-server --version``); None when there is none."""
-    match = re.search(r"(\d+)\.(\d+)(?:\.\d+)?", text)
+    match = re.search(r"(\d+)\.(\d+)", text)
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
