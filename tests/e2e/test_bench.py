@@ -138,6 +138,10 @@ def test_fanout_and_parked_complete_without_timeouts(quick_run: tuple[Path, str]
     fanout = _figures(out, "fanout")["figure"]
     assert fanout["announced"] == fanout["subagents"] == 100
     assert fanout["announceStatuses"] == {"ok": 100}
+    # The worker's CPU over the measurement: it ran the children, so it cannot be nothing.
+    assert fanout["workerCpuS"] > 0
+    assert fanout["workerCpuMsPerChild"] == round(fanout["workerCpuS"] * 1000 / 100, 2)
+    assert 0 < fanout["workerCoreShare"] <= len(os.sched_getaffinity(0)) + 0.5
     parked = _figures(out, "parked")["figure"]
     assert parked["completed"] == parked["sendsOk"] == parked["waitingSends"] == 100
     assert parked["timeouts"] == 0

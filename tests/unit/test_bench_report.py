@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from switchboard.bench import EXIT_INCOMPLETE, EXIT_MISSED, exit_code
+from switchboard.bench import EXIT_INCOMPLETE, EXIT_MISSED, exit_code, report
 from switchboard.bench.costs import Costs
 from switchboard.bench.harness import stack_env
 from switchboard.bench.report import TABLE_END, TABLE_START, Outcome, write_readme
@@ -102,3 +102,18 @@ def test_exit_code_tells_an_incomplete_run_from_a_missed_target(
     outcomes: list[Outcome], errors: dict[str, str], quick: bool, code: int
 ) -> None:
     assert exit_code(outcomes, errors, quick=quick) == code
+
+
+def test_the_host_speed_is_timeits_best_of_five_per_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`machine.pythonLoopNs` reads as `python -m timeit "sum(range(50))"` does: the best
+    of five repeats, per loop, in nanoseconds."""
+    asked: list[tuple[str, int, int]] = []
+
+    def repeat(stmt: str, *, number: int, repeat: int) -> list[float]:
+        asked.append((stmt, number, repeat))
+        return [0.052, 0.0451, 0.06, 0.047, 0.049]
+
+    monkeypatch.setattr(report.timeit, "repeat", repeat)
+    assert report.python_loop_ns() == 451.0
+    assert asked == [("sum(range(50))", 100_000, 5)]
+    assert report.machine_info()["pythonLoopNs"] == 451.0

@@ -9,8 +9,10 @@ sub-agent lane of 8 concurrent runs.
 A full run measures 1,000 and 10,000 sub-agents on the same stack, one after the other
 (`switchboard bench -s fanout --subagents N`, repeatable, picks the sizes). Beside each
 time: the worker's peak RSS (sampled, and its high-water mark), the peak of child runs in
-flight at once (from the runs' start and end times) and the memory per run in flight (the
-RSS it grew by over the measurement, divided by that peak).
+flight at once (from the runs' start and end times), the memory per run in flight (the
+RSS it grew by over the measurement, divided by that peak), and the worker's CPU per child
+and its share of one core (the time is the worker's CPU when that share is near 1, and then
+moves with the host's speed: `machine.pythonLoopNs` beside it compares hosts).
 
 Beside it, the same fan-out as collector children (`collect: true`) drained with
 `agents_wait` (for the smallest size, at most 1,000: one `agents_wait` reads that many):
@@ -30,6 +32,7 @@ from typing import Any
 import psutil
 from rich.progress import Progress
 
+from switchboard.bench.costs import cpu_s
 from switchboard.bench.harness import WORKER_CONCURRENCY, BenchRun, Stack, fake_model, phase
 from switchboard.bench.report import Outcome, ratio
 from switchboard.shared.store.transcripts import TranscriptStore
@@ -162,7 +165,9 @@ def _measure(st: Stack, progress: Progress, n: int) -> dict[str, Any]:
     baseline = transcripts.length(REQUESTER)
     tasks = [{"task": f"child {i}: say done", "label": f"bench-{n}-child-{i}"} for i in range(n)]
     task = progress.add_task(f"fanout: {n} sub-agents, announces back", total=n)
-    with _Memory(st.pid("worker0")) as memory:
+    worker = psutil.Process(st.pid("worker0"))
+    with _Memory(worker.pid) as memory:
+        cpu_before = cpu_s([worker])
         t0 = time.monotonic()
         with st.http() as http:
             result = st.tool(http, "sessions_spawn", REQUESTER, tasks=tasks, join="each")
@@ -180,6 +185,7 @@ def _measure(st: Stack, progress: Progress, n: int) -> dict[str, Any]:
                 st.check_alive()
                 time.sleep(0.05)
         total_s = time.monotonic() - t0
+        worker_cpu_s = cpu_s([worker]) - cpu_before
     statuses = _announce_statuses(transcripts, baseline)
     failures = _failures(transcripts, baseline) if statuses.get("ok", 0) < count else []
     progress.remove_task(task)
@@ -203,6 +209,11 @@ def _measure(st: Stack, progress: Progress, n: int) -> dict[str, Any]:
         "workerRssHighWaterMB": None if hwm is None else round(hwm / 2**20, 1),
         "peakRunsInFlight": in_flight,
         "rssPerRunInFlightKB": round(grew / in_flight / 1024, 1) if in_flight else None,
+        # The worker's CPU over the measurement: per child, and the share of one core it
+        # had (near 1: the worker's CPU, not the model or the store, set the time).
+        "workerCpuS": round(worker_cpu_s, 2),
+        "workerCpuMsPerChild": round(worker_cpu_s * 1000 / count, 2) if count else None,
+        "workerCoreShare": round(worker_cpu_s / total_s, 2) if total_s > 0 else None,
     }
 
 
@@ -222,7 +233,8 @@ def _outcome(figures: list[dict[str, Any]]) -> Outcome:
         f"{f['announced']}/{f['subagents']} announced in {f['allAnnouncedS']:.1f} s "
         f"(spawn call {f['spawnCallS']:.1f} s; worker peak RSS "
         f"{_mb(f['workerRssHighWaterMB'] or f['workerPeakRssMB'])}, "
-        f"{f['rssPerRunInFlightKB']} KB per run in flight, {f['peakRunsInFlight']} at once)"
+        f"{f['rssPerRunInFlightKB']} KB per run in flight, {f['peakRunsInFlight']} at once; "
+        f"worker CPU {f['workerCpuMsPerChild']} ms per child, {f['workerCoreShare']} of a core)"
         for f in figures
     ]
     targets = [f"{f['subagents']:,}: ≤ {f['targetS']:g} s" for f in figures if f["targetS"]]
@@ -265,6 +277,9 @@ def _outcome(figures: list[dict[str, Any]]) -> Outcome:
             "high-water mark: VmHWM (the process's peak since it started); per run in "
             "flight: (peak sampled RSS - RSS before the spawn) / the peak of child runs "
             "running at once (from their startedAt/endedAt)",
+            "cpu": "the worker process's user + system CPU seconds over each size's "
+            "measurement, per child announced, and divided by the measurement's wall time "
+            "(the share of one core it used)",
         },
         checks=checks,
         notes=[f["note"] for f in figures if f["note"]],

@@ -13,6 +13,7 @@ import platform
 import statistics
 import subprocess
 import time
+import timeit
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,10 +116,24 @@ def machine_info(redis_version: str | None = None) -> dict[str, Any]:
         "cpuCount": os.cpu_count(),
         "memoryGiB": round(memory.total / 2**30, 1),
         "loadAverage": [round(x, 2) for x in os.getloadavg()],
+        "pythonLoopNs": python_loop_ns(),
         "redis": redis_version,
         "switchboard": __version__,
         "commit": _git_commit(),
     }
+
+
+# What `python_loop_ns` times: `python -m timeit "sum(range(50))"`, the best of five.
+_LOOP_STMT = "sum(range(50))"
+_LOOP_NUMBER = 100_000
+
+
+def python_loop_ns() -> float:
+    """The host's speed at plain Python, as ``python -m timeit "sum(range(50))"`` reports
+    it (ns per loop, the best of five): figures that are CPU time move with it between
+    hosts, where the load average says nothing of a slower core."""
+    best = min(timeit.repeat(_LOOP_STMT, number=_LOOP_NUMBER, repeat=5))
+    return round(best / _LOOP_NUMBER * 1e9, 1)
 
 
 def _cpu_model() -> str:
