@@ -10,6 +10,7 @@ is checked on its own.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -264,3 +265,47 @@ def test_a_run_with_nothing_to_answer_is_refused_before_any_request() -> None:
     with pytest.raises(UserError, match="no message to answer"):
         _ours(script, [])
     assert script.sent == []
+
+
+def test_a_tool_call_runs_off_the_loop_so_its_other_runs_go_on() -> None:
+    """A handler is blocking code: while one run's tool blocks, another coroutine on the
+    same loop keeps running (the worker keeps every run of its process on one loop)."""
+    released = threading.Event()
+    ticks_during_call: list[int] = []
+    ticks = 0
+
+    def blocking(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+        seen = ticks
+        released.wait(5)
+        ticks_during_call.append(ticks - seen)
+        return {"done": True}
+
+    async def other_run() -> None:
+        nonlocal ticks
+        while ticks < 3:  # the tool lets go once the loop has ticked this often
+            await asyncio.sleep(0.01)
+            ticks += 1
+        released.set()
+
+    script = Scripted(
+        [ToolCallPart("block", {"x": 1}, tool_call_id="c1")], [TextPart("after the call")]
+    )
+    specs = [ToolSpec("block", "Blocks until released.", SCHEMA, blocking)]
+
+    async def both() -> RunResult:
+        run = asyncio.ensure_future(
+            run_model_loop(
+                script.model,
+                specs=specs,
+                ctx=CTX,
+                history=_history(),
+                instructions=None,
+                defer=lambda wait: {},
+            )
+        )
+        await other_run()
+        return await run
+
+    result = asyncio.run(both())
+    assert result.output == "after the call"
+    assert ticks_during_call and ticks_during_call[0] >= 1, "the loop stood still during the call"

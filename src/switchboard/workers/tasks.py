@@ -1,7 +1,7 @@
 """Thin Celery tasks: each loads ids, calls into the domain, and lets Redis hold the state.
 
 The worker runs the threads pool, and the runs of a worker process execute as coroutines
-on a few event loops of its own (`RUN_LOOPS`). A pool thread hands a message's runs to a
+on an event loop of its own (`RUN_LOOPS`, one). A pool thread hands a message's runs to a
 loop and waits only until each run is claimed (its claim step answered): from then on the
 run's state in Redis is all it needs (its lane lease, renewed by the process's lease
 keeper; the sweep runs it again if the lease lapses), so the message is acked and the
@@ -73,14 +73,21 @@ _RETRY = {
 }
 
 
-# Runs are spread over a few loops: a run's store calls are short blocking round trips,
-# and on one loop each of them would hold up every other run of the process. Two are
-# enough: the process is bound by the GIL, and more loops took turns at it for nothing
-# (fire-and-forget sends 200-230/s with 8 loops, 220-280/s with 2, in interleaved runs;
-# a thousand-child fan-out alike: 6.9 s with 2, 7.0-8.9 s with 8).
-RUN_LOOPS = 2
-# Threads per run loop for its runs' blocking store work (their end step, their follow-up
-# steps), with the fast paths on (`runtime.off_loop`).
+# The event loops a worker process runs its runs on. One: the process is bound by the GIL,
+# and every thread that wants it costs a hand-over of the GIL each time one of them blocks
+# and wakes, a futex wait and a context switch in the kernel (a quarter of the worker's CPU
+# in a `perf` profile of a 10,000-child fan-out on two loops). Measured alternated on 2
+# cores, fast paths on, one loop against two (of 4 or 8 store threads each): the worker's
+# CPU per child of a 5,000-child fan-out 5.67-6.08 ms against 6.56-7.25 (10,000:
+# 5.47-5.83 against 7.18-7.60 ms, all announced in 60-64 s against 75-81 s);
+# fire-and-forget sends 262-284/s against 202-219/s (CPU per 1,000 sends 6.6-7.4 s against
+# 8.4-8.6 s); send+wait latency alike (p50 9.6 against 9.7 ms). What would block the loop
+# goes to its store threads (`runtime.off_loop`).
+RUN_LOOPS = 1
+# Threads per run loop for its runs' blocking work: their tool calls, and with the fast
+# paths on their end and follow-up steps (`runtime.off_loop`); that many wait side by side
+# while the loop goes on. Idle ones cost nothing: one loop of 2, 4 or 8 measured alike
+# (5.35-6.08 ms per child above).
 STORE_THREADS_PER_LOOP = 8
 
 

@@ -26,7 +26,9 @@ calls are executed, the run ends with `TurnEnded` (the call's result is its tool
 instead of asking the model again. A deferred call in the same answer wins: the run parks,
 and the ending call's return says the turn could not end (`TURN_NOT_ENDED`).
 
-Tool calls of one answer run one after another, in the order the model made them.
+Tool calls of one answer run one after another, in the order the model made them, off the
+run's event loop (`off_loop`): a handler is blocking code, and the loop's other runs go on
+meanwhile.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -58,6 +61,7 @@ from pydantic_ai.usage import RunUsage
 from switchboard import telemetry
 from switchboard.shared.errors import StoreUnavailable, SwitchboardError
 from switchboard.shared.runtime.models import model_slots
+from switchboard.shared.runtime.off_loop import off_loop
 from switchboard.shared.services import ToolContext, ToolSpec, WaitFor
 
 __all__ = ["MAX_RETRIES", "REQUEST_LIMIT", "EndTurn", "RunResult", "TurnEnded", "run_model_loop"]
@@ -164,9 +168,11 @@ async def run_model_loop(
                 return RunResult(output=response.text, messages=new, usage=usage)
             request = ModelRequest(parts=[_no_output_feedback(retries)], instructions=instructions)
         else:
-            if before_tools is not None:
-                before_tools()
-            parts, deferred, ended = _call_tools(tools, ctx, calls, retries, defer, usage)
+            # Off the loop: a handler is blocking code (store round trips, a registered
+            # tool's own work) and would hold up every other run of the process meanwhile.
+            parts, deferred, ended = await off_loop(
+                partial(_call_tools, tools, ctx, calls, retries, defer, usage, before_tools)
+            )
             if deferred.calls or ended is not None:
                 if parts:
                     new.append(ModelRequest(parts=parts))
@@ -207,9 +213,12 @@ def _call_tools(
     retries: dict[str, int],
     defer: DeferralOf,
     usage: RunUsage,
+    before_tools: Callable[[], None] | None = None,
 ) -> tuple[list[ModelRequestPart], DeferredToolRequests, EndTurn | None]:
-    """Execute an answer's calls: their returns, the calls that must wait, and the end of
-    the turn a call asked for (the first one)."""
+    """Execute an answer's calls (``before_tools`` first): their returns, the calls that
+    must wait, and the end of the turn a call asked for (the first one)."""
+    if before_tools is not None:
+        before_tools()
     parts: list[ModelRequestPart] = []
     deferred = DeferredToolRequests()
     ended: EndTurn | None = None

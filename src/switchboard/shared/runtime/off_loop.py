@@ -1,12 +1,16 @@
-"""Blocking store work of a run, off its event loop (a fast path, ``Settings.fast_paths``).
+"""Blocking work of a run, off its event loop.
 
-The store's calls are blocking round trips. A worker keeps thousands of runs as coroutines
-on a few event loops, and a store call made on a loop holds up every run of that loop (its
-model requests, its claims) for the round trip; on a busy machine, where the store's
-process waits its turn for a core, for longer. `off_loop` runs such a call on the loop's
-default executor instead: the steps of many runs wait on the store side by side while the
-loop goes on. The worker gives each of its run loops a pool of its own for this
-(`workers.tasks`); elsewhere it is asyncio's default one.
+The store's calls are blocking round trips, and a tool's handler is blocking code. A worker
+keeps thousands of runs as coroutines on an event loop, and blocking work done on the loop
+holds up every run of that loop (its model requests, its claims) meanwhile; on a busy
+machine, where the store's process waits its turn for a core, for longer. `off_loop` runs
+such a call on the loop's default executor instead: the work of many runs waits side by
+side while the loop goes on. The worker gives each of its run loops a pool of its own for
+this (`workers.tasks`); elsewhere it is asyncio's default one.
+
+A run's tool calls always go there (`agent_loop`). Its end step and follow-up steps go
+there with the fast paths on (``Settings.fast_paths``); the plain path makes them on the
+loop.
 """
 
 from __future__ import annotations
