@@ -117,3 +117,4 @@ def test_the_host_speed_is_timeits_best_of_five_per_loop(monkeypatch: pytest.Mon
     assert report.python_loop_ns() == 451.0
     assert asked == [("sum(range(50))", 100_000, 5)]
     assert report.machine_info()["pythonLoopNs"] == 451.0
+    assert report.machine_info(loop_ns=612.5)["pythonLoopNs"] == 612.5  # taken before

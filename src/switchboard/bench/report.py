@@ -105,8 +105,10 @@ def ratio(numerator: float, denominator: float) -> float:
     return round(numerator / denominator, 3) if denominator > 0 else float("inf")
 
 
-def machine_info(redis_version: str | None = None) -> dict[str, Any]:
-    """What the figures were measured on; the machine may be shared, hence the load."""
+def machine_info(redis_version: str | None = None, loop_ns: float | None = None) -> dict[str, Any]:
+    """What the figures were measured on; the machine may be shared, hence the load.
+    ``loop_ns``: the host's speed (`python_loop_ns`) as measured before the bench started
+    its processes (measured now when not given)."""
     memory = psutil.virtual_memory()
     return {
         "hostname": platform.node(),
@@ -116,7 +118,7 @@ def machine_info(redis_version: str | None = None) -> dict[str, Any]:
         "cpuCount": os.cpu_count(),
         "memoryGiB": round(memory.total / 2**30, 1),
         "loadAverage": [round(x, 2) for x in os.getloadavg()],
-        "pythonLoopNs": python_loop_ns(),
+        "pythonLoopNs": python_loop_ns() if loop_ns is None else loop_ns,
         "redis": redis_version,
         "switchboard": __version__,
         "commit": _git_commit(),
