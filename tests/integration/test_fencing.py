@@ -228,6 +228,25 @@ def test_a_stale_copy_leaves_a_cancel_request_to_the_current_attempt(
     assert run_id in runs.cancel_requests()
 
 
+def test_the_current_attempts_end_clears_the_cancel_request_in_the_same_step(
+    services: Services,
+) -> None:
+    """The end step that applies takes the run's cancel request with it, however the run
+    ended (a reply that raced the request too): no reader sees an ended run still asked to
+    stop, and no second write is left to make after it."""
+    runs = services.store.runs
+    for n, status in enumerate(("cancelled", "ok")):
+        key = f"agent:main:hook:fence-cancel-end-{n}"
+        run_id, attempt = _claimed(services, key)
+        assert runs.cancel(run_id, key, error="stop").verdict == "requested"
+        assert run_id in runs.cancel_requests()
+        assert not runs.finish(run_id, key, attempt + 1, status=status).applied
+        assert run_id in runs.cancel_requests()  # a refused end leaves it
+        assert runs.finish(run_id, key, attempt, status=status).applied
+        assert run_id not in runs.cancel_requests()
+        assert runs.status(run_id) == status
+
+
 class _EndsBeforeRenewal:
     """The store's runs, where each fenced renewal reaches Redis only after ``end`` ran:
     the race of a run ending here while the keeper's renewal of it is on its way."""

@@ -275,10 +275,10 @@ async def _execute_traced(
 
 
 def _end_cancelled(svc: Services, rec: RunRecord, claim: Claim, follow_ups: FollowUps) -> None:
-    # A stale copy (another attempt has the run) leaves the request for that attempt's
-    # worker to carry out: its end was refused, the run goes on there.
-    if _finish(svc, rec, claim, follow_ups, status="cancelled", error=CANCELLED_TEXT, aborted=True):
-        svc.store.runs.cancel_done(rec.run_id)
+    # The end step clears the cancel request with the run's end. A stale copy (another
+    # attempt has the run) leaves the request for that attempt's worker to carry out: its
+    # end was refused, the run goes on there.
+    _finish(svc, rec, claim, follow_ups, status="cancelled", error=CANCELLED_TEXT, aborted=True)
 
 
 def _timeout_text(rec: RunRecord) -> str:

@@ -653,6 +653,7 @@ class RunStore:
             outbox=group.outbox,
             events=group.events,
             follow_up=follow_up_reads or self.ks.run(run_id),
+            cancels=group.cancel_requests,
             run_id=run_id,
             session_key=session_key,
             now=now,
@@ -891,10 +892,6 @@ class RunStore:
         for group in self.ks.every_group():
             pipe.zrangebyscore(group.cancel_requests, since, "+inf")
         return {as_text(r) for rows in pipe.execute() for r in rows}
-
-    def cancel_done(self, run_id: str) -> None:
-        """A requested cancel has been carried out (the run ended)."""
-        self.redis.zrem(self.ks.beside_id(run_id).cancel_requests, run_id)
 
     def stop_session(self, session_key: str) -> None:
         """Mark a session whose runs are being cancelled: it stops waiting for its

@@ -12,9 +12,12 @@
 -- follow-up step reads first) are answered too, so the step reads neither again.
 -- The lane handoff names the next run only as a value (LPOP of the lane queue): its
 -- hash is not touched here, so no key is learnt inside the script.
+-- A cancel request for the run (`cancels`, see cancel_run.lua) is done with once it
+-- ends, however it ends: it is removed in this step, so no reader sees an ended run
+-- still asked to stop.
 -- Answers {'ok', next run id or '', run hash, session hash, follow-up hash, waiters...}
 -- or {'stale'}.
--- KEYS: run lane lane_queue leases active session transcript idx_all idx_agent idx_kind waiters outbox metrics events follow_up
+-- KEYS: run lane lane_queue leases active session transcript idx_all idx_agent idx_kind waiters outbox metrics events follow_up cancels
 -- ARGV: run_id session_key now attempt run_fields session_fields session_incr retention_s lease_at_ms channel event_type event_data events_cap read_follow_up *messages
 -- @include set_fields
 -- @include incr_fields
@@ -37,6 +40,7 @@ incr_fields(session, ARGV[7])
 touch(session, KEYS[8], KEYS[9], KEYS[10], session_key, now)
 redis.call('EXPIRE', run, ARGV[8])
 redis.call('ZREM', KEYS[5], run_id)
+redis.call('ZREM', KEYS[16], run_id)
 if redis.call('HEXISTS', run, 'onEnd') == 1 then
   redis.call('ZADD', KEYS[12], now, run_id)
 end
