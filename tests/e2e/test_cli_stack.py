@@ -346,6 +346,12 @@ def test_a_stale_runtime_file_is_replaced(tmp_path: Path) -> None:
 
 
 def _started_beat(pid: int) -> bool:
-    """True once `up` (pid) has started its beat child."""
-    children = psutil.Process(pid).children()
-    return any("beat" in child.cmdline() for child in children)
+    """True once `up` (pid) has started its beat child. A child that exits while it is
+    looked at (`up` runs short-lived ones too, such as `redis-server --version`) is not it."""
+    for child in psutil.Process(pid).children():
+        try:
+            if "beat" in child.cmdline():
+                return True
+        except psutil.NoSuchProcess:
+            continue
+    return False

@@ -24,7 +24,7 @@ def config_data() -> dict[str, Any]:
     """Two agents, a short run deadline and one send-policy deny rule."""
     return {
         "agents": {"list": [{"id": "main", "default": True}, {"id": "ops"}]},
-        "runs": {"timeoutSeconds": 2},
+        "runs": {"timeoutSeconds": 6},
         "session": {
             "sendPolicy": {
                 "rules": [{"match": {"keyPrefix": "agent:ops:blocked"}, "action": "deny"}]
