@@ -1,6 +1,7 @@
 """A flow step at the end of the primary run reads the target's entry and the flow once,
 announce start included, and not at all when the run's end step read them for it;
-`sessions_send` reads the target's entry once."""
+`sessions_send` reads the target's entry once; a sub-agent's announce takes its spawn, run
+and session from the child's end step."""
 
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ from switchboard.shared.flows.a2a_flow import create_flow, load_flow
 from switchboard.shared.flows.a2a_rules import ping_pong_skip_reason
 from switchboard.shared.flows.reply_back import STEP, step_after
 from switchboard.shared.flows.steps import run_step_inline
+from switchboard.shared.flows.subagent import ANNOUNCE_STEP
+from switchboard.shared.runtime import executor
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import NewRun, RunRecord
 from switchboard.shared.tools.registry import ToolContext
 from switchboard.shared.tools.sessions_send import handle
+from switchboard.shared.tools.sessions_spawn import sessions_spawn
 from switchboard.testing import store_reads
 
 pytestmark = pytest.mark.integration
@@ -213,3 +217,61 @@ def test_a_step_whose_flow_moved_on_starts_no_second_announce(
 
     assert load_flow(services, flow_id) == moved
     assert sorted(services.store.redis.scan_iter(services.store.ks.run("*"))) == runs_before
+
+
+def test_an_announce_takes_the_spawn_run_and_session_its_childs_end_step_read(
+    services: Services, monkeypatch: pytest.MonkeyPatch, reads: Counter[str]
+) -> None:
+    """A sub-agent's run names its spawn as what its follow-up reads first, so its end
+    step reads the spawn and the child's session with the end; the announce run in place
+    after it reads neither of them nor the child's run from the store, and announces the
+    child's reply with the child's session id."""
+    ctx = ToolContext(services=services, session_key=MAIN, agent_id="main")
+    started = sessions_spawn(ctx, {"task": "say hi"})
+    run_id, child = str(started["runId"]), str(started["childSessionKey"])
+    runs, ks = services.store.runs, services.store.ks
+    rec = runs.get(run_id)
+    assert rec is not None
+    spawn_id = str(rec.meta["spawnId"])
+    follow = executor._follow_up_reads(services, rec)
+    assert follow == ks.spawn(spawn_id)
+    claim = runs.claim(run_id, child)
+    assert not isinstance(claim, str)
+    done = runs.finish(
+        run_id, child, claim.attempt, status="ok", reply="hi from the child", follow_up_reads=follow
+    )
+    assert done.applied and done.run is not None
+    assert set(done.run.read_at_end) == {ks.spawn(spawn_id), ks.session(child)}
+    session_id = done.run.read_at_end[ks.session(child)]["sessionId"]
+
+    read_keys: list[str] = []
+    real_read, real_reads = services.store.flows.read_hash, services.store.spawns.announce_reads
+    passed: dict[str, Any] = {}
+
+    def read_hash(key: str) -> dict[str, str]:
+        read_keys.append(key)
+        return real_read(key)
+
+    def announce_reads(spawn: Any, **kwargs: Any) -> Any:
+        passed.update(kwargs)
+        return real_reads(spawn, **kwargs)
+
+    monkeypatch.setattr(services.store.flows, "read_hash", read_hash)
+    monkeypatch.setattr(services.store.spawns, "announce_reads", announce_reads)
+    reads.clear()
+    run_step_inline(services, ANNOUNCE_STEP, spawn_id, following=done.run)
+    assert reads[f"hgetall:{ks.spawn(spawn_id)}"] == 0
+    assert ks.spawn(spawn_id) not in read_keys and ks.session(child) not in read_keys
+    assert passed["run"] is done.run
+    assert passed["child_session"] is not None
+    assert passed["child_session"]["sessionId"] == session_id
+    announces = [
+        m
+        for m in services.store.transcripts.tail(MAIN, 10)
+        if (m.get("provenance") or {}).get("sourceTool") == "subagent_announce"
+    ]
+    assert len(announces) == 1
+    assert "hi from the child" in announces[0]["content"]
+    assert f"sessionId {session_id}" in announces[0]["content"]
+    spawn = services.store.spawns.get(spawn_id)
+    assert spawn is not None and spawn.get("status") == "done"

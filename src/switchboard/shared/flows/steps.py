@@ -140,6 +140,12 @@ def read_hash(services: Services, key: str) -> dict[str, str]:
     return services.store.flows.read_hash(key)
 
 
+def read_at_end(services: Services, key: str) -> dict[str, str] | None:
+    """A hash as the followed run's end step read it for the step (the first time only),
+    else None: the caller reads it itself, with its other reads."""
+    return services.inline.take_read(key) if services.inline is not None else None
+
+
 def session_entry(services: Services, session_key: str) -> SessionEntry | None:
     """A session's entry as a step reads it (`read_hash`)."""
     raw = read_hash(services, services.store.ks.session(session_key))

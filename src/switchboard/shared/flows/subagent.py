@@ -30,7 +30,7 @@ from switchboard.shared.delivery import Target, enqueue_delivery
 from switchboard.shared.delivery.targets import target_from_entry, target_from_key
 from switchboard.shared.errors import Unavailable
 from switchboard.shared.flows import collect
-from switchboard.shared.flows.steps import flow_step
+from switchboard.shared.flows.steps import flow_step, following, read_at_end, read_hash
 from switchboard.shared.flows.subagent_archive import archive_session
 from switchboard.shared.flows.subagent_parent import start_private_turn
 from switchboard.shared.flows.yield_wake import append_announce, current_run
@@ -66,7 +66,8 @@ _SETTLED = ("delivered", "skipped", "dropped")
 def subagent_announce(svc: Services, spawn_id: str) -> None:
     """Announce a finished child to its requester (or count it towards its batch)."""
     records = svc.store.spawns
-    spawn = records.get(spawn_id)
+    raw = read_hash(svc, svc.store.ks.spawn(spawn_id))  # read by the child's end step
+    spawn = SpawnRecord.from_hash(spawn_id, raw) if raw else None
     if spawn is None or spawn.get("status") == "done":
         return
     if spawn.get("status") == "starting":
@@ -147,11 +148,20 @@ def fail_unstarted(svc: Services, spawn_id: str, error: str) -> None:
 
 def _read_context(svc: Services, spawn: SpawnRecord) -> AnnounceReads:
     """The child's run, the batch's join mode, the requester's lane and what the announce
-    needs of the child and requester sessions: one pipelined round trip."""
+    needs of the child and requester sessions: one pipelined round trip. Run inline after
+    the child's run, the run and the child's session are taken from its end step
+    (`following`, `read_at_end`) and only the rest is read."""
+    known = following(svc)
+    run = known if known is not None and known.run_id == spawn.get("runId") else None
+    child_session = None
+    if run is not None:
+        child_session = read_at_end(svc, svc.store.ks.session(str(spawn["childKey"])))
     return svc.store.spawns.announce_reads(
         spawn,
         check_requester=sk.is_subagent_key(str(spawn["requesterKey"])),
         read_requester=_target_needs_entry(spawn),
+        run=run,
+        child_session=child_session,
     )
 
 

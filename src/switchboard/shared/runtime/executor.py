@@ -520,9 +520,14 @@ def _log_fenced(rec: RunRecord, claim: Claim, write: str) -> None:
 
 def _follow_up_reads(svc: Services, rec: RunRecord) -> str | None:
     """The hash a run's follow-up step reads first, read in its end step: the flow of a
-    run in a reply-back flow (its step also takes the session, read there too)."""
-    flow_id = rec.meta.get("flowId") if rec.on_end else None
-    return svc.store.ks.flow(str(flow_id)) if flow_id else None
+    run in a reply-back flow, the spawn of a sub-agent's run (its announce step); the
+    step also takes the run's session, read there too."""
+    if not rec.on_end:
+        return None
+    flow_id, spawn_id = rec.meta.get("flowId"), rec.meta.get("spawnId")
+    if flow_id:
+        return svc.store.ks.flow(str(flow_id))
+    return svc.store.ks.spawn(str(spawn_id)) if spawn_id else None
 
 
 def after_run_end(

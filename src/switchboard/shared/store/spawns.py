@@ -262,30 +262,43 @@ class SpawnStore:
         client.zadd(self.ks.children(requester), dict(children))
 
     def announce_reads(
-        self, spawn: SpawnRecord, *, check_requester: bool, read_requester: bool
+        self,
+        spawn: SpawnRecord,
+        *,
+        check_requester: bool,
+        read_requester: bool,
+        run: RunRecord | None = None,
+        child_session: Mapping[str, str] | None = None,
     ) -> AnnounceReads:
         """The child's run, the batch's join mode, the requester's lane holder and the
         child's session id, with (when asked) whether the requester's session exists and
-        its entry: one pipelined round trip."""
+        its entry: one pipelined round trip. ``run`` (the child's ended run) and
+        ``child_session`` (its session hash), when the caller has them, are not read."""
         ks = self.ks
         requester, child = str(spawn["requesterKey"]), str(spawn["childKey"])
         run_id, batch_id = str(spawn.get("runId", "")), str(spawn.get("batchId") or "")
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hgetall(ks.run(run_id))
+        if run is None:
+            pipe.hgetall(ks.run(run_id))
         if batch_id:
             pipe.hget(ks.batch(batch_id), "join")
         pipe.get(ks.lane(requester))
-        pipe.hget(ks.session(child), "sessionId")
+        if child_session is None:
+            pipe.hget(ks.session(child), "sessionId")
         if check_requester:
             pipe.exists(ks.session(requester))
         if read_requester:
             pipe.hgetall(ks.session(requester))
         replies = iter(pipe.execute())
-        raw_run = next(replies)
-        run = RunRecord.from_hash(run_id, codec.decode_hash(raw_run)) if raw_run else None
+        if run is None:
+            raw_run = next(replies)
+            run = RunRecord.from_hash(run_id, codec.decode_hash(raw_run)) if raw_run else None
         join = as_text(next(replies)) if batch_id else ""
         holder = as_text(next(replies)) or None
-        session_id = as_text(next(replies)) or None
+        if child_session is None:
+            session_id = as_text(next(replies)) or None
+        else:
+            session_id = child_session.get("sessionId") or None
         exists = bool(next(replies)) if check_requester else True
         raw_entry = next(replies) if read_requester else None
         entry = (
