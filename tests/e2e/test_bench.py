@@ -103,6 +103,20 @@ def test_latency_into_a_session_holding_a_thousand_messages(quick_run: tuple[Pat
     assert held["ratioToFresh"] == pytest.approx(held["p50_ms"] / figure["p50_ms"], rel=0.01)
 
 
+def test_latency_says_where_a_send_waits(quick_run: tuple[Path, str]) -> None:
+    """The fresh sends' time is split into legs by their run records' times: every timed
+    send is counted, and the legs add up to the send's own time."""
+    out, _ = quick_run
+    figure = _figures(out, "latency")["figure"]
+    phases = figure["phases"]
+    legs = ["toRecordedMs", "recordedToClaimedMs", "claimedToEndedMs", "endedToAnswerMs"]
+    assert phases["n"] == figure["n"]
+    assert all(phases[leg] > -1 for leg in legs)  # whole-ms run times against a float clock
+    assert phases["recordedToClaimedMs"] > 0 and phases["endedToAnswerMs"] > 0
+    total = sum(phases[leg] for leg in legs)
+    assert total == pytest.approx(figure["mean_ms"], rel=0.2, abs=0.5)
+
+
 @pytest.mark.timeout(900)
 def test_per_run_costs_count_redis_commands_and_cpu(quick_run: tuple[Path, str]) -> None:
     """Commands per fire-and-forget run and per send+wait, and CPU per 1,000 runs, are measured;

@@ -62,8 +62,9 @@ def latency(run: BenchRun) -> Outcome:
         st.warm_up()
         st.warm_up_anchors(apps)
     bad: list[dict[str, Any]] = []
+    stamps: list[Stamp] = []
     with st.http() as http:
-        steps = _latency_steps(st, http, apps, bad)
+        steps = _latency_steps(st, http, apps, bad, stamps)
         for i in range(_WARM_UP):
             for step in steps.values():
                 step(-1 - i)
@@ -73,17 +74,59 @@ def latency(run: BenchRun) -> Outcome:
             st.wait_idle()
             held = _hold_messages(st, LONG_SESSION, LONG_MESSAGES)
         samples = _in_blocks(st, run.progress, steps, n)
+        phases = _phases(st, stamps)
         costs = _round_trip_costs(st, run.progress, steps, cost_n)
-    return _latency_outcome(st, samples, costs, n=n, held=held, bad=bad)
+    return _latency_outcome(st, samples, costs, n=n, held=held, bad=bad, phases=phases)
+
+
+# A timed send: (wall-clock ms at its start, at its answer, its run id).
+Stamp = tuple[float, float, str]
+
+
+def _phases(st: Stack, stamps: Sequence[Stamp]) -> dict[str, Any]:
+    """Where a send+wait into a fresh session spends its time: the means over the timed
+    sends of the legs between the times its run record holds (taken on this machine's
+    clock, in whole ms, just before the step that writes them: `createdAt` before the
+    submit script, `startedAt` before the claim, `endedAt` before the end script)."""
+    runs = st.store().runs.get_many([run_id for _, _, run_id in stamps])
+    legs: dict[str, list[float]] = {
+        "toRecordedMs": [],
+        "recordedToClaimedMs": [],
+        "claimedToEndedMs": [],
+        "endedToAnswerMs": [],
+    }
+    for (start_ms, answer_ms, _), rec in zip(stamps, runs, strict=True):
+        if rec is None or not (rec.created_at_ms and rec.started_at_ms and rec.ended_at_ms):
+            continue
+        legs["toRecordedMs"].append(rec.created_at_ms - start_ms)
+        legs["recordedToClaimedMs"].append(rec.started_at_ms - rec.created_at_ms)
+        legs["claimedToEndedMs"].append(rec.ended_at_ms - rec.started_at_ms)
+        legs["endedToAnswerMs"].append(answer_ms - rec.ended_at_ms)
+    out: dict[str, Any] = {"n": len(legs["toRecordedMs"])}
+    for name, values in legs.items():
+        out[name] = round(sum(values) / len(values), 2) if values else None
+    out["what"] = (
+        "means per send+wait into a fresh session: client to run recorded (HTTP in, the "
+        "tool, the submit script), recorded to claimed (the Celery message, the worker's "
+        "receive, the claim script), claimed to ended (the agent run), ended to answer "
+        "(the end script, its publish, the api's answer); run times are whole ms"
+    )
+    return out
 
 
 def _latency_steps(
-    st: Stack, http: httpx.Client, apps: Mapping[str, Celery], bad: list[dict[str, Any]]
+    st: Stack,
+    http: httpx.Client,
+    apps: Mapping[str, Celery],
+    bad: list[dict[str, Any]],
+    stamps: list[Stamp] | None = None,
 ) -> dict[str, Callable[[int], None]]:
     """One timed step per figure: a send into a fresh session, into the long one, and a
-    no-op round trip on each anchor."""
+    no-op round trip on each anchor. Each timed send into a fresh session (``i`` ≥ 0)
+    leaves its wall-clock start and end and its run id in ``stamps`` (`_phases`)."""
 
     def send(target: Callable[[int], str], i: int) -> None:
+        start_ms = time.time() * 1000
         result = st.tool(
             http,
             "sessions_send",
@@ -94,6 +137,8 @@ def _latency_steps(
         )
         if result.get("status") != "ok" or result.get("reply") != "ping":
             bad.append(result)
+        elif stamps is not None and i >= 0 and target(i) != LONG_SESSION:
+            stamps.append((start_ms, time.time() * 1000, str(result["runId"])))
 
     def roundtrip(app: Celery, _i: int) -> None:
         app.tasks[NOOP].delay().get(timeout=30)
@@ -174,6 +219,7 @@ def _latency_outcome(
     n: int,
     held: int,
     bad: list[dict[str, Any]],
+    phases: dict[str, Any],
 ) -> Outcome:
     fresh, long = latency_summary(samples["fresh"]), latency_summary(samples["long"])
     anchors = {s.name: latency_summary(samples[s.name]) for s in st.anchors()}
@@ -191,6 +237,7 @@ def _latency_outcome(
             "target": f"p50 ≤ {LONG_TO_FRESH:g}x fresh",
             "passed": long_ratio <= LONG_TO_FRESH,
         },
+        "phases": phases,
     }
     return Outcome(
         scenario="latency",
