@@ -133,16 +133,13 @@ def read_hash(services: Services, key: str) -> dict[str, str]:
     followed run's end step read for it is taken from there (read in the same atomic step
     that ended the run, so as fresh as a read now: the step's writes compare-and-set
     anyway); any later read, or any other hash, comes from the store."""
-    if services.inline is not None:
-        fields = services.inline.take_read(key)
-        if fields is not None:
-            return fields
-    return services.store.flows.read_hash(key)
+    fields = read_at_end(services, key)
+    return fields if fields is not None else services.store.flows.read_hash(key)
 
 
 def read_at_end(services: Services, key: str) -> dict[str, str] | None:
     """A hash as the followed run's end step read it for the step (the first time only),
-    else None: the caller reads it itself, with its other reads."""
+    else None: the caller reads it itself (`read_hash`, or with its other reads)."""
     return services.inline.take_read(key) if services.inline is not None else None
 
 
