@@ -218,23 +218,46 @@ def test_every_item_is_published_once_under_concurrent_adds() -> None:
     assert late == []
 
 
-def test_a_publish_right_after_another_waits_for_company() -> None:
-    """Under load (the last publish just ended) a publish lingers, and the adds made
-    meanwhile go out with it in one batch; each add returns once its item is published."""
-    publish = Recorder()
+def test_a_publish_right_after_one_with_company_waits_for_more() -> None:
+    """Under load (the last publish just ended, and it carried several items) a publish
+    lingers, and the adds made meanwhile go out with it in one batch; each add returns once
+    its item is published."""
+    publish = Recorder(hold={0})
     commit: GroupCommit[str] = GroupCommit(publish, linger_s=1.0, busy_within_s=30.0)
-    commit.add("a")  # a quiet publisher: out at once, alone
-    assert publish.batches == [["a"]]
-    lingering = Adder(commit, "b", publish)
+    first = Adder(commit, "a", publish)
+    first.start()  # a quiet publisher: out at once, alone (held, so company gathers)
+    assert publish.started[0].wait(WAIT_S)
+    company = [Adder(commit, item, publish) for item in ("b", "c")]
+    for adder in company:
+        adder.start()
+    wait_for(lambda: len(commit._open.items) == 2, "both adds to queue behind the publish")
+    publish.release[0].set()
+    for adder in [first, *company]:
+        assert adder.returned.wait(WAIT_S) and adder.error is None
+    assert publish.batches == [["a"], ["b", "c"]]  # the second had company: under load
+    lingering = Adder(commit, "d", publish)
     lingering.start()
     wait_for(lambda: commit._busy, "the next publish to start lingering")
-    joiners = [Adder(commit, item, publish) for item in ("c", "d")]
+    joiners = [Adder(commit, item, publish) for item in ("e", "f")]
     for joiner in joiners:
         joiner.start()
     for adder in [lingering, *joiners]:
         assert adder.returned.wait(WAIT_S)
         assert adder.published_on_return and adder.error is None
-    assert publish.batches == [["a"], ["b", "c", "d"]]
+    assert publish.batches == [["a"], ["b", "c"], ["d", "e", "f"]]
+
+
+def test_a_caller_that_sends_one_at_a_time_never_lingers() -> None:
+    """A send-and-wait loop publishes one item at a time, each right after the last: with
+    no company in sight it never lingers (a linger here would hold each add for half a
+    minute)."""
+    publish = Recorder()
+    commit: GroupCommit[str] = GroupCommit(publish, linger_s=30.0, busy_within_s=30.0)
+    started = time.monotonic()
+    for item in ("a", "b", "c", "d"):
+        assert add_within_wait(commit, item, publish).error is None
+    assert time.monotonic() - started < WAIT_S
+    assert publish.batches == [["a"], ["b"], ["c"], ["d"]]
 
 
 def test_a_quiet_publisher_never_lingers() -> None:
@@ -320,24 +343,49 @@ def test_runs_enqueued_back_to_back_share_a_message(
     monkeypatch: pytest.MonkeyPatch, sent: tuple[CeleryQueue, list[dict[str, Any]]]
 ) -> None:
     """CeleryQueue lingers under load as configured: runs enqueued right after a publish
-    go out as one `switchboard.runs` message (the linger stretched here so threads make
-    it in time, and the window that counts as under load too: threads started on a loaded
-    machine may come more than the 4 ms after the first publish)."""
-    monkeypatch.setattr(queue_module, "RUNS_LINGER_S", 5.0)
+    that carried several go out as one `switchboard.runs` message (the linger stretched
+    here so threads make it in time, and the window that counts as under load too: threads
+    started on a loaded machine may come more than the 4 ms after the last publish)."""
+    monkeypatch.setattr(queue_module, "RUNS_LINGER_S", 2.0)
     monkeypatch.setattr(queue_module, "RUNS_BUSY_WITHIN_S", 5.0)
     _, calls = sent
     queue = CeleryQueue(sent[0].app, fast_paths=True)
-    queue.enqueue_run("run-0", "agent:a:s-0")
-    threads = [
-        threading.Thread(target=queue.enqueue_run, args=(f"run-{i}", f"agent:a:s-{i}"))
-        for i in (1, 2, 3)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
+    group_commit = queue.group_commit
+    assert group_commit is not None
+    record = queue.app.send_task
+    first_sent, go_on = threading.Event(), threading.Event()
+
+    def send_task(name: str, **kwargs: Any) -> None:  # the first publish held till told
+        record(name, **kwargs)
+        if not first_sent.is_set():
+            first_sent.set()
+            assert go_on.wait(WAIT_S)
+
+    monkeypatch.setattr(queue.app, "send_task", send_task)
+
+    def enqueue(*runs: int) -> list[threading.Thread]:
+        threads = [
+            threading.Thread(target=queue.enqueue_run, args=(f"run-{i}", f"agent:a:s-{i}"))
+            for i in runs
+        ]
+        for thread in threads:
+            thread.start()
+        return threads
+
+    # Runs that arrive while a publish is under way make the next one, with company.
+    (alone,) = enqueue(0)
+    assert first_sent.wait(WAIT_S)
+    pair = enqueue(1, 2)
+    wait_for(lambda: len(group_commit._open.items) == 2, "both runs to queue behind it")
+    go_on.set()
+    for thread in [alone, *pair]:
         thread.join(WAIT_S)
-    assert [c["name"] for c in calls] == ["switchboard.run", "switchboard.runs"]
-    assert sorted(r for r, _ in calls[1]["args"][0]) == ["run-1", "run-2", "run-3"]
+    # Runs enqueued right after that go out together, the first lingering for the others.
+    for thread in enqueue(3, 4, 5):
+        thread.join(WAIT_S + 2.0)
+    assert [c["name"] for c in calls] == ["switchboard.run", "switchboard.runs", "switchboard.runs"]
+    assert sorted(r for r, _ in calls[1]["args"][0]) == ["run-1", "run-2"]
+    assert sorted(r for r, _ in calls[2]["args"][0]) == ["run-3", "run-4", "run-5"]
 
 
 def test_with_the_fast_paths_off_each_run_is_published_alone(

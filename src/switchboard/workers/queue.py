@@ -21,10 +21,13 @@ from switchboard.workers.routing import FLOWS_QUEUE, RUNS_QUEUE
 # Runs of a batch per message (see `CeleryQueue.enqueue_runs`).
 RUNS_PER_MESSAGE = 20
 # Under load, a publish of runs waits this long for company (`GroupCommit`): "under load"
-# is a publish that ended less than `RUNS_BUSY_WITHIN_S` ago. Measured with the throughput
-# bench's bursts of sends, alternating nine rounds each: messages per send 0.30 -> 0.19,
-# worker CPU per send 2.05 -> 1.86 ms, api 0.98 -> 0.89 ms, sends per second 370 -> 403.
-# A send that arrives alone is published at once.
+# is a publish that ended less than `RUNS_BUSY_WITHIN_S` ago and carried more than one run,
+# or company waiting already. Measured with the throughput bench's bursts of sends,
+# alternating nine rounds each: messages per send 0.30 -> 0.19, worker CPU per send
+# 2.05 -> 1.86 ms, api 0.98 -> 0.89 ms, sends per second 370 -> 403. A send that arrives
+# alone is published at once, and so is each send of a caller that sends one at a time (a
+# send-and-wait loop, its sends 4 ms apart once a send+wait takes 4 ms): it has no company
+# to wait for.
 RUNS_LINGER_S = 0.001
 RUNS_BUSY_WITHIN_S = 0.004
 
@@ -54,9 +57,11 @@ class GroupCommit(Generic[T]):
     arrived during the previous publish, and the worker pays Celery's per-message cost
     (receive, ack, hand to a pool thread) once for all of them.
 
-    ``linger_s``: when the previous publish ended less than ``busy_within_s`` ago (items
-    are coming in back to back), a publish first waits this long for company. A quiet
-    publisher never lingers."""
+    ``linger_s``: when the previous publish ended less than ``busy_within_s`` ago and
+    carried company of its own (items are coming in side by side, from several callers), a
+    publish first waits this long for more. A quiet publisher never lingers, nor does one
+    whose items come one at a time: a caller that sends, waits for the answer, then sends
+    again (a user's loop) has no company to wait for, however short its gaps."""
 
     def __init__(
         self,
@@ -72,6 +77,7 @@ class GroupCommit(Generic[T]):
         self._open: _Batch[T] = _Batch()
         self._busy = False
         self._last_end = float("-inf")  # monotonic time the last publish ended
+        self._last_size = 0  # how many items it carried
 
     def add(self, item: T) -> None:
         """Publish ``item``, with whatever else is waiting when its turn comes."""
@@ -82,7 +88,7 @@ class GroupCommit(Generic[T]):
                 self._cond.wait()
             if not batch.sent:  # the publisher is idle: this thread publishes the batch
                 self._busy = True
-                if time.monotonic() - self._last_end < self._busy_within_s:
+                if self._under_load():
                     self._cond.wait(self._linger_s)  # adds meanwhile join this batch
                 self._open = _Batch()
         if not batch.sent:
@@ -94,9 +100,16 @@ class GroupCommit(Generic[T]):
                 batch.sent = True
                 self._busy = False
                 self._last_end = time.monotonic()
+                self._last_size = len(batch.items)
                 self._cond.notify_all()
         if batch.error is not None:
             raise batch.error
+
+    def _under_load(self) -> bool:
+        """The last publish ended moments ago and carried company: items arrive side by
+        side (called holding the lock)."""
+        recent = time.monotonic() - self._last_end < self._busy_within_s
+        return recent and (self._last_size > 1 or len(self._open.items) > 1)
 
 
 @contextlib.contextmanager
