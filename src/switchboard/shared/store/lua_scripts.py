@@ -25,7 +25,7 @@ right ones (recent_entries.lua says how); no script builds a key.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -45,6 +45,36 @@ _LUA_DIR = "lua"
 
 
 @dataclass(frozen=True)
+class _Order:
+    """How keyword values line up as one of a script's lists (KEYS or ARGV): its names in
+    header order, the last one possibly taking the rest (``*name``). Worked out once per
+    script: a call only looks its values up."""
+
+    script: str
+    names: tuple[str, ...]  # bare, in header order, the rest-taker (if any) excluded
+    rest: str | None  # the bare name of a ``*name``, else None
+
+    @classmethod
+    def of(cls, script: str, header: tuple[str, ...]) -> _Order:
+        rest = header[-1] if header and header[-1].startswith("*") else None
+        names = header[:-1] if rest is not None else header
+        return cls(script, names, _bare(rest) if rest is not None else None)
+
+    @property
+    def count(self) -> int:
+        return len(self.names) + (self.rest is not None)
+
+    def values(self, values: Mapping[str, Any]) -> list[Any]:
+        try:
+            out = [values[name] for name in self.names]
+            if self.rest is not None:
+                out.extend(values[self.rest])
+        except KeyError as exc:
+            raise TypeError(f"{self.script}.lua needs {exc.args[0]}") from None
+        return out
+
+
+@dataclass(frozen=True)
 class LuaSource:
     """A script as read from its file: the expanded source and the names it takes."""
 
@@ -52,6 +82,12 @@ class LuaSource:
     source: str
     keys: tuple[str, ...]
     args: tuple[str, ...]
+    _keys: _Order = field(init=False, repr=False, compare=False)
+    _args: _Order = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_keys", _Order.of(self.name, self.keys))
+        object.__setattr__(self, "_args", _Order.of(self.name, self.args))
 
     def split(self, values: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
         """KEYS and ARGV in header order from keyword values; a missing or unknown name
@@ -59,16 +95,14 @@ class LuaSource:
         # Unknown names are looked for only when the count differs or a name is missing (a
         # typo): the usual call pays no set difference.
         try:
-            if len(values) == len(self.keys) + len(self.args):
-                return _ordered(self.name, self.keys, values), _ordered(
-                    self.name, self.args, values
-                )
+            if len(values) == self._keys.count + self._args.count:
+                return self._keys.values(values), self._args.values(values)
         except TypeError:
             pass
         unknown = set(values) - {_bare(n) for n in (*self.keys, *self.args)}
         if unknown:
             raise TypeError(f"{self.name}.lua takes no {', '.join(sorted(unknown))}")
-        return _ordered(self.name, self.keys, values), _ordered(self.name, self.args, values)
+        return self._keys.values(values), self._args.values(values)
 
 
 @dataclass
@@ -155,16 +189,3 @@ def _header(name: str, text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 def _bare(name: str) -> str:
     return name.removeprefix("*")
-
-
-def _ordered(script: str, names: Sequence[str], values: Mapping[str, Any]) -> list[Any]:
-    out: list[Any] = []
-    for name in names:
-        bare = _bare(name)
-        if bare not in values:
-            raise TypeError(f"{script}.lua needs {bare}")
-        if name != bare:
-            out.extend(values[bare])
-        else:
-            out.append(values[bare])
-    return out
