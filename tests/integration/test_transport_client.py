@@ -1,4 +1,5 @@
-"""The broker channel reuses one redis client per connection pool, against a real Redis."""
+"""The broker channel against a real Redis: one redis client per connection pool, and the
+broker's copies of messages in flight kept only with the fast paths off."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 from kombu import Connection
 
-from switchboard.workers.transport import Channel
+from switchboard.shared.config import Settings
+from switchboard.workers.app import create_celery_app
+from switchboard.workers.transport import Channel, PlainQoS
 
 pytestmark = pytest.mark.integration
 
@@ -62,3 +66,67 @@ def test_a_new_pool_gets_a_new_client(channel: Any) -> None:
     assert channel._create_client() is new
     assert new.ping()
     old_pool.disconnect()
+
+
+def app_broker(redis_url: str, fast_paths: bool) -> Connection:
+    """A connection made as the product's app makes it, fast paths on or off."""
+    app = create_celery_app(Settings(redis_url=redis_url, fast_paths=fast_paths))
+    return app.connection_for_read()
+
+
+def test_with_the_fast_paths_on_the_broker_keeps_no_copy_of_a_message_taken(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Fast paths on: taking a message files no copy in kombu's `unacked` hash (no round
+    trips for it); rejecting it with requeue still puts it back, acking it takes it for
+    good."""
+    with app_broker(redis_url, fast_paths=True) as conn:
+        channel = conn.default_channel
+        assert isinstance(channel, Channel) and not channel.ack_emulation
+        assert isinstance(channel.qos, PlainQoS)
+        with conn.SimpleQueue("test-plain-qos") as queue:
+            queue.put({"runId": "r-1"})
+            message = queue.get(timeout=5)
+            assert not redis_client.exists("unacked", "unacked_index")
+            message.reject(requeue=True)  # as a stopping worker hands a message back
+            assert redis_client.llen("test-plain-qos") == 1
+            again = queue.get(timeout=5)
+            assert again.payload == {"runId": "r-1"}
+            again.ack()
+        assert redis_client.llen("test-plain-qos") == 0
+        assert not redis_client.exists("unacked", "unacked_index")
+
+
+def test_with_the_fast_paths_off_the_broker_keeps_its_copy_until_the_ack(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Fast paths off: kombu's ack emulation as shipped, a copy of the message taken kept
+    in `unacked` until it is acked."""
+    with app_broker(redis_url, fast_paths=False) as conn:
+        channel = conn.default_channel
+        assert isinstance(channel, Channel) and channel.ack_emulation
+        with conn.SimpleQueue("test-emulated-qos") as queue:
+            queue.put({"runId": "r-2"})
+            message = queue.get(timeout=5)
+            assert redis_client.hlen("unacked") == 1
+            message.ack()
+            assert redis_client.hlen("unacked") == 0
+
+
+def test_a_stopping_worker_whose_connection_is_gone_leaves_what_it_took(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Fast paths on, the connection torn down: putting back what was taken and a reject
+    with requeue are skipped (the sweeps recover it), not raised."""
+    with app_broker(redis_url, fast_paths=True) as conn, conn.SimpleQueue("gone") as queue:
+        queue.put({"runId": "r-3"})
+        message = queue.get(timeout=5)
+        channel = conn.default_channel
+        qos, connection = channel.qos, channel.connection
+        channel.connection = None  # as kombu leaves a broken connection
+        try:
+            message.reject(requeue=True)
+            assert qos.restore_unacked() == []
+        finally:
+            channel.connection = connection  # for the close
+        assert redis_client.llen("gone") == 0

@@ -108,6 +108,12 @@ def create_celery_app(settings: Settings | None = None) -> Celery:
         "health_check_interval": 25,
     }
     broker, transport_class, broker_ssl = _kombu_broker(broker, transport)
+    if transport_class is not None and settings.fast_paths:
+        # No copy of each message in flight in kombu's `unacked` hash (two broker round
+        # trips per message, one before the worker may start it): the product recovers
+        # what a dead worker held itself (`transport.py`), long before the broker's
+        # visibility timeout would.
+        transport["ack_emulation"] = False
     if settings.broker_queue_type == "quorum" and not broker.startswith(("amqp", "pyamqp")):
         raise InvalidInput(
             "SWITCHBOARD_BROKER_QUEUE_TYPE=quorum needs RabbitMQ as the broker "

@@ -6,10 +6,18 @@ connection is already half torn down, the attempt raises ``AttributeError``, and
 treats that as unrecoverable: the worker exits instead of reconnecting (the same happens
 when a task that was running across the outage is acked or rejected after the worker
 reconnected). Here restore, ack and reject of a message whose connection is gone are
-skipped. Nothing is lost: the messages stay in the
-broker's unacked set (restored after the visibility timeout), and the product does not
-wait for that: lane leases recover runs, the pending-steps index recovers flow steps and
-the due index recovers deliveries (``switchboard.shared.flows.sweeper``).
+skipped. Nothing is lost: the product does not count on the broker to give back what a
+worker held. Lane leases recover runs, the pending-steps index recovers flow steps and the
+due index recovers deliveries (``switchboard.shared.flows.sweeper``), all long before the
+broker's visibility timeout (2 h) would.
+
+So with the fast paths on (``Settings.fast_paths``) the broker keeps no copy of the
+messages in flight: kombu's ack emulation is off (`workers.app`), sparing each message two
+round trips (one to file it in the `unacked` hash before the worker may start it, one to
+take it out) and the copy itself. A worker that stops cleanly still puts back what it
+took and did not start (`PlainQoS`, in memory); one that dies leaves it to the sweeps, as
+it leaves its runs. With the fast paths off the broker keeps its copies (`QoS`), restored
+after the visibility timeout.
 
 `SentinelTransport` is the same transport on kombu's Redis Sentinel channel: every new
 broker connection asks the sentinels for the primary, so a worker that lost its broker to
@@ -23,6 +31,7 @@ import logging
 from typing import Any
 
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
 
 from switchboard.shared.store.driver import DRIVER_INFO
 from switchboard.shared.store.sentinel import follow_primary
@@ -64,6 +73,36 @@ class QoS(kombu_redis.QoS):
         super().reject(delivery_tag, requeue=requeue)  # type: ignore[no-untyped-call]
 
 
+class PlainQoS(virtual.QoS):
+    """Acks kept in memory (ack emulation off), tolerant of a connection that is gone as
+    `QoS` is: what it held is left to the product's sweeps."""
+
+    def _connection_gone(self) -> bool:
+        connection = self.channel.connection
+        return connection is None or connection.client is None
+
+    def restore_unacked(self) -> list[Any]:
+        """Put the messages taken and not acked back, unless the connection is gone."""
+        if self._connection_gone():
+            if self._delivered:
+                log.warning(
+                    "broker connection lost with %d message(s) taken and not done; the "
+                    "recovery sweep takes them over",
+                    len(self._delivered),
+                )
+            self._delivered.clear()
+            return []
+        errors: list[Any] = super().restore_unacked()  # type: ignore[no-untyped-call]
+        return errors
+
+    def reject(self, delivery_tag: Any, requeue: bool = False) -> None:
+        """Reject (requeue puts it back), unless its connection is gone."""
+        if requeue and self._connection_gone():
+            self._delivered.pop(delivery_tag, None)
+            return
+        super().reject(delivery_tag, requeue=requeue)  # type: ignore[no-untyped-call]
+
+
 class Channel(kombu_redis.Channel):
     """The Redis channel with the tolerant QoS, one client object for its pool, and the
     product's connection options.
@@ -75,6 +114,11 @@ class Channel(kombu_redis.Channel):
 
     QoS = QoS
     _shared_client: Any = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+        if not self.ack_emulation:  # kombu put its plain QoS in place: the tolerant one
+            self.QoS = PlainQoS  # type: ignore[assignment]
 
     def _connparams(self, asynchronous: bool = False) -> Any:
         params = super()._connparams(asynchronous=asynchronous)  # type: ignore[no-untyped-call]
