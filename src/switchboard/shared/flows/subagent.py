@@ -401,12 +401,13 @@ def _requester_gone(svc: Services, requester: str) -> bool:
 def _should_wait_for_requester(
     svc: Services, spawn: SpawnRecord | None, holder: str | None
 ) -> bool:
-    """The requester's own run (``holder`` holds its lane) is executing, or parked on a
-    tool call (`subagents wait`: the announce must not land between the call and its
-    result): announce after it, unless that takes too long."""
+    """The requester's own run (``holder`` holds its lane) is queued to run next (a worker
+    about to claim it, or requeued by the sweep after its worker died), executing, or
+    parked on a tool call (`subagents wait`: the announce must not land between the call
+    and its result): announce after it, unless that takes too long."""
     if spawn is None or not holder:
         return False
-    if svc.store.runs.status(holder) not in ("running", "parked"):
+    if svc.store.runs.status(holder) not in ("queued", "running", "parked"):
         return False
     return now_ms() - int(spawn.get("endedAt") or 0) < _BUSY_WAIT_MS
 
