@@ -12,6 +12,8 @@ from kombu import Connection
 
 from switchboard.shared.config import Settings
 from switchboard.workers.app import create_celery_app
+from switchboard.workers.queue import CeleryQueue
+from switchboard.workers.routing import RUNS_QUEUE
 from switchboard.workers.transport import Channel, PlainQoS
 
 pytestmark = pytest.mark.integration
@@ -130,3 +132,25 @@ def test_a_stopping_worker_whose_connection_is_gone_leaves_what_it_took(
         finally:
             channel.connection = connection  # for the close
         assert redis_client.llen("gone") == 0
+
+
+def test_a_publish_without_a_declare_reaches_its_queue_on_a_fresh_redis(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Fast paths on, a run's message is published with no declare of its queue first: on a
+    Redis nobody declared anything on, it is in the queue's list all the same, and a
+    consumer of that queue takes it."""
+    app = create_celery_app(Settings(redis_url=redis_url, fast_paths=True))
+    try:
+        queue = CeleryQueue(app)
+        assert queue._declare == []
+        queue.enqueue_run("run-1", "agent:main:s1")
+        assert redis_client.llen(RUNS_QUEUE) == 1
+        assert not redis_client.keys("_kombu.binding.*")  # nothing was declared
+        with app.connection_for_read() as conn, conn.SimpleQueue(RUNS_QUEUE) as consumer:
+            message = consumer.get(timeout=5)
+            assert message.headers["task"] == "switchboard.run"
+            assert message.payload[0] == ["run-1", "agent:main:s1"]
+            message.ack()
+    finally:
+        app.close()

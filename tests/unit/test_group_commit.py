@@ -413,14 +413,39 @@ def test_with_the_fast_paths_off_each_run_is_published_alone(
 
 
 @pytest.mark.parametrize("fast_paths", [False, True], ids=["plain", "fast-paths"])
-def test_the_queue_follows_the_apps_settings(fast_paths: bool) -> None:
+def test_the_queue_follows_the_apps_settings(
+    fast_paths: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A CeleryQueue on the product's app groups runs only when its settings have the fast
-    paths on (SWITCHBOARD_FAST_PATHS)."""
+    paths on (SWITCHBOARD_FAST_PATHS), and only then skips declaring the queue before each
+    publish to Redis (a list LPUSH makes)."""
     from switchboard.shared.config import Settings
     from switchboard.workers.app import create_celery_app
 
     app = create_celery_app(Settings(redis_url="redis://127.0.0.1:1/0", fast_paths=fast_paths))
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(app, "send_task", lambda name, **kwargs: calls.append(kwargs))
     try:
-        assert (CeleryQueue(app).group_commit is not None) is fast_paths
+        queue = CeleryQueue(app)
+        assert (queue.group_commit is not None) is fast_paths
+        queue.enqueue_run("run-0", "agent:a:s-0")
+        queue.enqueue_runs(pairs(3))
+        queue.enqueue("switchboard.flows.step", "flow-1")
+        assert [c["declare"] for c in calls] == [[] if fast_paths else None] * 3
+    finally:
+        app.close()
+
+
+def test_a_rabbitmq_broker_keeps_the_declare() -> None:
+    """RabbitMQ drops a message sent to a queue nobody declared: there every publish still
+    declares its queue, fast paths on or not."""
+    from switchboard.shared.config import Settings
+    from switchboard.workers.app import create_celery_app
+
+    settings = Settings(redis_url="redis://127.0.0.1:1/0", broker_url="amqp://guest@127.0.0.1:1//")
+    app = create_celery_app(settings)
+    try:
+        assert settings.fast_paths and app.conf.switchboard_declare_on_publish
+        assert CeleryQueue(app)._declare is None
     finally:
         app.close()

@@ -154,6 +154,10 @@ def create_celery_app(settings: Settings | None = None) -> Celery:
         timezone="UTC",
         # Read by `CeleryQueue` (group commit only with the fast paths on).
         switchboard_fast_paths=settings.fast_paths,
+        # Also read by `CeleryQueue`: on a Redis broker a message goes to its queue's list
+        # by name (LPUSH creates it), so the fast paths skip kombu's declare of the queue
+        # before each publish; RabbitMQ keeps it (it drops a message to an undeclared queue).
+        switchboard_declare_on_publish=transport_class is None or not settings.fast_paths,
     )
     register_tasks(app, settings)
     telemetry.watch_celery()  # a worker or beat traces once started (an endpoint set)

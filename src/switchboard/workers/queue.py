@@ -129,12 +129,17 @@ class CeleryQueue:
     refuses raises `BrokerUnavailable`.
 
     ``fast_paths``: group the runs enqueued at once into shared messages (`GroupCommit`);
-    by default as the app was configured (`create_celery_app` from ``Settings``)."""
+    by default as the app was configured (`create_celery_app` from ``Settings``). The app
+    also says whether a publish declares its queue first (Celery's default), or not (a
+    Redis broker with the fast paths on: the queue is a list LPUSH makes)."""
 
     def __init__(self, app: Celery, *, fast_paths: bool | None = None) -> None:
         self.app = app
         if fast_paths is None:
             fast_paths = bool(app.conf.get("switchboard_fast_paths", True))
+        # Celery's `declare`: None declares the message's queue, [] declares nothing.
+        declares = bool(app.conf.get("switchboard_declare_on_publish", True))
+        self._declare: list[Any] | None = None if declares else []
         self.group_commit: GroupCommit[tuple[str, str]] | None = None
         if fast_paths:
             self.group_commit = GroupCommit(
@@ -182,6 +187,7 @@ class CeleryQueue:
             producer=producer,
             argsrepr=f"[{len(chunk)} runs: {chunk[0][0]}, …]",
             kwargsrepr="{}",
+            declare=self._declare,
         )
 
     def enqueue_resume(self, run_id: str, session_key: str) -> None:
@@ -213,4 +219,5 @@ class CeleryQueue:
             producer=producer,
             argsrepr=repr(args),
             kwargsrepr="{}",
+            declare=self._declare,
         )
