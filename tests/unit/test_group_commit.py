@@ -442,7 +442,11 @@ def test_a_rabbitmq_broker_keeps_the_declare() -> None:
     from switchboard.shared.config import Settings
     from switchboard.workers.app import create_celery_app
 
-    settings = Settings(redis_url="redis://127.0.0.1:1/0", broker_url="amqp://guest@127.0.0.1:1//")
+    settings = Settings(
+        redis_url="redis://127.0.0.1:1/0",
+        broker_url="amqp://guest@127.0.0.1:1//",
+        fast_paths=True,
+    )
     app = create_celery_app(settings)
     try:
         assert settings.fast_paths and app.conf.switchboard_declare_on_publish
