@@ -32,7 +32,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
 
 from switchboard.shared.errors import InvalidInput
-from switchboard.shared.runtime import openai_body
+from switchboard.shared.runtime import openai_body, tool_schemas
 from switchboard.shared.runtime.echo import ECHO_MODEL_NAME, echo_model
 
 if TYPE_CHECKING:
@@ -283,13 +283,14 @@ def _openai_model(spec: _ModelSpec, settings: ModelSettings, fast_paths: bool) -
         raise UserError("set OPENAI_API_KEY or models.providers.openai.apiKey")
     from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
 
+    model_class: type[OpenAIChatModel] | type[OpenAIResponsesModel] = (
+        OpenAIResponsesModel if spec.kind == "openai-responses" else OpenAIChatModel
+    )
     if fast_paths:
         openai_body.install_shortcut()  # bodies skip the SDK's per-request type walk
+        model_class = tool_schemas.fitted_once(model_class)  # tool schemas fitted once
 
-    provider = _openai_provider(spec)
-    if spec.kind == "openai-responses":
-        return OpenAIResponsesModel(spec.model, provider=provider, settings=settings)
-    return OpenAIChatModel(spec.model, provider=provider, settings=settings)
+    return model_class(spec.model, provider=_openai_provider(spec), settings=settings)
 
 
 def _openai_provider(spec: _ModelSpec) -> OpenAIProvider | OpenAICompatibleProvider:
