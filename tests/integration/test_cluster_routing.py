@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import socket
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -182,6 +184,59 @@ def test_scan_iter_sees_the_keys_of_every_primary(steady_cluster: RedisClusterGr
         assert [store.sessions.agent_ids() for store in stores] == [[f"a{n}"] for n in range(16)]
     finally:
         client.close()
+
+
+def _fresh_script() -> str:
+    """A script no node has seen yet (it answers its key's value)."""
+    return f"-- {uuid.uuid4()}\nreturn redis.call('GET', KEYS[1])"
+
+
+def _assert_loaded_on_every_primary(group: RedisClusterGroup, source: str) -> None:
+    sha = hashlib.sha1(source.encode()).hexdigest()
+    for node in _primaries(group):
+        with node.client() as client:
+            assert client.script_exists(sha) == [True], node
+
+
+@FAST_AND_PLAIN
+def test_a_script_new_to_the_cluster_is_loaded_on_every_primary(
+    steady_cluster: RedisClusterGroup, fast_paths: bool
+) -> None:
+    """A script a node does not know is loaded as redis-py loads it (``SCRIPT LOAD``, one
+    argument naming command and subcommand), on every primary: then it runs on the owner
+    of any key's slot. (A replica promoted in a failover knows no script either.)"""
+    client = connect(steady_cluster.url, fast_paths=fast_paths)
+    source = _fresh_script()
+    keys = [f"fresh:{tag}" for tag in TAGS]
+    try:
+        script = client.register_script(source)
+        for n, key in enumerate(keys):
+            client.set(key, n)
+            assert script(keys=[key]) == str(n).encode()
+    finally:
+        client.close()
+    _assert_loaded_on_every_primary(steady_cluster, source)
+
+
+def test_the_async_client_loads_a_new_script_on_every_primary(
+    steady_cluster: RedisClusterGroup,
+) -> None:
+    """As above, for the api's async client (its run waiter's script)."""
+    source = _fresh_script()
+    keys = [f"afresh:{tag}" for tag in TAGS]
+
+    async def scenario() -> None:
+        client = connect_async(steady_cluster.url, socket_timeout=5)
+        try:
+            script = client.register_script(source)
+            for n, key in enumerate(keys):
+                await client.set(key, n)
+                assert await script(keys=[key]) == str(n).encode()
+        finally:
+            await client.aclose()
+
+    asyncio.run(scenario())
+    _assert_loaded_on_every_primary(steady_cluster, source)
 
 
 def test_the_async_client_routes_reads_writes_scripts_and_a_subscription(

@@ -66,6 +66,13 @@ Client = TypeVar("Client")
 Queued = tuple[tuple[Any, ...], Mapping[str, Any]]
 
 
+def to_every_primary(args: tuple[Any, ...]) -> bool:
+    """Whether a command goes to every primary: its first word is one of `EVERY_PRIMARY`
+    (redis-py names a subcommand in the same argument: ``SCRIPT LOAD``)."""
+    words = str(args[0]).split(maxsplit=1)
+    return bool(words) and words[0].upper() in EVERY_PRIMARY
+
+
 class ClusterStoreRedis(redis.Redis):
     """The store's sync client on a Redis Cluster (see the module)."""
 
@@ -86,7 +93,7 @@ class ClusterStoreRedis(redis.Redis):
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         """Run one command on the primary that owns its key's slot (see the module)."""
-        if str(args[0]).upper() in EVERY_PRIMARY:
+        if to_every_primary(args):
             replies = [c.execute_command(*args, **options) for c in self.primary_clients()]  # type: ignore[no-untyped-call]
             return replies[0]
         key = routing_key(args)
@@ -210,7 +217,7 @@ class AsyncClusterStoreRedis(aioredis.Redis):
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
         """Run one command on the primary that owns its key's slot (see the module)."""
-        if str(args[0]).upper() in EVERY_PRIMARY:
+        if to_every_primary(args):
             clients = await self.primary_clients()
             replies = [await c.execute_command(*args, **options) for c in clients]  # type: ignore[no-untyped-call]
             return replies[0]
