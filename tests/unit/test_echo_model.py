@@ -13,11 +13,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic_ai import Agent
 from pydantic_ai.exceptions import ModelAPIError
-from pydantic_ai.messages import ModelResponse, ToolCallPart
+from pydantic_ai.messages import (
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.models.anthropic import AnthropicModel
 from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
 
 from switchboard.shared.errors import InvalidInput
+from switchboard.shared.runtime import echo
 from switchboard.shared.runtime.echo import (
     DirectiveError,
     EchoModel,
@@ -219,6 +227,42 @@ def test_streamed_requests_report_the_same_usage() -> None:
     output, usage = run(streamed())
     assert output == "a b c d"
     assert (usage.input_tokens, usage.output_tokens) == (4, 4)
+
+
+def test_a_message_is_counted_once_while_it_lives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs that share history objects count each message once, with the same counts."""
+    model = echo_model()
+    history: list[Any] = [
+        ModelRequest(parts=[UserPromptPart("one two")]),
+        ModelResponse(parts=[TextPart("three"), ToolCallPart("add", {"a": 1})]),
+        ModelRequest(parts=[UserPromptPart("four five six")]),
+    ]
+    counted: list[Any] = []
+    real = echo._message_texts
+    monkeypatch.setattr(echo, "_message_texts", lambda ms: counted.extend(ms) or real(ms))
+
+    def ask(messages: list[Any]) -> ModelResponse:
+        return run(model.request(messages, None, ModelRequestParameters()))
+
+    first = ask(history)
+    assert first.usage.input_tokens == 2 + 3 + 3  # `add {"a":1}` is two words
+    assert first.text == "four five six"
+    latest = ModelRequest(parts=[UserPromptPart("/tool add {}")])
+    again = ask([*history, first, latest])
+    assert counted == [*history, first, latest]  # the history counted once, in the first
+    assert again.usage.input_tokens == 8 + 3 + 3
+    assert again.parts == [ToolCallPart("add", {}, tool_call_id="echo_2")]  # one call before
+    fresh = ask([ModelRequest(parts=[UserPromptPart("x y")])])
+    assert fresh.usage.input_tokens == 2  # a new message object is counted on its own
+
+
+def test_a_message_gone_is_forgotten() -> None:
+    counts = echo._MessageCounts()
+    message = ModelRequest(parts=[UserPromptPart("one two")])
+    assert counts.total([message, message]) == (4, 0)
+    assert len(counts._counted) == 1
+    del message
+    assert counts._counted == {}
 
 
 # ---- resolve_model ---------------------------------------------------------------------

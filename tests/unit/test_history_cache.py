@@ -204,3 +204,36 @@ def test_model_forms_are_made_once_per_message(monkeypatch: pytest.MonkeyPatch) 
     assert made == [more[-1].message]  # only the new message was converted
     assert second[: len(first) - 1] == first[:-1]
     assert second == to_model_messages([*msgs[1:], more[-1].message])
+
+
+def test_a_request_a_response_follows_is_folded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    msgs = _mixed_transcript()
+    entries = [HistoryEntry(i + 1, m) for i, m in enumerate(msgs)]
+    first = model_history(entries)
+    folded: list[int] = []
+    real = history_cache.fold_request
+    monkeypatch.setattr(
+        history_cache, "fold_request", lambda units: folded.append(len(units)) or real(units)
+    )
+    more = [*entries, HistoryEntry(len(msgs) + 1, _msg(20, "reply")), *_rows(21, 21)]
+    second = model_history(more)
+    # Only the request that was open (now a response follows it) and the newest one: the
+    # requests before were folded by the first call.
+    assert folded == [1, 1]
+    assert all(a is b for a, b in zip(first[:-1], second, strict=False))
+    assert second[len(first) - 1] == first[-1]  # the request that was open, folded the same
+    assert second == to_model_messages([*msgs[1:], *(e.message for e in more[len(msgs) :])])
+
+
+def test_a_window_that_starts_inside_a_run_of_requests_folds_it_from_its_start() -> None:
+    msgs = [
+        {"role": "user", "content": "one", "timestamp": 1},
+        {"role": "user", "content": "two", "timestamp": 2},
+        {"role": "assistant", "content": [{"type": "text", "text": "ok"}], "timestamp": 3},
+        {"role": "user", "content": "three", "timestamp": 4},
+    ]
+    whole = [HistoryEntry(i + 1, m) for i, m in enumerate(msgs)]
+    assert model_history(whole) == to_model_messages(msgs)
+    cut = whole[1:]  # the same entries (their memos), from the second message
+    assert model_history(cut) == to_model_messages(msgs[1:])
+    assert model_history(whole) == to_model_messages(msgs)  # and back: each start its own

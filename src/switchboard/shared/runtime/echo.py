@@ -20,7 +20,10 @@ A malformed directive (bad JSON, a negative sleep) fails the model call and name
 
 Usage counts words (whitespace-separated): input is the words of all messages sent to the
 model (instructions not counted), output the words of the reply, or of each call's
-`name json-args` for tool calls. Streamed requests report the same numbers.
+`name json-args` for tool calls. Streamed requests report the same numbers. A model counts
+each message once while it lives (`_MessageCounts`): a session's history is the same
+message objects run after run (`runtime.history_cache`), so a long session's runs do not
+count its whole history again.
 
     hello there                       -> hello there
     /tool sessions_list {"limit": 5}  -> calls sessions_list, then replies with its JSON
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import weakref
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -176,7 +180,12 @@ class EchoModel(FunctionModel):
     """`builtin/echo` as a pydantic-ai model; see the module docstring for what it answers."""
 
     def __init__(self) -> None:
-        super().__init__(_respond, model_name=ECHO_MODEL_NAME)
+        counts = _MessageCounts()
+
+        async def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            return await _respond(messages, info, counts)
+
+        super().__init__(respond, model_name=ECHO_MODEL_NAME)
 
     @property
     def system(self) -> str:
@@ -203,8 +212,11 @@ def echo_model() -> EchoModel:
     return EchoModel()
 
 
-async def _respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+async def _respond(
+    messages: list[ModelMessage], info: AgentInfo, counts: _MessageCounts
+) -> ModelResponse:
     """The `FunctionModel` function: plan the answer to the latest request and time it."""
+    input_words, calls_so_far = counts.total(messages)
     latest = messages[-1] if messages else None
     user_text = _latest_user_text(messages)
     try:
@@ -218,8 +230,8 @@ async def _respond(messages: list[ModelMessage], info: AgentInfo) -> ModelRespon
         await asyncio.sleep(directives.sleep_s)
         if directives.fail is not None:
             raise ModelAPIError(ECHO_MODEL_NAME, directives.fail)
-        parts = _first_answer(directives, _tool_call_count(messages))
-    usage = RequestUsage(input_tokens=_input_words(messages), output_tokens=_output_words(parts))
+        parts = _first_answer(directives, calls_so_far)
+    usage = RequestUsage(input_tokens=input_words, output_tokens=_output_words(parts))
     return ModelResponse(parts=parts, usage=usage, provider_name="builtin")
 
 
@@ -267,17 +279,31 @@ def _tool_results(message: ModelMessage | None) -> list[str]:
     return results
 
 
-def _tool_call_count(messages: Sequence[ModelMessage]) -> int:
-    return sum(
-        isinstance(part, ToolCallPart)
-        for message in messages
-        if isinstance(message, ModelResponse)
-        for part in message.parts
-    )
+class _MessageCounts:
+    """The words and tool calls of each message a model was sent, counted once per message
+    object and forgotten with it (a weak reference's callback)."""
 
+    def __init__(self) -> None:
+        self._counted: dict[int, tuple[int, int]] = {}
 
-def _input_words(messages: Sequence[ModelMessage]) -> int:
-    return count_words(_message_texts(messages))
+    def total(self, messages: Sequence[ModelMessage]) -> tuple[int, int]:
+        """The words and the tool calls of all ``messages``."""
+        words = calls = 0
+        for message in messages:
+            counted = self._counted.get(id(message))
+            if counted is None:
+                counted = self._count(message)
+            words += counted[0]
+            calls += counted[1]
+        return words, calls
+
+    def _count(self, message: ModelMessage) -> tuple[int, int]:
+        calls = 0
+        if isinstance(message, ModelResponse):
+            calls = sum(isinstance(part, ToolCallPart) for part in message.parts)
+        counted = self._counted[id(message)] = (count_words(_message_texts((message,))), calls)
+        weakref.finalize(message, self._counted.pop, id(message), None)
+        return counted
 
 
 def _message_texts(messages: Sequence[ModelMessage]) -> Iterable[str]:

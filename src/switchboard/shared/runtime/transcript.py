@@ -46,6 +46,7 @@ from switchboard.shared.runtime.attachments import redact_spawn_arguments
 __all__ = [
     "ModelUnit",
     "final_text",
+    "fold_request",
     "fold_units",
     "inter_session_prefix",
     "latest_tool_result_text",
@@ -101,18 +102,25 @@ def fold_units(units: Iterable[ModelUnit]) -> list[ModelMessage]:
     """Messages in model form as pydantic-ai history: each response as is, the request
     parts between two responses folded into one request (a new one each time)."""
     out: list[ModelMessage] = []
-    pending: list[ModelRequestPart] = []
+    pending: list[tuple[ModelRequestPart, ...]] = []
     for unit in units:
         if isinstance(unit, ModelResponse):
-            if pending:
-                out.append(_request(pending))
-                pending = []
+            if (request := fold_request(pending)) is not None:
+                out.append(request)
+            pending = []
             out.append(unit)
         else:
-            pending.extend(unit)
-    if pending:
-        out.append(_request(pending))
+            pending.append(unit)
+    if (request := fold_request(pending)) is not None:
+        out.append(request)
     return out
+
+
+def fold_request(units: Sequence[tuple[ModelRequestPart, ...]]) -> ModelRequest | None:
+    """The request the request parts of consecutive messages fold into (`fold_units`), or
+    None when they hold no part."""
+    parts = [part for unit in units for part in unit]
+    return _request(parts) if parts else None
 
 
 def final_text(messages: Sequence[ModelMessage]) -> str:
