@@ -116,6 +116,32 @@ def test_a_session_deleted_and_created_again_is_read_whole(redis_url: str) -> No
     assert len(_texts(claim)) == old_seq + 5
 
 
+def test_a_messages_runs_claimed_together_are_claimed_as_each_alone(redis_url: str) -> None:
+    """`claim_many` (a message's runs, one round trip) answers each run what its own claim
+    would: the run, its session and its history through the windows, or the reason it must
+    not run; and claims none of them twice."""
+    store = _store(redis_url)
+    keys = [f"agent:main:hc-many-{i}" for i in range(4)]
+    runs = [(f"hc-m{i}", key) for i, key in enumerate(keys)]
+    for i, (run_id, key) in enumerate(runs):
+        store.sessions.ensure(key)
+        _fill(store, key, 4 + i, f"s{i}-")
+        msg = {"role": "user", "content": f"run {run_id}", "timestamp": 2}
+        store.runs.submit(NewRun(run_id=run_id, session_key=key, message=msg, timeout_s=30))
+    taken = store.runs.claim(*runs[3], history=10)  # the last one is running already
+    assert isinstance(taken, Claim)
+    claims = store.runs.claim_many(runs, history=10)
+    for claim, (run_id, key) in zip(claims[:3], runs, strict=False):
+        assert isinstance(claim, Claim), claim
+        assert claim.run is not None and claim.run.run_id == run_id
+        assert claim.session is not None and claim.attempt == 1
+        assert _texts(claim) == _plain(store, key, 10)
+        assert claim.entries is not None  # read through the windows
+        assert store.runs.status(run_id) == "running"
+    assert isinstance(claims[3], str) and not claims[3].startswith("ok")
+    assert all(isinstance(c, str) for c in store.runs.claim_many(runs, history=10))
+
+
 # -- runs through the worker --------------------------------------------------------------
 
 Seen = list[tuple[list[ModelMessage], list[ModelMessage]]]

@@ -8,17 +8,21 @@ from typing import Any
 import pytest
 
 from switchboard.shared.config import Settings
+from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store.runs import RunRecord
 from switchboard.workers import tasks
 
 pytestmark = pytest.mark.unit
+
+PLAIN: Any = type("Svc", (), {"settings": Settings(fast_paths=False)})()
 
 
 def _fake_runs(monkeypatch: pytest.MonkeyPatch, failing: set[str]) -> list[str]:
     """Replace the run and its follow-ups: each run yields once, then ends (or raises)."""
     ended: list[str] = []
 
-    async def execute_run(svc: Any, run_id: str, session_key: str, **_: Any) -> None:
+    async def execute_run(svc: Any, run_id: str, session_key: str, **kw: Any) -> None:
+        assert kw["claim"] is None  # the plain path: each run claims itself
         await asyncio.sleep(0)
         if run_id in failing:
             raise RuntimeError(f"{run_id} failed")
@@ -37,7 +41,7 @@ def test_every_run_of_a_message_runs() -> None:
     with pytest.MonkeyPatch.context() as mp:
         ended = _fake_runs(mp, failing=set())
         claims = tasks._Claims(3)
-        asyncio.run(tasks._run_together(None, [["r1", "k1"], ["r2", "k2"], ["r3", "k3"]], claims))  # type: ignore[arg-type]
+        asyncio.run(tasks._run_together(PLAIN, [["r1", "k1"], ["r2", "k2"], ["r3", "k3"]], claims))
     assert sorted(ended) == ["r1", "r2", "r3"]
 
 
@@ -48,8 +52,8 @@ def test_a_failed_run_does_not_stop_the_others_and_is_raised_once_all_ended() ->
         with pytest.raises(RuntimeError, match="r2 failed"):
             claims = tasks._Claims(3)
             asyncio.run(
-                tasks._run_together(None, [["r1", "k1"], ["r2", "k2"], ["r3", "k3"]], claims)
-            )  # type: ignore[arg-type]
+                tasks._run_together(PLAIN, [["r1", "k1"], ["r2", "k2"], ["r3", "k3"]], claims)
+            )
     assert sorted(ended) == ["r1", "r3"]
 
 
@@ -76,3 +80,59 @@ def test_follow_ups_run_in_place_only_with_the_fast_paths_on(
     assert collected == ([[]] if fast_paths else [None])
     assert inline == ([True] if fast_paths else [])
     assert claims.all.is_set() and claims.error is None  # told once the run ended
+
+
+class _ClaimingRuns:
+    """The runs store's `claim_many` as the fast path calls it: answers what it is given,
+    or raises ``error``."""
+
+    def __init__(self, answers: list[Any], error: BaseException | None = None) -> None:
+        self.answers = answers
+        self.error = error
+        self.calls: list[list[tuple[str, str]]] = []
+
+    def claim_many(self, runs: list[tuple[str, str]], *, history: int) -> list[Any]:
+        self.calls.append(list(runs))
+        if self.error is not None:
+            raise self.error
+        return self.answers
+
+
+def _fast_svc(runs: _ClaimingRuns) -> Any:
+    store = type("Store", (), {"runs": runs})()
+    return type("Svc", (), {"settings": Settings(fast_paths=True), "store": store})()
+
+
+def test_with_the_fast_paths_a_messages_runs_are_claimed_in_one_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One `claim_many` for the message's runs; each run is executed with its claim."""
+    given: dict[str, Any] = {}
+
+    async def execute_run(svc: Any, run_id: str, session_key: str, **kw: Any) -> None:
+        given[run_id] = kw["claim"]
+        kw["on_claimed"]()
+
+    async def run_and_follow_up(svc: Any, start: Any, claimed: Any) -> None:
+        await start(None)
+
+    monkeypatch.setattr(tasks, "execute_run", execute_run)
+    monkeypatch.setattr(tasks, "_run_and_follow_up", run_and_follow_up)
+    runs = _ClaimingRuns(["claim-1", "not-queued:done", "claim-3"])
+    claims = tasks._Claims(3)
+    asyncio.run(
+        tasks._run_together(_fast_svc(runs), [["r1", "k1"], ["r2", "k2"], ["r3", "k3"]], claims)
+    )
+    assert runs.calls == [[("r1", "k1"), ("r2", "k2"), ("r3", "k3")]]
+    assert given == {"r1": "claim-1", "r2": "not-queued:done", "r3": "claim-3"}
+    assert claims.all.is_set() and claims.error is None
+
+
+def test_a_failed_claim_of_a_messages_runs_fails_the_message() -> None:
+    """The round trip failing tells every run's callback (the message is retried) and
+    executes none."""
+    runs = _ClaimingRuns([], error=StoreUnavailable("redis went away"))
+    claims = tasks._Claims(2)
+    with pytest.raises(StoreUnavailable):
+        asyncio.run(tasks._run_together(_fast_svc(runs), [["r1", "k1"], ["r2", "k2"]], claims))
+    assert claims.all.is_set() and isinstance(claims.error, StoreUnavailable)

@@ -48,7 +48,7 @@ from switchboard.shared.runtime.executor import HISTORY_LIMIT, execute_run, resu
 from switchboard.shared.runtime.models import close_clients, preload
 from switchboard.shared.runtime.off_loop import off_loop
 from switchboard.shared.services import Services
-from switchboard.shared.store.runs import RunRecord
+from switchboard.shared.store.runs import Claim, RunRecord
 from switchboard.wiring import build_services
 from switchboard.workers.handback import (
     DEFAULT_MAX_IN_FLIGHT,
@@ -366,10 +366,16 @@ def _following_up(
     return steps
 
 
-def _executing(svc: Services, run_id: str, session_key: str, claimed: Claimed) -> RunStart:
-    """The `RunStart` of a queued run."""
+def _executing(
+    svc: Services,
+    run_id: str,
+    session_key: str,
+    claimed: Claimed,
+    claim: Claim | str | None = None,
+) -> RunStart:
+    """The `RunStart` of a queued run (``claim``: as its message's claims answered)."""
     return lambda follow_ups: execute_run(
-        svc, run_id, session_key, follow_ups=follow_ups, on_claimed=claimed
+        svc, run_id, session_key, claim=claim, follow_ups=follow_ups, on_claimed=claimed
     )
 
 
@@ -393,12 +399,25 @@ def _clear_outbox(svc: Services, run_ids: list[str]) -> None:
 
 async def _run_together(svc: Services, pairs: list[list[str]], claims: _Claims) -> None:
     """Execute runs side by side on one loop (one hand-over from the pool thread for the
-    message, not one per run); if any failed, raise the first failure once all have ended."""
+    message, not one per run); if any failed, raise the first failure once all have ended.
+
+    With the fast paths on, the runs are claimed together first, in one round trip
+    (`RunStore.claim_many`), not one each: the claims run on the loop, which waits."""
+    claimed = [claims.run() for _ in pairs]
+    taken: list[Claim | str | None] = [None] * len(pairs)
+    if svc.settings.fast_paths and len(pairs) > 1:
+        try:
+            taken = list(
+                svc.store.runs.claim_many([(rid, key) for rid, key in pairs], history=HISTORY_LIMIT)
+            )
+        except BaseException as exc:
+            for told in claimed:
+                told(exc)
+            raise
     outcomes = await asyncio.gather(
         *(
-            _run_and_follow_up(svc, _executing(svc, rid, key, claimed), claimed)
-            for rid, key in pairs
-            for claimed in [claims.run()]
+            _run_and_follow_up(svc, _executing(svc, rid, key, told, claim), told)
+            for (rid, key), told, claim in zip(pairs, claimed, taken, strict=True)
         ),
         return_exceptions=True,
     )

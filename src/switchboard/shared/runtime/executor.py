@@ -72,31 +72,30 @@ async def execute_run(
     run_id: str,
     session_key: str | None = None,
     *,
-    claim: Claim | None = None,
+    claim: Claim | str | None = None,
     follow_ups: FollowUps = None,
     on_claimed: OnClaimed = None,
 ) -> None:
     """Claim and execute a queued run that holds its session lane.
 
     ``session_key`` is the one the run was enqueued with: the claim then reads the run,
-    its session and its history in the same step. ``claim``: the run was claimed as it
-    started (`RunStore.start` with ``claim_history``); execute it as claimed.
-    ``follow_ups``: collect the run there if it ends with a follow-up step, instead of
-    enqueuing the step. ``on_claimed``: called once the claim step answered (see
-    `OnClaimed`)."""
-    if claim is not None and claim.run is not None:
-        if on_claimed is not None:
-            on_claimed()
-        bind_run(claim.run)
-        await _execute(svc, claim.run, claim, deferred=None, follow_ups=follow_ups)
-        return
-    if session_key is None:
-        found = svc.store.runs.get(run_id)
-        if found is None:
-            log.warning("run %s not found; nothing to do", run_id)
-            return
-        session_key = found.session_key
-    claimed = svc.store.runs.claim(run_id, session_key, history=HISTORY_LIMIT)
+    its session and its history in the same step. ``claim``: the run was claimed already
+    (as it started, `RunStore.start` with ``claim_history``, or with the other runs of its
+    message, `RunStore.claim_many`): execute it as claimed, or not at all when the claim
+    answered a reason not to. ``follow_ups``: collect the run there if it ends with a
+    follow-up step, instead of enqueuing the step. ``on_claimed``: called once the claim
+    step answered (see `OnClaimed`)."""
+    claimed = claim
+    if isinstance(claimed, Claim) and claimed.run is None:
+        claimed = None  # a start that did not claim it: claimed here
+    if claimed is None:
+        if session_key is None:
+            found = svc.store.runs.get(run_id)
+            if found is None:
+                log.warning("run %s not found; nothing to do", run_id)
+                return
+            session_key = found.session_key
+        claimed = svc.store.runs.claim(run_id, session_key, history=HISTORY_LIMIT)
     if on_claimed is not None:
         on_claimed()
     if isinstance(claimed, str):
