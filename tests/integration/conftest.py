@@ -97,11 +97,11 @@ def worker(celery_app: Celery, services: Services) -> Iterator[Any]:
         shutdown_timeout=30,
     ) as w:
         yield w
-    # Celery's test worker sends no `worker_shutdown`: stop its run loops (and their
-    # store threads) here, as the signal does in a worker process.
+    # Celery's test worker sends no `worker_shutdown`: stop its run loops (their
+    # store threads, and its outbox clears) here, as the signal does in a worker process.
     host = run_host(celery_app)
     if host is not None:
-        host.loops.close()
+        host.close()
 
 
 @pytest.fixture

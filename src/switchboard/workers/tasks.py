@@ -57,6 +57,7 @@ from switchboard.workers.handback import (
     hand_back_runs,
     held_runs,
 )
+from switchboard.workers.outbox_clears import OutboxClears
 from switchboard.workers.queue import CeleryQueue
 
 log = logging.getLogger("switchboard.worker")
@@ -164,9 +165,19 @@ class RunHost:
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         loops: int = RUN_LOOPS,
         new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
+        outbox: OutboxClears | None = None,
     ) -> None:
         self.loops = _RunLoops(loops, new_loop)
         self.in_flight = InFlight(max_in_flight)
+        # Where the runs' follow-ups leave their outbox entries to clear (None: each
+        # follow-up clears its own).
+        self.outbox = outbox
+
+    def close(self) -> None:
+        """Stop the run loops, and clear the outbox entries left to clear."""
+        self.loops.close()
+        if self.outbox is not None:
+            self.outbox.close()
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         """Start a coroutine on one of the run loops (cancelled if the worker stops)."""
@@ -300,15 +311,18 @@ class _Claims:
             return True
 
 
-async def _run_and_follow_up(svc: Services, start: RunStart, claimed: Claimed) -> None:
+async def _run_and_follow_up(
+    svc: Services, start: RunStart, claimed: Claimed, outbox: OutboxClears | None = None
+) -> None:
     """Execute a run; its follow-up step is enqueued as it ends (the plain path), or with
-    the fast paths on run right here (`_then_follow_up`). ``claimed`` is told once the run
-    was claimed (by the executor), or as the run ends or fails before that."""
+    the fast paths on run right here (`_then_follow_up`, its outbox entry left to
+    ``outbox``). ``claimed`` is told once the run was claimed (by the executor), or as the
+    run ends or fails before that."""
     try:
         if not svc.settings.fast_paths:
             await start(None)
         else:
-            await _then_follow_up(svc, start)
+            await _then_follow_up(svc, start, outbox)
     except BaseException as exc:
         claimed(exc)  # nothing if the run was claimed: it went on past its message
         raise
@@ -316,10 +330,13 @@ async def _run_and_follow_up(svc: Services, start: RunStart, claimed: Claimed) -
         claimed(None)
 
 
-async def _then_follow_up(svc: Services, start: RunStart) -> None:
+async def _then_follow_up(
+    svc: Services, start: RunStart, outbox: OutboxClears | None = None
+) -> None:
     """Execute a run (``start``), then its follow-up step right away (off the loop,
     `off_loop`: its store round trips do not hold up the loop's other runs), then the
-    runs its follow-up started (up to `RUNS_TAKEN_HERE`), each with its own follow-up.
+    runs its follow-up started (up to `RUNS_TAKEN_HERE`), each with its own follow-up;
+    the followed runs' outbox entries are left to ``outbox`` (None: cleared here).
 
     Handing the ended run back to the pool thread for its follow-up cost a wake-up across
     threads per run: with a batch in flight, the loop running the follow-up measured about
@@ -336,7 +353,7 @@ async def _then_follow_up(svc: Services, start: RunStart) -> None:
             # Only the follow-ups are handed `here`, never a run: a run's own children
             # must not wait for it to end.
             if ended_runs:
-                followed = await off_loop(_following_up(svc, ended_runs, here, followed))
+                followed = await off_loop(_following_up(svc, ended_runs, here, followed, outbox))
             if not here.runs:
                 return
             run_id, session_key = here.runs[0]
@@ -346,11 +363,15 @@ async def _then_follow_up(svc: Services, start: RunStart) -> None:
             here.runs.popleft()
     finally:
         here.release()
-        _clear_outbox(svc, followed)
+        _clear_outbox(svc, followed, outbox)
 
 
 def _following_up(
-    svc: Services, ended_runs: list[RunRecord], here: RunsTakenHere, followed: list[str]
+    svc: Services,
+    ended_runs: list[RunRecord],
+    here: RunsTakenHere,
+    followed: list[str],
+    outbox: OutboxClears | None,
 ) -> Callable[[], list[str]]:
     """The follow-up steps of ``ended_runs``; answers the runs whose outbox entries are
     still to be cleared: ``followed`` and these, or none once cleared here (when the steps
@@ -360,7 +381,7 @@ def _following_up(
         left = followed + [e.run_id for e in ended_runs if run_follow_up(svc, e, here)]
         if here.runs:
             return left
-        _clear_outbox(svc, left)
+        _clear_outbox(svc, left, outbox)
         return []
 
     return steps
@@ -384,10 +405,14 @@ def _resuming(svc: Services, run_id: str, claimed: Claimed) -> RunStart:
     return lambda follow_ups: resume_run(svc, run_id, follow_ups=follow_ups, on_claimed=claimed)
 
 
-def _clear_outbox(svc: Services, run_ids: list[str]) -> None:
-    """Clear followed-up runs from the outbox in one round trip; if the store is away,
-    the sweep finds them there and runs their (idempotent) steps again."""
+def _clear_outbox(svc: Services, run_ids: list[str], outbox: OutboxClears | None = None) -> None:
+    """Clear followed-up runs from the outbox: left to ``outbox`` when given, else in one
+    round trip here; if the store is away, the sweep finds them there and runs their
+    (idempotent) steps again."""
     if not run_ids:
+        return
+    if outbox is not None:
+        outbox.add(run_ids)
         return
     try:
         svc.store.runs.outbox_done(*run_ids)
@@ -397,7 +422,9 @@ def _clear_outbox(svc: Services, run_ids: list[str]) -> None:
         )
 
 
-async def _run_together(svc: Services, pairs: list[list[str]], claims: _Claims) -> None:
+async def _run_together(
+    svc: Services, pairs: list[list[str]], claims: _Claims, outbox: OutboxClears | None = None
+) -> None:
     """Execute runs side by side on one loop (one hand-over from the pool thread for the
     message, not one per run); if any failed, raise the first failure once all have ended.
 
@@ -416,7 +443,7 @@ async def _run_together(svc: Services, pairs: list[list[str]], claims: _Claims) 
             raise
     outcomes = await asyncio.gather(
         *(
-            _run_and_follow_up(svc, _executing(svc, rid, key, told, claim), told)
+            _run_and_follow_up(svc, _executing(svc, rid, key, told, claim), told, outbox)
             for (rid, key), told, claim in zip(pairs, claimed, taken, strict=True)
         ),
         return_exceptions=True,
@@ -436,9 +463,6 @@ def _install_fast_paths(settings: Settings) -> None:
 
 def register_tasks(app: Celery, settings: Settings) -> None:
     """Register every task on ``app``, and make its `RunHost` (``run_host(app)``)."""
-    # uvloop's loops with the fast paths on (`event_loops`), else asyncio's.
-    host = RunHost(settings.worker_max_in_flight, new_loop=partial(new_event_loop, settings))
-    app.switchboard_run_host = host
 
     @cache
     def build() -> Services:
@@ -449,6 +473,16 @@ def register_tasks(app: Celery, settings: Settings) -> None:
         override = getattr(app, "services_override", None)
         return override if override is not None else build()
 
+    # uvloop's loops with the fast paths on (`event_loops`), else asyncio's; with them on,
+    # the inline follow-ups' outbox entries cleared together (`outbox_clears`).
+    outbox = None
+    if settings.fast_paths:
+        outbox = OutboxClears(lambda ids: _clear_outbox(services(), ids))
+    host = RunHost(
+        settings.worker_max_in_flight, new_loop=partial(new_event_loop, settings), outbox=outbox
+    )
+    app.switchboard_run_host = host
+
     @app.task(name="switchboard.run", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
     def run(run_id: str, session_key: str) -> None:
         """Execute one agent run in its session, then its follow-up step if it has one."""
@@ -456,7 +490,9 @@ def register_tasks(app: Celery, settings: Settings) -> None:
 
         def body(claims: _Claims) -> Coroutine[Any, Any, None]:
             claimed = claims.run()
-            return _run_and_follow_up(svc, _executing(svc, run_id, session_key, claimed), claimed)
+            return _run_and_follow_up(
+                svc, _executing(svc, run_id, session_key, claimed), claimed, host.outbox
+            )
 
         host.hand_over(1, body)
 
@@ -465,7 +501,7 @@ def register_tasks(app: Celery, settings: Settings) -> None:
         """Execute the runs of one message (a batch, or runs enqueued together) together,
         each in its own session, then each one's follow-up step as it ends."""
         svc = services()
-        host.hand_over(len(pairs), lambda claims: _run_together(svc, pairs, claims))
+        host.hand_over(len(pairs), lambda claims: _run_together(svc, pairs, claims, host.outbox))
 
     @app.task(name="switchboard.resume", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
     def resume(run_id: str, session_key: str) -> None:
@@ -474,7 +510,7 @@ def register_tasks(app: Celery, settings: Settings) -> None:
 
         def body(claims: _Claims) -> Coroutine[Any, Any, None]:
             claimed = claims.run()
-            return _run_and_follow_up(svc, _resuming(svc, run_id, claimed), claimed)
+            return _run_and_follow_up(svc, _resuming(svc, run_id, claimed), claimed, host.outbox)
 
         host.hand_over(1, body)
 
@@ -505,7 +541,7 @@ def register_tasks(app: Celery, settings: Settings) -> None:
     def _close_model_clients(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", app) is app:  # this app's worker stopped
             close_clients()
-            host.loops.close()
+            host.close()
 
     def _hand_back_on_stop(sender: Any = None, **_: Any) -> None:
         # Sent from the main process's signal handler as a warm (SIGTERM) or cold shutdown
