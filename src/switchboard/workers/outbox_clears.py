@@ -10,7 +10,9 @@ idempotent. So the runs a worker follows up need not each pay a round trip for i
 With the fast paths on, a worker's run host keeps one `OutboxClears`: callers hand it the
 run ids (no round trip), and its thread clears what gathered over ``linger_s`` in one round
 trip. A fan-out ending hundreds of children a second clears them in a few round trips a
-second instead of one per child. The thread starts with the first entry in the process
+second instead of one per child. (Not `queue.GroupCommit`, which batches the same way but
+makes each caller wait for the batch's publish: a clear has no outcome its caller needs,
+and one caller is the run loop.) The thread starts with the first entry in the process
 that uses it (a forking pool's children start their own) and clears what is left when the
 worker stops (`close`).
 """
