@@ -136,6 +136,29 @@ class Proc:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
+# A process log's ERROR lines shown in a failure message: this many, each cut to this long.
+ERROR_LINES_SHOWN = 20
+ERROR_LINE_CHARS = 6000
+
+
+def error_lines(log: str) -> list[str]:
+    """The log's records at ERROR or above (JSON lines, their tracebacks inside), the first
+    `ERROR_LINES_SHOWN` of them, each cut to `ERROR_LINE_CHARS`."""
+    found = []
+    for line in log.splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            level = json.loads(line).get("level")
+        except (ValueError, AttributeError):
+            continue
+        if level in ("error", "critical"):
+            found.append(line[:ERROR_LINE_CHARS])
+            if len(found) == ERROR_LINES_SHOWN:
+                break
+    return found
+
+
 @dataclass
 class Cluster:
     """The product's processes on one Redis, with test-side services for the checks."""
@@ -257,8 +280,15 @@ class Cluster:
                 self.kill(proc)
 
     def logs(self, tail: int = 4000) -> str:
-        """The end of every process log (for failure messages)."""
-        return "\n".join(f"--- {p.log.name}\n{p.output()[-tail:]}" for p in self.procs)
+        """For failure messages: every process's ERROR lines (a 500's traceback is one,
+        however long ago it was logged), then the end of its log."""
+        parts = []
+        for proc in self.procs:
+            text = proc.output()
+            errors = error_lines(text)
+            shown = f"errors ({len(errors)}):\n" + "\n".join(errors) + "\n" if errors else ""
+            parts.append(f"--- {proc.log.name}\n{shown}end:\n{text[-tail:]}")
+        return "\n".join(parts)
 
     # -- state ------------------------------------------------------------------------
     @property
