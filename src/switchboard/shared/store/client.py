@@ -60,10 +60,12 @@ from switchboard.shared.store.follow import FOLLOWER_JOIN_S, Follower, cut_conne
 from switchboard.shared.store.lua_scripts import load as load_lua
 from switchboard.shared.store.lua_scripts import script_names
 from switchboard.shared.store.redis_errors import PASSED_THROUGH as _PASSED_THROUGH
+from switchboard.shared.store.redis_errors import closed_transport
 from switchboard.shared.store.redis_errors import unavailable as unavailable
 from switchboard.shared.store.router import AsyncClusterStoreRedis, ClusterStoreRedis
 from switchboard.shared.store.sentinel import (
     AsyncNewestSentinel,
+    AsyncSentinelBlockingPool,
     SentinelBlockingPool,
     follow_primary,
     sentinel_kwargs,
@@ -403,12 +405,17 @@ class AsyncStorePipeline(aioredis.client.Pipeline):
     """An async pipeline whose failed ``execute`` raises `StoreUnavailable`."""
 
     async def execute(self, raise_on_error: bool = True) -> list[Any]:
-        """Send the queued commands; a Redis error is raised as `StoreUnavailable`."""
+        """Send the queued commands; a Redis error is raised as `StoreUnavailable`, as is
+        a write on a connection that closed under it (`closed_transport`)."""
         try:
             return await super().execute(raise_on_error)
         except _PASSED_THROUGH:
             raise
         except redis.RedisError as exc:
+            raise unavailable(exc) from exc
+        except RuntimeError as exc:
+            if not closed_transport(exc):
+                raise
             raise unavailable(exc) from exc
 
 
@@ -425,12 +432,17 @@ class AsyncStoreRedis(aioredis.Redis):
         await super().aclose(close_connection_pool)
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
-        """Run one command; a Redis error is raised as `StoreUnavailable`."""
+        """Run one command; a Redis error is raised as `StoreUnavailable`, as is a write on
+        a connection that closed under it (`closed_transport`)."""
         try:
             return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
         except _PASSED_THROUGH:
             raise
         except redis.RedisError as exc:
+            raise unavailable(exc) from exc
+        except RuntimeError as exc:
+            if not closed_transport(exc):
+                raise
             raise unavailable(exc) from exc
 
     def pipeline(
@@ -450,9 +462,16 @@ AsyncStoreClient = AsyncStoreRedis | AsyncClusterStoreRedis
 # were live, so the command on it fails, while its maintenance notifications are on (the
 # default with RESP3: redis/redis-py#4128); off, the pool reconnects it first. They serve
 # managed Redis's planned maintenance, which the store follows as any failover.
+#
+# Every async pool is a blocking one with the sync pool's size and wait (`_POOL_OPTIONS`):
+# redis-py's default async pool holds 100 connections and fails the 101st command under
+# way at once ("Too many connections"), so an api serving a few hundred waits at once
+# answered some of them 503 with Redis idle. A task now waits for a free connection.
 _ASYNC_POOL_OPTIONS: dict[str, Any] = {
     "driver_info": DRIVER_INFO,
     "maint_notifications_config": MaintNotificationsConfig(enabled=False),
+    "max_connections": _POOL_OPTIONS["max_connections"],
+    "timeout": _POOL_OPTIONS["timeout"],
 }
 
 
@@ -463,7 +482,8 @@ def connect_async(url: str, **options: Any) -> AsyncStoreClient:
     parsed = parse_redis_url(url)
     if parsed is None:
         options = {**_ASYNC_POOL_OPTIONS, **plain_url_options(url, options)}
-        return cast(AsyncStoreRedis, AsyncStoreRedis.from_url(url, **options))
+        pool = aioredis.BlockingConnectionPool.from_url(url, **options)
+        return cast(AsyncStoreRedis, AsyncStoreRedis.from_pool(pool))
     options = {**_ASYNC_POOL_OPTIONS, **options}
     if isinstance(parsed, ClusterUrl):
         return _async_cluster_client(parsed, options)
@@ -471,7 +491,12 @@ def connect_async(url: str, **options: Any) -> AsyncStoreClient:
     asked = AsyncNewestSentinel(  # type: ignore[no-untyped-call]
         list(parsed.sentinels), sentinel_kwargs=kwargs, **parsed.connection_kwargs()
     )
-    client = asked.master_for(parsed.master, redis_class=AsyncStoreRedis, **options)
+    client = asked.master_for(
+        parsed.master,
+        redis_class=AsyncStoreRedis,
+        connection_pool_class=AsyncSentinelBlockingPool,
+        **options,
+    )
     client.following = follow_primary(client.connection_pool, checker=sentinels(parsed))
     return cast(AsyncStoreRedis, client)
 
@@ -483,7 +508,7 @@ def _async_cluster_client(parsed: ClusterUrl, options: dict[str, Any]) -> AsyncC
 
     def node_client(host: str, port: int) -> aioredis.Redis:
         kwargs = _node_kwargs(parsed, cluster_map, host, port, options)
-        pool = aioredis.ConnectionPool(connection_class=connection_class, **kwargs)
+        pool = aioredis.BlockingConnectionPool(connection_class=connection_class, **kwargs)
         return AsyncStoreRedis.from_pool(pool)
 
     nodes = NodeClients(cluster_map, node_client)

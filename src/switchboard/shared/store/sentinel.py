@@ -22,12 +22,14 @@ included, cut from the checking thread).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
 from typing import Any
 
 import redis
+import redis.asyncio as aioredis
 from redis.asyncio import sentinel as aiosentinel
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -51,6 +53,13 @@ SENTINEL_SKIP_S = 10.0
 class SentinelBlockingPool(SentinelConnectionPool, redis.BlockingConnectionPool):
     """redis-py's sentinel pool (each new connection asks the sentinels for the primary)
     with the blocking pool's wait for a free connection."""
+
+
+class AsyncSentinelBlockingPool(
+    aiosentinel.SentinelConnectionPool, aioredis.BlockingConnectionPool
+):
+    """`SentinelBlockingPool` for the api's async clients: a task waits for a free
+    connection instead of failing (redis-py's async pool raises "Too many connections")."""
 
 
 class NewestSentinel(Sentinel):
@@ -85,9 +94,31 @@ class NewestSentinel(Sentinel):
 
 
 class AsyncNewestSentinel(aiosentinel.Sentinel):
-    """`NewestSentinel`'s rule for the api's async clients."""
+    """`NewestSentinel`'s rule for the api's async clients, asked once for every
+    connection that connects meanwhile.
+
+    Each new connection of a sentinel pool asks where the primary is. After a failover
+    every connection of the api reconnects at once: hundreds of lookups of every sentinel
+    at the same moment, past what a sentinel's own client holds (its pool fails the 101st
+    with "Too many connections", which also took that sentinel for down). One lookup is
+    made at a time per loop and master; connections that ask while it is under way take
+    its answer."""
 
     async def discover_master(self, service_name: str) -> tuple[str, int]:
+        """The (host, port) of the primary of ``service_name`` in the newest configuration
+        (the lookup under way on this loop, if one is)."""
+        asking: dict[tuple[int, str], asyncio.Task[tuple[str, int]]]
+        asking = self.__dict__.setdefault("_asking", {})
+        key = (id(asyncio.get_running_loop()), service_name)
+        lookup = asking.get(key)
+        if lookup is None or lookup.done():
+            lookup = asyncio.ensure_future(self._ask_every_sentinel(service_name))
+            asking[key] = lookup
+            lookup.add_done_callback(lambda done: _forget(asking, key, done))
+        # Shielded: a caller cancelled (its request timed out) leaves it to the others.
+        return await asyncio.shield(lookup)
+
+    async def _ask_every_sentinel(self, service_name: str) -> tuple[str, int]:
         """The (host, port) of the primary of ``service_name`` in the newest configuration."""
         down: dict[int, float] = self.__dict__.setdefault("_down_until", {})
         now = time.monotonic()
@@ -105,6 +136,14 @@ class AsyncNewestSentinel(aiosentinel.Sentinel):
             down.pop(id(sentinel), None)
             answers.append(masters.get(service_name))
         return _newest(self, service_name, answers, errors)
+
+
+def _forget(asking: dict[Any, Any], key: Any, done: asyncio.Future[Any]) -> None:
+    """Drop a finished lookup (``done``) unless a newer one took its place."""
+    if asking.get(key) is done:
+        del asking[key]
+    if not done.cancelled():
+        done.exception()  # retrieved: a lookup nobody awaited any more logs no warning
 
 
 def _newest(
