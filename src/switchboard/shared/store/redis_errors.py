@@ -31,5 +31,5 @@ def closed_transport(exc: BaseException) -> bool:
 
 
 def unavailable(exc: Exception) -> StoreUnavailable:
-    """The store's error for a redis-py one (raise it ``from exc``)."""
+    """The store's error for a redis-py one or a closed transport (raise it ``from exc``)."""
     return StoreUnavailable(f"{type(exc).__name__}: {exc}")
