@@ -109,9 +109,10 @@ class AsyncNewestSentinel(aiosentinel.Sentinel):
         (the lookup under way on this loop, if one is)."""
         asking: dict[tuple[int, str], asyncio.Task[tuple[str, int]]]
         asking = self.__dict__.setdefault("_asking", {})
-        key = (id(asyncio.get_running_loop()), service_name)
+        loop = asyncio.get_running_loop()
+        key = (id(loop), service_name)
         lookup = asking.get(key)
-        if lookup is None or lookup.done():
+        if lookup is None or lookup.done() or lookup.get_loop() is not loop:
             lookup = asyncio.ensure_future(self._ask_every_sentinel(service_name))
             asking[key] = lookup
             lookup.add_done_callback(lambda done: _forget(asking, key, done))
