@@ -60,7 +60,7 @@ from switchboard.shared.store.follow import FOLLOWER_JOIN_S, Follower, cut_conne
 from switchboard.shared.store.lua_scripts import load as load_lua
 from switchboard.shared.store.lua_scripts import script_names
 from switchboard.shared.store.redis_errors import PASSED_THROUGH as _PASSED_THROUGH
-from switchboard.shared.store.redis_errors import closed_transport
+from switchboard.shared.store.redis_errors import is_outage
 from switchboard.shared.store.redis_errors import unavailable as unavailable
 from switchboard.shared.store.router import AsyncClusterStoreRedis, ClusterStoreRedis
 from switchboard.shared.store.sentinel import (
@@ -411,10 +411,8 @@ class AsyncStorePipeline(aioredis.client.Pipeline):
             return await super().execute(raise_on_error)
         except _PASSED_THROUGH:
             raise
-        except redis.RedisError as exc:
-            raise unavailable(exc) from exc
-        except RuntimeError as exc:
-            if not closed_transport(exc):
+        except (redis.RedisError, RuntimeError) as exc:
+            if not is_outage(exc):
                 raise
             raise unavailable(exc) from exc
 
@@ -438,10 +436,8 @@ class AsyncStoreRedis(aioredis.Redis):
             return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
         except _PASSED_THROUGH:
             raise
-        except redis.RedisError as exc:
-            raise unavailable(exc) from exc
-        except RuntimeError as exc:
-            if not closed_transport(exc):
+        except (redis.RedisError, RuntimeError) as exc:
+            if not is_outage(exc):
                 raise
             raise unavailable(exc) from exc
 

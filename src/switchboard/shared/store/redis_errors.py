@@ -11,6 +11,7 @@ uvloop's for a write on a connection that closed under redis-py.
 
 from __future__ import annotations
 
+import redis
 from redis.exceptions import NoScriptError, WatchError
 
 from switchboard.shared.errors import StoreUnavailable
@@ -28,6 +29,12 @@ def closed_transport(exc: BaseException) -> bool:
     handler is closed"), where asyncio's own transports fail the write with an ``OSError``,
     which redis-py raises as ``ConnectionError``."""
     return isinstance(exc, RuntimeError) and "the handler is closed" in str(exc)
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by redis-py, means the store is away: any ``RedisError`` (but
+    those `PASSED_THROUGH`, caught before), or a closed transport."""
+    return isinstance(exc, redis.RedisError) or closed_transport(exc)
 
 
 def unavailable(exc: Exception) -> StoreUnavailable:
