@@ -74,6 +74,11 @@ def enabled() -> bool:
     return any(os.environ.get(name) for name in ENDPOINT_VARS)
 
 
+def tracing() -> bool:
+    """Tracing is installed in this process (`install`)."""
+    return _tracer is not None
+
+
 def install(role: str) -> bool:
     """Install tracing for this process (``role``: api, worker or beat) if an endpoint is
     set; True when tracing is on. Once per process: a second call changes nothing."""

@@ -245,19 +245,20 @@ def test_an_announce_takes_the_spawn_run_and_session_its_childs_end_step_read(
     session_id = done.run.read_at_end[ks.session(child)]["sessionId"]
 
     read_keys: list[str] = []
-    real_read, real_reads = services.store.flows.read_hash, services.store.spawns.announce_reads
+    real_read = services.store.flows.read_hash
+    real_reads = services.store.spawns.queue_announce_reads
     passed: dict[str, Any] = {}
 
     def read_hash(key: str) -> dict[str, str]:
         read_keys.append(key)
         return real_read(key)
 
-    def announce_reads(spawn: Any, **kwargs: Any) -> Any:
+    def queue_announce_reads(pipe: Any, spawn: Any, **kwargs: Any) -> Any:
         passed.update(kwargs)
-        return real_reads(spawn, **kwargs)
+        return real_reads(pipe, spawn, **kwargs)
 
     monkeypatch.setattr(services.store.flows, "read_hash", read_hash)
-    monkeypatch.setattr(services.store.spawns, "announce_reads", announce_reads)
+    monkeypatch.setattr(services.store.spawns, "queue_announce_reads", queue_announce_reads)
     reads.clear()
     run_step_inline(services, ANNOUNCE_STEP, spawn_id, following=done.run)
     assert reads[f"hgetall:{ks.spawn(spawn_id)}"] == 0

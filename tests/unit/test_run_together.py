@@ -28,7 +28,9 @@ def _fake_runs(monkeypatch: pytest.MonkeyPatch, failing: set[str]) -> list[str]:
             raise RuntimeError(f"{run_id} failed")
         ended.append(run_id)
 
-    async def run_and_follow_up(svc: Any, start: Any, claimed: Any, outbox: Any) -> None:
+    async def run_and_follow_up(
+        svc: Any, start: Any, claimed: Any, outbox: Any, together: Any
+    ) -> None:
         await start(None)
 
     monkeypatch.setattr(tasks, "execute_run", execute_run)
@@ -69,7 +71,7 @@ def test_follow_ups_run_in_place_only_with_the_fast_paths_on(
     async def start(follow_ups: list[RunRecord] | None) -> None:
         collected.append(follow_ups)
 
-    async def then_follow_up(svc: Any, start: Any, outbox: Any) -> None:
+    async def then_follow_up(svc: Any, start: Any, outbox: Any, together: Any) -> None:
         inline.append(True)
         await start([])
 
@@ -113,7 +115,9 @@ def test_with_the_fast_paths_a_messages_runs_are_claimed_in_one_call(
         given[run_id] = kw["claim"]
         kw["on_claimed"]()
 
-    async def run_and_follow_up(svc: Any, start: Any, claimed: Any, outbox: Any) -> None:
+    async def run_and_follow_up(
+        svc: Any, start: Any, claimed: Any, outbox: Any, together: Any
+    ) -> None:
         await start(None)
 
     monkeypatch.setattr(tasks, "execute_run", execute_run)

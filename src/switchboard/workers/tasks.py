@@ -29,6 +29,7 @@ import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import cache, partial
 from typing import Any, Protocol, TypeVar
 
@@ -41,7 +42,7 @@ from switchboard.shared.config import Settings
 from switchboard.shared.errors import StoreUnavailable, Unavailable
 from switchboard.shared.event_loops import new_event_loop
 from switchboard.shared.flows.catalog import FLOW_STEPS
-from switchboard.shared.flows.steps import run_follow_up, run_step
+from switchboard.shared.flows.steps import run_follow_ups, run_step
 from switchboard.shared.flows.sweeper import sweep
 from switchboard.shared.queue import RunsTakenHere
 from switchboard.shared.runtime.executor import HISTORY_LIMIT, execute_run, resume_run
@@ -59,6 +60,7 @@ from switchboard.workers.handback import (
 )
 from switchboard.workers.outbox_clears import OutboxClears
 from switchboard.workers.queue import CeleryQueue
+from switchboard.workers.together import Together
 
 log = logging.getLogger("switchboard.worker")
 
@@ -172,6 +174,8 @@ class RunHost:
         # Where the runs' follow-ups leave their outbox entries to clear (None: each
         # follow-up clears its own).
         self.outbox = outbox
+        # The follow-ups of runs that end in the same turn of their loop, run together.
+        self.follow_ups: FollowUpsTogether = Together(_follow_up_together)
 
     def close(self) -> None:
         """Stop the run loops, and clear the outbox entries left to clear."""
@@ -312,17 +316,22 @@ class _Claims:
 
 
 async def _run_and_follow_up(
-    svc: Services, start: RunStart, claimed: Claimed, outbox: OutboxClears | None = None
+    svc: Services,
+    start: RunStart,
+    claimed: Claimed,
+    outbox: OutboxClears | None = None,
+    together: FollowUpsTogether | None = None,
 ) -> None:
     """Execute a run; its follow-up step is enqueued as it ends (the plain path), or with
     the fast paths on run right here (`_then_follow_up`, its outbox entry left to
-    ``outbox``). ``claimed`` is told once the run was claimed (by the executor), or as the
+    ``outbox``, with the follow-ups of runs ending at the same time when ``together``
+    is given). ``claimed`` is told once the run was claimed (by the executor), or as the
     run ends or fails before that."""
     try:
         if not svc.settings.fast_paths:
             await start(None)
         else:
-            await _then_follow_up(svc, start, outbox)
+            await _then_follow_up(svc, start, outbox, together)
     except BaseException as exc:
         claimed(exc)  # nothing if the run was claimed: it went on past its message
         raise
@@ -331,12 +340,17 @@ async def _run_and_follow_up(
 
 
 async def _then_follow_up(
-    svc: Services, start: RunStart, outbox: OutboxClears | None = None
+    svc: Services,
+    start: RunStart,
+    outbox: OutboxClears | None = None,
+    together: FollowUpsTogether | None = None,
 ) -> None:
     """Execute a run (``start``), then its follow-up step right away (off the loop,
     `off_loop`: its store round trips do not hold up the loop's other runs), then the
     runs its follow-up started (up to `RUNS_TAKEN_HERE`), each with its own follow-up;
-    the followed runs' outbox entries are left to ``outbox`` (None: cleared here).
+    the followed runs' outbox entries are left to ``outbox`` (None: cleared here). With
+    ``together``, the follow-ups of the loop's runs that end in the same turn of the loop
+    run in one call (`together.Together`), sharing their round trips.
 
     Handing the ended run back to the pool thread for its follow-up cost a wake-up across
     threads per run: with a batch in flight, the loop running the follow-up measured about
@@ -353,7 +367,11 @@ async def _then_follow_up(
             # Only the follow-ups are handed `here`, never a run: a run's own children
             # must not wait for it to end.
             if ended_runs:
-                followed = await off_loop(_following_up(svc, ended_runs, here, followed, outbox))
+                asked = _FollowUps(svc, ended_runs, here, followed, outbox)
+                if together is None:
+                    followed = (await off_loop(partial(_follow_up_together, [asked])))[0]
+                else:
+                    followed = await together(asked)
             if not here.runs:
                 return
             run_id, session_key = here.runs[0]
@@ -366,25 +384,45 @@ async def _then_follow_up(
         _clear_outbox(svc, followed, outbox)
 
 
-def _following_up(
-    svc: Services,
-    ended_runs: list[RunRecord],
-    here: RunsTakenHere,
-    followed: list[str],
-    outbox: OutboxClears | None,
-) -> Callable[[], list[str]]:
-    """The follow-up steps of ``ended_runs``; answers the runs whose outbox entries are
-    still to be cleared: ``followed`` and these, or none once cleared here (when the steps
-    started no run to take here, the task ends: cleared in the same go)."""
+@dataclass(frozen=True)
+class _FollowUps:
+    """The ended runs of one `_then_follow_up` whose follow-up steps are to run: where
+    the runs their steps start are taken (``here``), the runs followed up before whose
+    outbox entries are still to be cleared, and where they are cleared."""
 
-    def steps() -> list[str]:
-        left = followed + [e.run_id for e in ended_runs if run_follow_up(svc, e, here)]
-        if here.runs:
-            return left
-        _clear_outbox(svc, left, outbox)
-        return []
+    svc: Services
+    ended: list[RunRecord]
+    here: RunsTakenHere
+    followed: list[str]
+    outbox: OutboxClears | None
 
-    return steps
+
+# The follow-ups of the runs of a run loop that end in the same turn of it, run together.
+FollowUpsTogether = Together["_FollowUps", list[str]]
+
+
+def _follow_up_together(asked: list[_FollowUps]) -> list[list[str]]:
+    """The follow-up steps of the runs of each ``asked`` (`steps.run_follow_ups`: of a
+    step with a form for many, one call for all); answers, per ``asked``, the runs whose
+    outbox entries are still to be cleared: its ``followed`` and its ended runs, or none
+    once cleared here (when its steps started no run to take in its task, that task ends:
+    cleared in the same go)."""
+    cleared: dict[int, list[bool]] = {}
+    for svc in {id(a.svc): a.svc for a in asked}.values():
+        mine = [i for i, a in enumerate(asked) if a.svc is svc]
+        flat = [(rec, asked[i].here) for i in mine for rec in asked[i].ended]
+        answers = iter(run_follow_ups(svc, flat))
+        for i in mine:
+            cleared[i] = [next(answers) for _ in asked[i].ended]
+    left_of: list[list[str]] = []
+    for i, a in enumerate(asked):
+        left = a.followed + [rec.run_id for rec, c in zip(a.ended, cleared[i], strict=True) if c]
+        if a.here.runs:
+            left_of.append(left)
+        else:
+            _clear_outbox(a.svc, left, a.outbox)
+            left_of.append([])
+    return left_of
 
 
 def _executing(
@@ -423,7 +461,11 @@ def _clear_outbox(svc: Services, run_ids: list[str], outbox: OutboxClears | None
 
 
 async def _run_together(
-    svc: Services, pairs: list[list[str]], claims: _Claims, outbox: OutboxClears | None = None
+    svc: Services,
+    pairs: list[list[str]],
+    claims: _Claims,
+    outbox: OutboxClears | None = None,
+    together: FollowUpsTogether | None = None,
 ) -> None:
     """Execute runs side by side on one loop (one hand-over from the pool thread for the
     message, not one per run); if any failed, raise the first failure once all have ended.
@@ -443,7 +485,7 @@ async def _run_together(
             raise
     outcomes = await asyncio.gather(
         *(
-            _run_and_follow_up(svc, _executing(svc, rid, key, told, claim), told, outbox)
+            _run_and_follow_up(svc, _executing(svc, rid, key, told, claim), told, outbox, together)
             for (rid, key), told, claim in zip(pairs, claimed, taken, strict=True)
         ),
         return_exceptions=True,
@@ -491,7 +533,11 @@ def register_tasks(app: Celery, settings: Settings) -> None:
         def body(claims: _Claims) -> Coroutine[Any, Any, None]:
             claimed = claims.run()
             return _run_and_follow_up(
-                svc, _executing(svc, run_id, session_key, claimed), claimed, host.outbox
+                svc,
+                _executing(svc, run_id, session_key, claimed),
+                claimed,
+                host.outbox,
+                host.follow_ups,
             )
 
         host.hand_over(1, body)
@@ -501,7 +547,10 @@ def register_tasks(app: Celery, settings: Settings) -> None:
         """Execute the runs of one message (a batch, or runs enqueued together) together,
         each in its own session, then each one's follow-up step as it ends."""
         svc = services()
-        host.hand_over(len(pairs), lambda claims: _run_together(svc, pairs, claims, host.outbox))
+        host.hand_over(
+            len(pairs),
+            lambda claims: _run_together(svc, pairs, claims, host.outbox, host.follow_ups),
+        )
 
     @app.task(name="switchboard.resume", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
     def resume(run_id: str, session_key: str) -> None:
@@ -510,7 +559,9 @@ def register_tasks(app: Celery, settings: Settings) -> None:
 
         def body(claims: _Claims) -> Coroutine[Any, Any, None]:
             claimed = claims.run()
-            return _run_and_follow_up(svc, _resuming(svc, run_id, claimed), claimed, host.outbox)
+            return _run_and_follow_up(
+                svc, _resuming(svc, run_id, claimed), claimed, host.outbox, host.follow_ups
+            )
 
         host.hand_over(1, body)
 

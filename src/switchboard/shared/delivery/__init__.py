@@ -1,6 +1,7 @@
 """Channel adapters and durable delivery records (``switchboard.deliver``).
 
-The public surface: ``Target``, ``enqueue_delivery``, ``get_delivery``, ``deliveries_for``,
+The public surface: ``Target``, ``enqueue_delivery`` (``queue_delivery``: its store step
+on a pipeline the caller executes), ``get_delivery``, ``deliveries_for``,
 ``resolve_announce_target`` and, for the sweep, ``enqueue_due``.
 """
 
@@ -10,6 +11,7 @@ from switchboard.shared.delivery.dispatch import (
     enqueue_delivery,
     enqueue_due,
     get_delivery,
+    queue_delivery,
 )
 from switchboard.shared.delivery.records import Target
 from switchboard.shared.delivery.targets import resolve_announce_target
@@ -21,5 +23,6 @@ __all__ = [
     "enqueue_delivery",
     "enqueue_due",
     "get_delivery",
+    "queue_delivery",
     "resolve_announce_target",
 ]

@@ -18,7 +18,7 @@ with its worker. A step that finds its delivery settled, busy or not yet due doe
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from switchboard.logs import log_context
@@ -28,6 +28,8 @@ from switchboard.shared.delivery.records import Outgoing, Target
 from switchboard.shared.flows.steps import flow_step
 from switchboard.shared.policy.send_policy import SEND_BLOCKED, session_send_decision
 from switchboard.shared.services import Services
+from switchboard.shared.store import Pipeline
+from switchboard.shared.store.deliveries import DeliveryStore
 from switchboard.shared.store.runs import now_ms
 
 log = logging.getLogger("switchboard.delivery")
@@ -58,6 +60,30 @@ def enqueue_delivery(
     out = Outgoing(target, message, session_key, idempotency_key, origin)
     if adapters.is_local(svc, target.channel):
         return _deliver_local(svc, out)
+    return _enqueue_remote(svc, out)
+
+
+def queue_delivery(
+    svc: Services,
+    pipe: Pipeline,
+    *,
+    target: Target,
+    message: str,
+    session_key: str,
+    idempotency_key: str,
+    origin: Mapping[str, str],
+) -> tuple[str, Callable[[Sequence[Any]], None]]:
+    """`enqueue_delivery` with the store step of a channel served inside the product
+    queued on ``pipe``: answers the delivery id and what is done with the pipeline's
+    replies once it is executed (the caller calls it). Any other channel's delivery is
+    recorded and its step enqueued here and now, as `enqueue_delivery` does."""
+    out = Outgoing(target, message, session_key, idempotency_key, origin)
+    if not adapters.is_local(svc, target.channel):
+        return _enqueue_remote(svc, out), lambda replies: None
+    return out.delivery_id, _queue_local(svc, out, pipe)
+
+
+def _enqueue_remote(svc: Services, out: Outgoing) -> str:
     delivery_id, created = records.create(svc, out)
     if created or _never_attempted(svc, delivery_id):
         svc.queue.enqueue(DELIVER_STEP, delivery_id)
@@ -65,19 +91,33 @@ def enqueue_delivery(
 
 
 def _deliver_local(svc: Services, out: Outgoing) -> str:
-    """Record, send and settle a webchat or internal delivery in one store step.
+    """Record, send and settle a webchat or internal delivery in one store step."""
+    pipe = svc.store.pipeline()
+    settled = _queue_local(svc, out, pipe)
+    settled(pipe.execute())
+    return out.delivery_id
 
-    Without send-policy rules the session's own override decides, read in that step."""
+
+def _queue_local(svc: Services, out: Outgoing, pipe: Pipeline) -> Callable[[Sequence[Any]], None]:
+    """Queue the one store step of a local delivery on ``pipe``; answers what reads its
+    reply. Without send-policy rules the session's own override decides, read in that
+    step."""
     policy = None
     if svc.config.session.send_policy is not None:
         denied = _session_denies(svc, out.session_key, out.target.channel)
         policy = "deny" if denied else "allow"
-    delivery_id, outcome = records.create_local(svc, out, policy=policy)
-    if outcome is None and _never_attempted(svc, delivery_id):
-        deliver(svc, delivery_id)  # recorded earlier but never sent: send it now
-    elif outcome == "denied":
-        log.warning("delivery %s denied: %s", delivery_id, SEND_BLOCKED)
-    return delivery_id
+    at = len(pipe)
+    records.create_local(svc, out, policy=policy, client=pipe)
+    delivery_id = out.delivery_id
+
+    def settled(replies: Sequence[Any]) -> None:
+        outcome = DeliveryStore.local_outcome(replies[at])
+        if outcome is None and _never_attempted(svc, delivery_id):
+            deliver(svc, delivery_id)  # recorded earlier but never sent: send it now
+        elif outcome == "denied":
+            log.warning("delivery %s denied: %s", delivery_id, SEND_BLOCKED)
+
+    return settled
 
 
 def _never_attempted(svc: Services, delivery_id: str) -> bool:

@@ -27,7 +27,7 @@ from switchboard.shared import metrics
 from switchboard.shared.delivery import adapters
 from switchboard.shared.policy.send_policy import SEND_BLOCKED
 from switchboard.shared.services import Services
-from switchboard.shared.store import slot_groups
+from switchboard.shared.store import Pipeline, slot_groups
 from switchboard.shared.store.deliveries import Claim, LocalOutcome, NewDelivery
 from switchboard.shared.store.runs import now_ms
 
@@ -119,12 +119,15 @@ def create(svc: Services, out: Outgoing) -> tuple[str, bool]:
     return out.delivery_id, created
 
 
-def create_local(svc: Services, out: Outgoing, *, policy: str | None) -> tuple[str, str | None]:
+def create_local(
+    svc: Services, out: Outgoing, *, policy: str | None, client: Pipeline | None = None
+) -> tuple[str, str | None]:
     """Record and settle a delivery to a channel served inside the product, in one step.
 
     ``policy`` is the send policy's decision (``allow``/``deny``), or None to go by the
     session's own override alone (no send-policy rules are configured). Returns (id,
-    outcome): ``delivered`` or ``denied``, None when the delivery already existed."""
+    outcome): ``delivered`` or ``denied``, None when the delivery already existed; queued
+    on ``client``, the outcome is None (its reply there: `DeliveryStore.local_outcome`)."""
     new = _new_delivery(svc, out, now_ms())
     fields, now = new.fields, new.now_ms
     webchat = adapters.webchat_event(fields, now) if out.target.channel == "webchat" else None
@@ -137,7 +140,7 @@ def create_local(svc: Services, out: Outgoing, *, policy: str | None) -> tuple[s
         denied_metric=metrics.field_name(metrics.DELIVERIES, "denied"),
         denied_error=SEND_BLOCKED,
     )
-    return out.delivery_id, svc.store.deliveries.create_local(new, outcome)
+    return out.delivery_id, svc.store.deliveries.create_local(new, outcome, client=client)
 
 
 def _new_delivery(svc: Services, out: Outgoing, now: int) -> NewDelivery:

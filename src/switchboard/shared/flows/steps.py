@@ -7,12 +7,17 @@ enqueued stays pending in Redis until it has run, so one lost with a killed work
 enqueued again by the sweep (``switchboard.shared.flows.pending``). ``log_ids``
 names the step's arguments for its log lines (``("flowId", "turn")``): every line logged
 while the step runs carries them, with the step's name.
+
+A step may also have a form that runs many of it at once (``@together_step(name)``):
+given (services, args) per step, it answers each one's failure (None: done). The runs
+that end together on a worker's loop have their follow-up steps run that way
+(`run_follow_ups`), so their round trips to the store are shared.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -29,8 +34,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("switchboard.flow")
 
 FlowStep = Callable[..., None]
+# Many steps of one name at once: (services, args) each in, each one's failure out.
+TogetherStep = Callable[
+    [Sequence[tuple["Services", Sequence[str]]]], Sequence[BaseException | None]
+]
 
 FLOW_STEPS: dict[str, FlowStep] = {}
+FLOW_STEPS_TOGETHER: dict[str, TogetherStep] = {}
 # Errors after which a step is retried (the worker's task retries them with backoff); the
 # store raises Redis failures as `StoreUnavailable`, an `Unavailable`.
 _RETRIED = (Unavailable,)
@@ -46,6 +56,18 @@ def flow_step(name: str, *, log_ids: tuple[str, ...] = ()) -> Callable[[FlowStep
             raise ValueError(f"flow step {name!r} is registered twice")
         FLOW_STEPS[name] = fn
         _LOG_IDS[name] = log_ids
+        return fn
+
+    return register
+
+
+def together_step(name: str) -> Callable[[TogetherStep], TogetherStep]:
+    """Register the form of step ``name`` that runs many of it at once."""
+
+    def register(fn: TogetherStep) -> TogetherStep:
+        if name in FLOW_STEPS_TOGETHER and FLOW_STEPS_TOGETHER[name] is not fn:
+            raise ValueError(f"flow step {name!r} has two forms for many")
+        FLOW_STEPS_TOGETHER[name] = fn
         return fn
 
     return register
@@ -108,18 +130,65 @@ def run_follow_up(svc: Services, rec: RunRecord, taken: RunsTakenHere | None = N
 
     Until it is cleared the outbox holds it: if this worker dies first, or the store is
     away, the sweep enqueues the step (steps are idempotent)."""
-    assert rec.on_end is not None
-    task, args = str(rec.on_end["task"]), [str(a) for a in rec.on_end.get("args", [])]
+    task, args = _on_end(rec)
     try:
         with telemetry.resumed(rec.traceparent):  # the step's runs join the run's trace
             run_step_inline(svc, task, *args, following=rec, taken=taken)
-    except StoreUnavailable:
+    except Exception as exc:
+        return _after_follow_up(svc, rec, exc)
+    return True
+
+
+def run_follow_ups(
+    svc: Services, ended: Sequence[tuple[RunRecord, RunsTakenHere | None]]
+) -> list[bool]:
+    """The `onEnd` steps of runs that ended together, each with where the runs it starts
+    are taken (`run_follow_up`'s ``taken``): the steps of one name that has a form for
+    many (`together_step`) run in one call, the rest one by one. Answers, per run, what
+    `run_follow_up` does. With tracing on, each step runs on its own in its run's trace."""
+    cleared = [True] * len(ended)
+    together: dict[str, list[int]] = {}
+    for i, (rec, taken) in enumerate(ended):
+        task, _ = _on_end(rec)
+        if task in FLOW_STEPS_TOGETHER and len(ended) > 1 and not telemetry.tracing():
+            together.setdefault(task, []).append(i)
+        else:
+            cleared[i] = run_follow_up(svc, rec, taken)
+    for task, members in together.items():
+        steps = [
+            (
+                inline_services(svc, following=ended[i][0], taken=ended[i][1]),
+                _on_end(ended[i][0])[1],
+            )
+            for i in members
+        ]
+        with log_context(step=task, together=len(steps)):
+            log.debug("flow step %s (inline, %d together)", task, len(steps))
+            failures = FLOW_STEPS_TOGETHER[task](steps)
+        for i, failure in zip(members, failures, strict=True):
+            if failure is not None:
+                cleared[i] = _after_follow_up(svc, ended[i][0], failure)
+    return cleared
+
+
+def _on_end(rec: RunRecord) -> tuple[str, list[str]]:
+    assert rec.on_end is not None
+    return str(rec.on_end["task"]), [str(a) for a in rec.on_end.get("args", [])]
+
+
+def _after_follow_up(svc: Services, rec: RunRecord, failure: BaseException) -> bool:
+    """A run's follow-up step failed: left to the sweep when the store is away (False),
+    enqueued when it is not ready yet (retried with backoff), else logged."""
+    task, args = _on_end(rec)
+    if isinstance(failure, StoreUnavailable):
         log.warning("run %s: its follow-up %s is left to the sweep", rec.run_id, task)
         return False
-    except Unavailable:  # not ready yet: a task of its own, retried with backoff
+    if isinstance(failure, Unavailable):  # not ready yet: a task of its own
         svc.queue.enqueue(task, *args)
-    except Exception:
-        log.exception("run %s: its follow-up %s failed", rec.run_id, task)
+    elif isinstance(failure, Exception):
+        log.error("run %s: its follow-up %s failed", rec.run_id, task, exc_info=failure)
+    else:
+        raise failure  # not an error to handle here (a cancellation, an exit)
     return True
 
 

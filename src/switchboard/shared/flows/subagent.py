@@ -20,20 +20,26 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from switchboard.shared import keys as sk
 from switchboard.shared import metrics
-from switchboard.shared.delivery import Target, enqueue_delivery
+from switchboard.shared.delivery import Target, enqueue_delivery, queue_delivery
 from switchboard.shared.delivery.targets import target_from_entry, target_from_key
 from switchboard.shared.errors import Unavailable
 from switchboard.shared.flows import collect
-from switchboard.shared.flows.steps import flow_step, following, read_at_end, read_hash
+from switchboard.shared.flows.steps import (
+    flow_step,
+    following,
+    read_at_end,
+    read_hash,
+    together_step,
+)
 from switchboard.shared.flows.subagent_archive import archive_session
 from switchboard.shared.flows.subagent_parent import start_private_turn
-from switchboard.shared.flows.yield_wake import append_announce, current_run
+from switchboard.shared.flows.yield_wake import append_announce, current_run, queue_announce
 from switchboard.shared.runtime.transcript import latest_tool_result_text
 from switchboard.shared.services import Services
 from switchboard.shared.store import Pipeline
@@ -57,6 +63,9 @@ _TOOL_RESULT_WINDOW = 100
 _STATUS_LABELS = {"ok": "completed successfully", "timeout": "timed out"}
 # Announce states after which nothing more is sent.
 _SETTLED = ("delivered", "skipped", "dropped")
+# What reads the replies of writes queued on a pipeline, once the caller executed it (what
+# it answers, if anything, is not used).
+Settled = Callable[[Sequence[Any]], object]
 
 
 # -- steps -------------------------------------------------------------------------------
@@ -65,20 +74,91 @@ _SETTLED = ("delivered", "skipped", "dropped")
 @flow_step(ANNOUNCE_STEP, log_ids=("spawnId",))
 def subagent_announce(svc: Services, spawn_id: str) -> None:
     """Announce a finished child to its requester (or count it towards its batch)."""
-    records = svc.store.spawns
+    failed = announce_together([(svc, (spawn_id,))])[0]
+    if failed is not None:
+        raise failed
+
+
+@together_step(ANNOUNCE_STEP)
+def announce_together(
+    steps: Sequence[tuple[Services, Sequence[str]]],
+) -> list[BaseException | None]:
+    """The announce steps of children that ended together, one per (services, [spawnId]):
+    what they read in one round trip, then the writes of every plain announce (the
+    frozen outcome, the append, the delivery, the clean-up) in one more. A step off the
+    plain path (a collector, a ``join: "all"`` member, a private turn, a requester still
+    running) makes its own round trips. Answers each step's failure in its place (None:
+    done); a store failure fails every step whose round trip it was, and each is retried
+    as a step is (steps are idempotent)."""
+    failed: list[BaseException | None] = [None] * len(steps)
+    if not steps:
+        return failed
+    store = steps[0][0].store
+    reads = store.pipeline()
+    to_read: list[tuple[int, Services, SpawnRecord, Callable[[Sequence[Any]], AnnounceReads]]] = []
+    for i, (svc, (spawn_id,)) in enumerate(steps):
+        try:
+            spawn = _to_announce(svc, spawn_id)
+            if spawn is not None:
+                to_read.append((i, svc, spawn, _queue_context(svc, spawn, reads)))
+        except Exception as exc:
+            failed[i] = exc
+    replies = _execute(reads, [i for i, *_ in to_read], failed)
+    if replies is None:
+        return failed
+    writes = store.pipeline()
+    queued: list[tuple[int, Settled]] = []
+    for i, svc, spawn, read in to_read:
+        try:
+            settled = _announce_queued(svc, spawn, read(replies), writes)
+            if settled is not None:
+                queued.append((i, settled))
+        except Exception as exc:
+            failed[i] = exc
+    replies = _execute(writes, [i for i, _ in queued], failed)
+    for i, settled in queued if replies is not None else ():
+        try:
+            settled(replies)
+        except Exception as exc:
+            failed[i] = exc
+    return failed
+
+
+def _execute(pipe: Pipeline, steps: Sequence[int], failed: list[BaseException | None]) -> Any:
+    """Execute the round trip of ``steps``; its replies, or None with each step failed."""
+    if not len(pipe):
+        return []
+    try:
+        return pipe.execute()
+    except Exception as exc:
+        for i in steps:
+            failed[i] = exc
+        return None
+
+
+def _to_announce(svc: Services, spawn_id: str) -> SpawnRecord | None:
+    """The spawn to announce; None when there is nothing to do (gone or done)."""
     raw = read_hash(svc, svc.store.ks.spawn(spawn_id))  # read by the child's end step
     spawn = SpawnRecord.from_hash(spawn_id, raw) if raw else None
     if spawn is None or spawn.get("status") == "done":
-        return
+        return None
     if spawn.get("status") == "starting":
         raise Unavailable(f"spawn {spawn_id} is still being recorded")  # retried shortly
-    ctx = _read_context(svc, spawn)
+    return spawn
+
+
+def _announce_queued(
+    svc: Services, spawn: SpawnRecord, ctx: AnnounceReads, pipe: Pipeline
+) -> Settled | None:
+    """One announce given what it read: its writes queued on ``pipe``, answering what
+    reads their replies; None when it made its own round trips (or had nothing to do)."""
+    records = svc.store.spawns
     if ctx.run is not None and ctx.run.yielded:  # paused (sessions_yield): its wake run ends it
         ctx = replace(ctx, run=current_run(svc, ctx.run))
         if ctx.run is None:
-            return  # the wake run is not recorded yet: its end enqueues this step again
+            return None  # the wake run is not recorded yet: its end enqueues this step again
     if ctx.run is not None and not ctx.run.terminal:
-        return  # an early duplicate: the run's end enqueues this step again
+        return None  # an early duplicate: the run's end enqueues this step again
     if spawn.get("collect") or ctx.join == "all":
         spawn = _freeze_outcome(svc, records, spawn, ctx.run, ctx.child_session_id)
         if spawn.get("collect"):  # a collector: into the requester's completion log
@@ -88,23 +168,44 @@ def subagent_announce(svc: Services, spawn_id: str) -> None:
             )
         else:
             _count_towards_batch(svc, records, spawn)
-        return
+        return None
+    # A private turn makes round trips between its writes: on a pipeline of its own.
+    own = spawn.get("completionTarget") == "parent"
+    on = svc.store.pipeline() if own else pipe
     # The outcome is frozen on the announce's first round trip (`_freeze_outcome`).
-    pipe = svc.store.pipeline()
-    spawn = _freeze_outcome(svc, records, spawn, ctx.run, ctx.child_session_id, pipe=pipe)
+    spawn = _freeze_outcome(svc, records, spawn, ctx.run, ctx.child_session_id, pipe=on)
     if _should_wait_for_requester(svc, spawn, ctx.lane_holder):
-        pipe.execute()
+        settled = _retry_later(svc, spawn.id)
+    else:
+        announced = _announce_one(svc, records, spawn, ctx, on)
+        finished = queue_finish_child(
+            svc,
+            records,
+            spawn,
+            joins_all=False,
+            child_exists=ctx.child_session_id is not None,
+            pipe=on,
+        )
+        settled = _in_turn(announced, finished)
+    if not own:
+        return settled
+    settled(on.execute())
+    return None
+
+
+def _retry_later(svc: Services, spawn_id: str) -> Settled:
+    def retry(replies: Sequence[Any]) -> None:
         svc.queue.enqueue(ANNOUNCE_STEP, spawn_id, countdown_s=_BUSY_RETRY_S)
-        return
-    _announce_one(svc, records, spawn, ctx, pipe)
-    finish_child(
-        svc,
-        records,
-        spawn,
-        joins_all=False,
-        child_exists=ctx.child_session_id is not None,
-        pipe=pipe,
-    )
+
+    return retry
+
+
+def _in_turn(*steps: Settled) -> Settled:
+    def settled(replies: Sequence[Any]) -> None:
+        for step in steps:
+            step(replies)
+
+    return settled
 
 
 @flow_step(BATCH_JOIN_STEP, log_ids=("batchId",))
@@ -146,17 +247,21 @@ def fail_unstarted(svc: Services, spawn_id: str, error: str) -> None:
         finish_child(svc, records, spawn, joins_all=False)
 
 
-def _read_context(svc: Services, spawn: SpawnRecord) -> AnnounceReads:
-    """The child's run, the batch's join mode, the requester's lane and what the announce
-    needs of the child and requester sessions: one pipelined round trip. Run inline after
-    the child's run, the run and the child's session are taken from its end step
-    (`following`, `read_at_end`) and only the rest is read."""
+def _queue_context(
+    svc: Services, spawn: SpawnRecord, pipe: Pipeline
+) -> Callable[[Sequence[Any]], AnnounceReads]:
+    """Queue what the announce reads on ``pipe`` (`SpawnStore.queue_announce_reads`): the
+    child's run, the batch's join mode, the requester's lane and what the announce needs
+    of the child and requester sessions. Run inline after the child's run, the run and the
+    child's session are taken from its end step (`following`, `read_at_end`) and only the
+    rest is read."""
     known = following(svc)
     run = known if known is not None and known.run_id == spawn.get("runId") else None
     child_session = None
     if run is not None:
         child_session = read_at_end(svc, svc.store.ks.session(str(spawn["childKey"])))
-    return svc.store.spawns.announce_reads(
+    return svc.store.spawns.queue_announce_reads(
+        pipe,
         spawn,
         check_requester=sk.is_subagent_key(str(spawn["requesterKey"])),
         read_requester=_target_needs_entry(spawn),
@@ -227,19 +332,20 @@ def is_silent(spawn: SpawnRecord) -> bool:
 
 def _announce_one(
     svc: Services, records: SpawnStore, spawn: SpawnRecord, ctx: AnnounceReads, pipe: Pipeline
-) -> None:
-    """Append and deliver one child's announce. What is queued on ``pipe`` (the frozen
-    outcome) goes out with the append, or first; the last state change goes on ``pipe``."""
+) -> Settled:
+    """Append and deliver one child's announce, its writes queued on ``pipe`` after what
+    is queued there (the frozen outcome); answers what reads their replies once the
+    caller executed it. A private turn executes ``pipe`` on the way (its own pipeline)."""
     spawn_key = svc.store.ks.spawn(spawn.id)
     requester = str(spawn["requesterKey"])
     if spawn.get("announce") in _SETTLED:
-        return
+        return _nothing
     if is_silent(spawn):
         _settle_announce(svc, records, spawn_key, "", "skipped", pipe)
-        return
+        return _nothing
     if not ctx.requester_exists:  # an orchestrator archived meanwhile: dropped
         _settle_announce(svc, records, spawn_key, "", "dropped", pipe)
-        return
+        return _nothing
     text = announce_text(svc, spawn)
     if spawn.get("completionTarget") == "parent":  # a private turn, no channel delivery
         pipe.execute()
@@ -250,19 +356,25 @@ def _announce_one(
             # The requester yielded: its next run takes it, with its siblings' (yield_wake).
             records.update(spawn.id, {"announcedAt": now_ms()}, client=pipe)
             _settle_announce(svc, records, spawn_key, "appended", "delivered", pipe)
-            return
+            return _nothing
         run_id = start_private_turn(svc, spawn, text)
         if run_id is None:  # the requester refuses runs: the transcript keeps it
             _append_once(svc, records, spawn_key, requester, text, source_key=spawn["childKey"])
         records.update(spawn.id, {"announceRunId": run_id, "announcedAt": now_ms()}, client=pipe)
         expected = "appended" if run_id is None else ""
         _settle_announce(svc, records, spawn_key, expected, "delivered", pipe)
-        return
-    _append_once(
-        svc, records, spawn_key, requester, text, source_key=str(spawn["childKey"]), pipe=pipe
-    )
-    delivery_id = enqueue_delivery(
+        return _nothing
+    landed = queue_announce(
         svc,
+        spawn_key,
+        requester,
+        _announce_message(text, str(spawn["childKey"])),
+        source_key=str(spawn["childKey"]),
+        pipe=pipe,
+    )
+    delivery_id, delivered = queue_delivery(
+        svc,
+        pipe,
         target=_target(svc, spawn, ctx.requester_entry),
         message=text,
         session_key=requester,
@@ -271,6 +383,11 @@ def _announce_one(
     )
     records.update(spawn.id, {"deliveryId": delivery_id, "announcedAt": now_ms()}, client=pipe)
     _settle_announce(svc, records, spawn_key, "appended", "delivered", pipe)
+    return _in_turn(landed, delivered)
+
+
+def _nothing(replies: Sequence[Any]) -> None:
+    """Nothing to read in the replies."""
 
 
 def _announce_batch(
@@ -333,7 +450,20 @@ def _append_once(
     queued on ``pipe``); a requester that yielded its turn gets it as its next run instead
     (`yield_wake`). With ``only_yielded`` only that: False (nothing written) when the
     requester is not yielded."""
-    message = {
+    return append_announce(
+        svc,
+        hash_key,
+        requester,
+        _announce_message(text, source_key),
+        source_key=source_key,
+        only_yielded=only_yielded,
+        pipe=pipe,
+    )
+
+
+def _announce_message(text: str, source_key: str) -> dict[str, Any]:
+    """The announce as the requester's transcript keeps it."""
+    return {
         "role": "user",
         "content": text,
         "timestamp": now_ms(),
@@ -344,15 +474,6 @@ def _append_once(
             "sourceTool": "subagent_announce",
         },
     }
-    return append_announce(
-        svc,
-        hash_key,
-        requester,
-        message,
-        source_key=source_key,
-        only_yielded=only_yielded,
-        pipe=pipe,
-    )
 
 
 def announce_target(svc: Services, spawn: SpawnRecord) -> Target:
@@ -443,8 +564,27 @@ def finish_child(
 
     The writes go in one round trip: on ``pipe`` after what is queued there already
     (executed here unless ``execute`` is False). ``child_exists`` spares a read."""
-    requester, child = str(spawn["requesterKey"]), str(spawn["childKey"])
     pipe = pipe if pipe is not None else svc.store.pipeline()
+    settled = queue_finish_child(
+        svc, records, spawn, joins_all=joins_all, child_exists=child_exists, pipe=pipe
+    )
+    if execute:
+        settled(pipe.execute())
+
+
+def queue_finish_child(
+    svc: Services,
+    records: SpawnStore,
+    spawn: SpawnRecord,
+    *,
+    joins_all: bool,
+    child_exists: bool | None = None,
+    pipe: Pipeline,
+) -> Settled:
+    """`finish_child`'s writes queued on ``pipe``; answers what reads their replies once
+    the caller executed it (the last member of a batch to finish keeps the batch for the
+    retention)."""
+    requester, child = str(spawn["requesterKey"]), str(spawn["childKey"])
     records.release_child(requester, child, client=pipe)
     svc.store.yields.release_if_idle(requester, client=pipe)  # its last child: yield over
     if spawn.get("cleanup") == "delete":
@@ -463,11 +603,12 @@ def finish_child(
         records.count_done(batch_id, spawn.id, client=pipe)
     records.update(spawn.id, {"status": "done"}, client=pipe)
     records.expire(spawn.id, client=pipe)
-    if not execute:
-        return
-    replies = pipe.execute()
-    if counted >= 0 and int(replies[counted]):
-        records.expire_batch(batch_id)  # the last member of the batch to finish
+
+    def settled(replies: Sequence[Any]) -> None:
+        if counted >= 0 and int(replies[counted]):
+            records.expire_batch(batch_id)  # the last member of the batch to finish
+
+    return settled
 
 
 # -- text ---------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ between the stash and the enqueue) enqueues the open wake again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from switchboard.shared import keys as sk
@@ -61,10 +61,36 @@ def append_announce(
     its transcript, or with ``only_yielded`` nowhere (False: the caller announces its own
     way). The requester's entry is created or touched first, in the same round trip: on
     ``pipe`` after what is queued there already, when given."""
+    pipe = pipe if pipe is not None else svc.store.pipeline()
+    landed = queue_announce(
+        svc,
+        hash_key,
+        requester,
+        message,
+        source_key=source_key,
+        only_yielded=only_yielded,
+        pipe=pipe,
+    )
+    return landed(pipe.execute())
+
+
+def queue_announce(
+    svc: Services,
+    hash_key: str,
+    requester: str,
+    message: Mapping[str, Any],
+    *,
+    source_key: str,
+    only_yielded: bool = False,
+    pipe: Pipeline,
+) -> Callable[[Sequence[Any]], bool]:
+    """`append_announce` queued on ``pipe``: answers what reads its reply once the caller
+    executed the pipeline (and enqueues the wake it opened), True unless ``only_yielded``
+    found the requester not yielded."""
     now = now_ms()
     entry = {"childKey": source_key, "text": message["content"], "at": now}
-    pipe = pipe if pipe is not None else svc.store.pipeline()
     svc.store.sessions.touch(requester, client=pipe)
+    at = len(pipe)
     svc.store.yields.append_announce(
         hash_key,
         requester,
@@ -78,12 +104,16 @@ def append_announce(
         only_yielded=only_yielded,
         client=pipe,
     )
-    landed = YieldStore.landed(pipe.execute()[-1])
-    # A new wake, or one left open by an earlier copy of this step that died before it
-    # enqueued the step (enqueued twice is harmless: the step is idempotent).
-    if landed.wake_id and (landed.opened or landed.outcome == "moved"):
-        svc.queue.enqueue(WAKE_STEP, requester, landed.wake_id, countdown_s=BATCH_WINDOW_S)
-    return landed.outcome != "not_yielded"
+
+    def landed(replies: Sequence[Any]) -> bool:
+        found = YieldStore.landed(replies[at])
+        # A new wake, or one left open by an earlier copy of this step that died before it
+        # enqueued the step (enqueued twice is harmless: the step is idempotent).
+        if found.wake_id and (found.opened or found.outcome == "moved"):
+            svc.queue.enqueue(WAKE_STEP, requester, found.wake_id, countdown_s=BATCH_WINDOW_S)
+        return found.outcome != "not_yielded"
+
+    return landed
 
 
 def stash_for_wake(

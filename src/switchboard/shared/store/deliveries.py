@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis import Redis
+from redis.client import Pipeline
 
 from switchboard.shared.store import codec
 from switchboard.shared.store.codec import as_text
@@ -87,9 +88,12 @@ class DeliveryStore:
         )
         return bool(int(res))
 
-    def create_local(self, new: NewDelivery, outcome: LocalOutcome) -> str | None:
+    def create_local(
+        self, new: NewDelivery, outcome: LocalOutcome, *, client: Pipeline | None = None
+    ) -> str | None:
         """Record and settle a delivery in one step: ``delivered`` or ``denied``, None
-        when it already existed (see delivery_create_local.lua)."""
+        when it already existed (see delivery_create_local.lua). Queued on ``client`` when
+        given (answer None; decode its reply with `local_outcome`)."""
         webchat = outcome.webchat_event
         res = self._lua["delivery_create_local"](
             delivery=self.ks.delivery(new.delivery_id),
@@ -106,8 +110,14 @@ class DeliveryStore:
             denied_metric=outcome.denied_metric,
             denied_error=outcome.denied_error,
             **self._record_args(new),
+            client=client,
         )
-        return {1: "delivered", 2: "denied"}.get(int(res))
+        return None if client is not None else self.local_outcome(res)
+
+    @staticmethod
+    def local_outcome(reply: Any) -> str | None:
+        """Decode `create_local`'s reply."""
+        return {1: "delivered", 2: "denied"}.get(int(reply))
 
     @staticmethod
     def _record_args(new: NewDelivery) -> dict[str, Any]:

@@ -18,7 +18,7 @@ of sending it, so a flow step writes across stores in one round trip.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -274,10 +274,33 @@ class SpawnStore:
         child's session id, with (when asked) whether the requester's session exists and
         its entry: one pipelined round trip. ``run`` (the child's ended run) and
         ``child_session`` (its session hash), when the caller has them, are not read."""
+        pipe = self.redis.pipeline(transaction=False)
+        read = self.queue_announce_reads(
+            pipe,
+            spawn,
+            check_requester=check_requester,
+            read_requester=read_requester,
+            run=run,
+            child_session=child_session,
+        )
+        return read(pipe.execute())
+
+    def queue_announce_reads(
+        self,
+        pipe: Pipeline,
+        spawn: SpawnRecord,
+        *,
+        check_requester: bool,
+        read_requester: bool,
+        run: RunRecord | None = None,
+        child_session: Mapping[str, str] | None = None,
+    ) -> Callable[[Sequence[Any]], AnnounceReads]:
+        """`announce_reads` queued on ``pipe`` (after what is queued there, before what
+        comes next): answers the function that reads them from the pipeline's replies."""
         ks = self.ks
         requester, child = str(spawn["requesterKey"]), str(spawn["childKey"])
         run_id, batch_id = str(spawn.get("runId", "")), str(spawn.get("batchId") or "")
-        pipe = self.redis.pipeline(transaction=False)
+        at = len(pipe)
         if run is None:
             pipe.hgetall(ks.run(run_id))
         if batch_id:
@@ -289,22 +312,29 @@ class SpawnStore:
             pipe.exists(ks.session(requester))
         if read_requester:
             pipe.hgetall(ks.session(requester))
-        replies = iter(pipe.execute())
-        if run is None:
-            raw_run = next(replies)
-            run = RunRecord.from_hash(run_id, codec.decode_hash(raw_run)) if raw_run else None
-        join = as_text(next(replies)) if batch_id else ""
-        holder = as_text(next(replies)) or None
-        if child_session is None:
-            session_id = as_text(next(replies)) or None
-        else:
-            session_id = child_session.get("sessionId") or None
-        exists = bool(next(replies)) if check_requester else True
-        raw_entry = next(replies) if read_requester else None
-        entry = (
-            SessionEntry.from_hash(requester, codec.decode_hash(raw_entry)) if raw_entry else None
-        )
-        return AnnounceReads(run, join, holder, session_id, exists, entry)
+
+        def read(all_replies: Sequence[Any]) -> AnnounceReads:
+            replies = iter(all_replies[at:])
+            found = run
+            if found is None:
+                raw_run = next(replies)
+                found = RunRecord.from_hash(run_id, codec.decode_hash(raw_run)) if raw_run else None
+            join = as_text(next(replies)) if batch_id else ""
+            holder = as_text(next(replies)) or None
+            if child_session is None:
+                session_id = as_text(next(replies)) or None
+            else:
+                session_id = child_session.get("sessionId") or None
+            exists = bool(next(replies)) if check_requester else True
+            raw_entry = next(replies) if read_requester else None
+            entry = (
+                SessionEntry.from_hash(requester, codec.decode_hash(raw_entry))
+                if raw_entry
+                else None
+            )
+            return AnnounceReads(found, join, holder, session_id, exists, entry)
+
+        return read
 
     # -- active children --------------------------------------------------------------
     def reserve_children(
