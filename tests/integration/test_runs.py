@@ -200,7 +200,7 @@ def test_a_result_that_cannot_be_recorded_ends_the_run_and_frees_the_lane(
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise ValueError("unstorable tool arguments")
 
-    monkeypatch.setattr(executor, "_record_result", refuse)
+    monkeypatch.setattr(executor, "_queue_result", refuse)
     first = rpc("agent", sessionKey="main", message="one")
     outcome = wait_ok(rpc, first["runId"])
     assert outcome["status"] == "error", outcome

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from switchboard.workers.together import Together
+from switchboard.shared.runtime.together import Together
 
 pytestmark = pytest.mark.unit
 

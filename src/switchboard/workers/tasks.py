@@ -45,9 +45,16 @@ from switchboard.shared.flows.catalog import FLOW_STEPS
 from switchboard.shared.flows.steps import run_follow_ups, run_step
 from switchboard.shared.flows.sweeper import sweep
 from switchboard.shared.queue import RunsTakenHere
-from switchboard.shared.runtime.executor import HISTORY_LIMIT, execute_run, resume_run
+from switchboard.shared.runtime.executor import (
+    HISTORY_LIMIT,
+    EndsTogether,
+    execute_run,
+    record_results,
+    resume_run,
+)
 from switchboard.shared.runtime.models import close_clients, preload
 from switchboard.shared.runtime.off_loop import off_loop
+from switchboard.shared.runtime.together import Together
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import Claim, RunRecord
 from switchboard.wiring import build_services
@@ -60,7 +67,6 @@ from switchboard.workers.handback import (
 )
 from switchboard.workers.outbox_clears import OutboxClears
 from switchboard.workers.queue import CeleryQueue
-from switchboard.workers.together import Together
 
 log = logging.getLogger("switchboard.worker")
 
@@ -168,14 +174,15 @@ class RunHost:
         loops: int = RUN_LOOPS,
         new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
         outbox: OutboxClears | None = None,
+        waves: Waves | None = None,
     ) -> None:
         self.loops = _RunLoops(loops, new_loop)
         self.in_flight = InFlight(max_in_flight)
         # Where the runs' follow-ups leave their outbox entries to clear (None: each
         # follow-up clears its own).
         self.outbox = outbox
-        # The follow-ups of runs that end in the same turn of their loop, run together.
-        self.follow_ups: FollowUpsTogether = Together(_follow_up_together)
+        # What the runs that end in the same turn of their loop share (None: nothing).
+        self.waves = waves
 
     def close(self) -> None:
         """Stop the run loops, and clear the outbox entries left to clear."""
@@ -320,18 +327,18 @@ async def _run_and_follow_up(
     start: RunStart,
     claimed: Claimed,
     outbox: OutboxClears | None = None,
-    together: FollowUpsTogether | None = None,
+    waves: Waves | None = None,
 ) -> None:
     """Execute a run; its follow-up step is enqueued as it ends (the plain path), or with
     the fast paths on run right here (`_then_follow_up`, its outbox entry left to
-    ``outbox``, with the follow-ups of runs ending at the same time when ``together``
-    is given). ``claimed`` is told once the run was claimed (by the executor), or as the
-    run ends or fails before that."""
+    ``outbox``, with the follow-ups of runs ending at the same time when ``waves``
+    is given; ``start`` was given them for its end step). ``claimed`` is told once the
+    run was claimed (by the executor), or as the run ends or fails before that."""
     try:
         if not svc.settings.fast_paths:
             await start(None)
         else:
-            await _then_follow_up(svc, start, outbox, together)
+            await _then_follow_up(svc, start, outbox, waves)
     except BaseException as exc:
         claimed(exc)  # nothing if the run was claimed: it went on past its message
         raise
@@ -343,14 +350,14 @@ async def _then_follow_up(
     svc: Services,
     start: RunStart,
     outbox: OutboxClears | None = None,
-    together: FollowUpsTogether | None = None,
+    waves: Waves | None = None,
 ) -> None:
     """Execute a run (``start``), then its follow-up step right away (off the loop,
     `off_loop`: its store round trips do not hold up the loop's other runs), then the
     runs its follow-up started (up to `RUNS_TAKEN_HERE`), each with its own follow-up;
     the followed runs' outbox entries are left to ``outbox`` (None: cleared here). With
-    ``together``, the follow-ups of the loop's runs that end in the same turn of the loop
-    run in one call (`together.Together`), sharing their round trips.
+    ``waves``, the end steps of the loop's runs whose results came in in the same turn of
+    the loop go in one round trip, and their follow-ups run in one call (`Waves`).
 
     Handing the ended run back to the pool thread for its follow-up cost a wake-up across
     threads per run: with a batch in flight, the loop running the follow-up measured about
@@ -368,16 +375,23 @@ async def _then_follow_up(
             # must not wait for it to end.
             if ended_runs:
                 asked = _FollowUps(svc, ended_runs, here, followed, outbox)
-                if together is None:
+                if waves is None:
                     followed = (await off_loop(partial(_follow_up_together, [asked])))[0]
                 else:
-                    followed = await together(asked)
+                    followed = await waves.follow_ups(asked)
             if not here.runs:
                 return
             run_id, session_key = here.runs[0]
             claim = here.claims.pop(run_id, None)  # claimed as it started: no claim step
             ended_runs = []
-            await execute_run(svc, run_id, session_key, claim=claim, follow_ups=ended_runs)
+            await execute_run(
+                svc,
+                run_id,
+                session_key,
+                claim=claim,
+                follow_ups=ended_runs,
+                ends=waves.ends if waves is not None else None,
+            )
             here.runs.popleft()
     finally:
         here.release()
@@ -399,6 +413,16 @@ class _FollowUps:
 
 # The follow-ups of the runs of a run loop that end in the same turn of it, run together.
 FollowUpsTogether = Together["_FollowUps", list[str]]
+
+
+@dataclass(frozen=True)
+class Waves:
+    """What the runs of a loop that end in the same turn of it share (with the fast paths
+    on, kept by the `RunHost`): one round trip for their end steps (`record_results`)
+    and one call for their follow-ups (`_follow_up_together`)."""
+
+    ends: EndsTogether
+    follow_ups: FollowUpsTogether
 
 
 def _follow_up_together(asked: list[_FollowUps]) -> list[list[str]]:
@@ -431,16 +455,27 @@ def _executing(
     session_key: str,
     claimed: Claimed,
     claim: Claim | str | None = None,
+    waves: Waves | None = None,
 ) -> RunStart:
     """The `RunStart` of a queued run (``claim``: as its message's claims answered)."""
+    ends = waves.ends if waves is not None else None
     return lambda follow_ups: execute_run(
-        svc, run_id, session_key, claim=claim, follow_ups=follow_ups, on_claimed=claimed
+        svc,
+        run_id,
+        session_key,
+        claim=claim,
+        follow_ups=follow_ups,
+        on_claimed=claimed,
+        ends=ends,
     )
 
 
-def _resuming(svc: Services, run_id: str, claimed: Claimed) -> RunStart:
+def _resuming(svc: Services, run_id: str, claimed: Claimed, waves: Waves | None = None) -> RunStart:
     """The `RunStart` of a parked run to continue."""
-    return lambda follow_ups: resume_run(svc, run_id, follow_ups=follow_ups, on_claimed=claimed)
+    ends = waves.ends if waves is not None else None
+    return lambda follow_ups: resume_run(
+        svc, run_id, follow_ups=follow_ups, on_claimed=claimed, ends=ends
+    )
 
 
 def _clear_outbox(svc: Services, run_ids: list[str], outbox: OutboxClears | None = None) -> None:
@@ -465,7 +500,7 @@ async def _run_together(
     pairs: list[list[str]],
     claims: _Claims,
     outbox: OutboxClears | None = None,
-    together: FollowUpsTogether | None = None,
+    waves: Waves | None = None,
 ) -> None:
     """Execute runs side by side on one loop (one hand-over from the pool thread for the
     message, not one per run); if any failed, raise the first failure once all have ended.
@@ -485,7 +520,9 @@ async def _run_together(
             raise
     outcomes = await asyncio.gather(
         *(
-            _run_and_follow_up(svc, _executing(svc, rid, key, told, claim), told, outbox, together)
+            _run_and_follow_up(
+                svc, _executing(svc, rid, key, told, claim, waves), told, outbox, waves
+            )
             for (rid, key), told, claim in zip(pairs, claimed, taken, strict=True)
         ),
         return_exceptions=True,
@@ -516,12 +553,17 @@ def register_tasks(app: Celery, settings: Settings) -> None:
         return override if override is not None else build()
 
     # uvloop's loops with the fast paths on (`event_loops`), else asyncio's; with them on,
-    # the inline follow-ups' outbox entries cleared together (`outbox_clears`).
-    outbox = None
+    # the inline follow-ups' outbox entries cleared together (`outbox_clears`), and the
+    # end steps and follow-ups of a wave of runs together (`Waves`).
+    outbox, waves = None, None
     if settings.fast_paths:
         outbox = OutboxClears(lambda ids: _clear_outbox(services(), ids))
+        waves = Waves(ends=Together(record_results), follow_ups=Together(_follow_up_together))
     host = RunHost(
-        settings.worker_max_in_flight, new_loop=partial(new_event_loop, settings), outbox=outbox
+        settings.worker_max_in_flight,
+        new_loop=partial(new_event_loop, settings),
+        outbox=outbox,
+        waves=waves,
     )
     app.switchboard_run_host = host
 
@@ -534,10 +576,10 @@ def register_tasks(app: Celery, settings: Settings) -> None:
             claimed = claims.run()
             return _run_and_follow_up(
                 svc,
-                _executing(svc, run_id, session_key, claimed),
+                _executing(svc, run_id, session_key, claimed, waves=host.waves),
                 claimed,
                 host.outbox,
-                host.follow_ups,
+                host.waves,
             )
 
         host.hand_over(1, body)
@@ -549,7 +591,7 @@ def register_tasks(app: Celery, settings: Settings) -> None:
         svc = services()
         host.hand_over(
             len(pairs),
-            lambda claims: _run_together(svc, pairs, claims, host.outbox, host.follow_ups),
+            lambda claims: _run_together(svc, pairs, claims, host.outbox, host.waves),
         )
 
     @app.task(name="switchboard.resume", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
@@ -560,7 +602,7 @@ def register_tasks(app: Celery, settings: Settings) -> None:
         def body(claims: _Claims) -> Coroutine[Any, Any, None]:
             claimed = claims.run()
             return _run_and_follow_up(
-                svc, _resuming(svc, run_id, claimed), claimed, host.outbox, host.follow_ups
+                svc, _resuming(svc, run_id, claimed, host.waves), claimed, host.outbox, host.waves
             )
 
         host.hand_over(1, body)

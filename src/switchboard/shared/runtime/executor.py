@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from pydantic_ai.messages import ToolReturnPart
 from pydantic_ai.tools import DeferredToolRequests
@@ -41,12 +41,13 @@ from switchboard.shared.runtime.history_cache import model_history
 from switchboard.shared.runtime.leases import FENCED, keeper_for
 from switchboard.shared.runtime.models import resolve_model
 from switchboard.shared.runtime.off_loop import off_loop
+from switchboard.shared.runtime.together import Together
 from switchboard.shared.runtime.transcript import to_model_messages, to_transcript
 from switchboard.shared.services import Services, ToolContext, WaitFor
-from switchboard.shared.store import codec
+from switchboard.shared.store import Pipeline, codec
 from switchboard.shared.store.events import run_event
 from switchboard.shared.store.keyspace import EVENTS_MAXLEN
-from switchboard.shared.store.runs import Claim, ParkedCall, RunRecord, now_ms
+from switchboard.shared.store.runs import Claim, ParkedCall, RunEnd, RunRecord, now_ms
 
 log = logging.getLogger("switchboard.run")
 
@@ -75,6 +76,7 @@ async def execute_run(
     claim: Claim | str | None = None,
     follow_ups: FollowUps = None,
     on_claimed: OnClaimed = None,
+    ends: EndsTogether | None = None,
 ) -> None:
     """Claim and execute a queued run that holds its session lane.
 
@@ -84,7 +86,8 @@ async def execute_run(
     message, `RunStore.claim_many`): execute it as claimed, or not at all when the claim
     answered a reason not to. ``follow_ups``: collect the run there if it ends with a
     follow-up step, instead of enqueuing the step. ``on_claimed``: called once the claim
-    step answered (see `OnClaimed`)."""
+    step answered (see `OnClaimed`). ``ends``: record the run's result with the results
+    of the runs of its loop that came in beside it (`record_results`)."""
     claimed = claim
     if isinstance(claimed, Claim) and claimed.run is None:
         claimed = None  # a start that did not claim it: claimed here
@@ -106,14 +109,19 @@ async def execute_run(
         return
     assert claimed.run is not None
     bind_run(claimed.run)  # this run's ids on every log line until it ends
-    await _execute(svc, claimed.run, claimed, deferred=None, follow_ups=follow_ups)
+    await _execute(svc, claimed.run, claimed, deferred=None, follow_ups=follow_ups, ends=ends)
 
 
 async def resume_run(
-    svc: Services, run_id: str, *, follow_ups: FollowUps = None, on_claimed: OnClaimed = None
+    svc: Services,
+    run_id: str,
+    *,
+    follow_ups: FollowUps = None,
+    on_claimed: OnClaimed = None,
+    ends: EndsTogether | None = None,
 ) -> None:
     """Continue a parked run once every call it waits on has an answer or timed out
-    (``follow_ups`` and ``on_claimed`` as for `execute_run`)."""
+    (``follow_ups``, ``on_claimed`` and ``ends`` as for `execute_run`)."""
     rec = svc.store.runs.get(run_id)
     if rec is None or rec.status != "parked":
         return
@@ -139,7 +147,7 @@ async def resume_run(
         )
         for c, t in zip(calls, targets, strict=True)
     ]
-    await _execute(svc, rec, claim, deferred=results, follow_ups=follow_ups)
+    await _execute(svc, rec, claim, deferred=results, follow_ups=follow_ups, ends=ends)
 
 
 def _answering(call: ParkedCall, found: Mapping[str, RunRecord | None]) -> RunRecord | None:
@@ -187,10 +195,11 @@ async def _execute(
     claim: Claim,
     deferred: Sequence[ToolReturnPart] | None,
     follow_ups: FollowUps,
+    ends: EndsTogether | None,
 ) -> None:
     # The run's `invoke_agent` span (tracing on), in the trace that created the run.
     with telemetry.invoke_agent(rec.session_key, rec.run_id, parent=rec.traceparent):
-        await _execute_traced(svc, rec, claim, deferred, follow_ups)
+        await _execute_traced(svc, rec, claim, deferred, follow_ups, ends)
 
 
 async def _execute_traced(
@@ -199,6 +208,7 @@ async def _execute_traced(
     claim: Claim,
     deferred: Sequence[ToolReturnPart] | None,
     follow_ups: FollowUps,
+    ends: EndsTogether | None = None,
 ) -> None:
     if rec.cancel_requested or (claim.run is not None and claim.run.cancel_requested):
         _end_cancelled(svc, rec, claim, follow_ups)  # asked while its last worker ran it
@@ -261,7 +271,11 @@ async def _execute_traced(
         end()
         return
     try:
-        if svc.settings.fast_paths:  # its end step off the loop: the loop's runs go on
+        if ends is not None:  # with the results that came in beside it, off the loop
+            failed = await ends(Ending(svc, rec, claim, result, follow_ups))
+            if failed is not None:
+                raise failed
+        elif svc.settings.fast_paths:  # its end step off the loop: the loop's runs go on
             await off_loop(lambda: _record_result(svc, rec, claim, result, follow_ups))
         else:
             _record_result(svc, rec, claim, result, follow_ups)
@@ -386,20 +400,89 @@ def _tool_context(
 def _record_result(
     svc: Services, rec: RunRecord, claim: Claim, result: RunResult, follow_ups: FollowUps
 ) -> None:
+    pipe = svc.store.pipeline()
+    ended = _queue_result(svc, rec, claim, result, follow_ups, pipe)
+    if ended is not None:
+        ended(pipe.execute())
+
+
+@dataclass(frozen=True)
+class Ending:
+    """A run whose result came in, to record (`record_results`)."""
+
+    svc: Services
+    rec: RunRecord
+    claim: Claim
+    result: RunResult
+    follow_ups: FollowUps
+
+
+# The end steps of the runs of one loop whose results came in in the same turn of it,
+# recorded in one call off the loop; each run is answered its failure (None: recorded).
+EndsTogether = Together[Ending, BaseException | None]
+
+
+def record_results(endings: list[Ending]) -> list[BaseException | None]:
+    """Record the results of runs that came in together: each one's end step queued on
+    one pipeline per store (`RunStore.queue_finish`) and sent in one round trip, then
+    each one's reply read in turn (`after_run_end`); a run that parks makes its own round
+    trips. Each run's failure is answered in its place: an end step that failed, fails
+    alone; the round trip failing fails each one whose end it carried."""
+    failed: list[BaseException | None] = [None] * len(endings)
+    for store in {id(e.svc.store): e.svc.store for e in endings}.values():
+        pipe = store.pipeline()
+        queued: list[tuple[int, Callable[[Sequence[Any]], object]]] = []
+        for i, e in enumerate(endings):
+            if e.svc.store is not store:
+                continue
+            try:
+                ended = _queue_result(e.svc, e.rec, e.claim, e.result, e.follow_ups, pipe)
+            except Exception as exc:
+                failed[i] = exc
+                continue
+            if ended is not None:
+                queued.append((i, ended))
+        if not queued:
+            continue
+        try:
+            replies = pipe.execute(raise_on_error=False)  # an end's error is its own
+        except Exception as exc:
+            for i, _ in queued:
+                failed[i] = exc
+            continue
+        for i, ended in queued:
+            try:
+                ended(replies)
+            except Exception as exc:
+                failed[i] = exc
+    return failed
+
+
+def _queue_result(
+    svc: Services,
+    rec: RunRecord,
+    claim: Claim,
+    result: RunResult,
+    follow_ups: FollowUps,
+    pipe: Pipeline,
+) -> Callable[[Sequence[Any]], object] | None:
+    """The run's end step for its result queued on ``pipe`` (answers what reads its
+    reply), or its park made here and now (None)."""
     model_ref = rec.model or svc.config.model_for(sk.agent_id_of(rec.session_key))
     provider, _, model_name = model_ref.partition("/")
     messages = to_transcript(result.new_messages(), model=model_name, provider=provider)
     usage = result.usage
     if isinstance(result.output, DeferredToolRequests):
         _park(svc, rec, claim, result.output, messages)
-        return
+        return None
     # A turn a tool ended (sessions_yield) ends ok, marked, with what the model said.
     ended = result.output if isinstance(result.output, TurnEnded) else None
-    _finish(
+    return _queue_finish(
         svc,
         rec,
         claim,
         follow_ups,
+        pipe,
         status="ok",
         reply=ended.text if ended is not None else str(result.output),
         run_fields={"yielded": True} if ended is not None else None,
@@ -459,6 +542,19 @@ def _park(
         svc.queue.enqueue_resume(rec.run_id, rec.session_key)
 
 
+class _EndFields(TypedDict, total=False):
+    """What a run's end records beside its status (`_finish`)."""
+
+    reply: str | None
+    error: str | None
+    messages: Sequence[Mapping[str, Any]]
+    usage: Mapping[str, Any] | None
+    session_fields: Mapping[str, Any] | None
+    session_incr: Mapping[str, int] | None
+    aborted: bool
+    run_fields: Mapping[str, Any] | None
+
+
 def _finish(
     svc: Services,
     rec: RunRecord,
@@ -466,42 +562,61 @@ def _finish(
     follow_ups: FollowUps,
     *,
     status: str,
-    reply: str | None = None,
-    error: str | None = None,
-    messages: Sequence[Mapping[str, Any]] = (),
-    usage: Mapping[str, Any] | None = None,
-    session_fields: Mapping[str, Any] | None = None,
-    session_incr: Mapping[str, int] | None = None,
-    aborted: bool = False,
-    run_fields: Mapping[str, Any] | None = None,
+    **end: Unpack[_EndFields],
 ) -> bool:
     """End the run (its end step); False when the attempt fence refused it."""
-    fields = {"abortedLastRun": aborted, **(session_fields or {})}
+    pipe = svc.store.pipeline()
+    ended = _queue_finish(svc, rec, claim, follow_ups, pipe, status=status, **end)
+    return ended(pipe.execute(raise_on_error=False))
+
+
+def _queue_finish(
+    svc: Services,
+    rec: RunRecord,
+    claim: Claim,
+    follow_ups: FollowUps,
+    pipe: Pipeline,
+    *,
+    status: str,
+    **end: Unpack[_EndFields],
+) -> Callable[[Sequence[Any]], bool]:
+    """`_finish` queued on ``pipe``: answers what reads its reply once the caller
+    executed it (False when the attempt fence refused the end)."""
+    reply, error, messages = end.get("reply"), end.get("error"), end.get("messages", ())
+    fields = {"abortedLastRun": end.get("aborted", False), **(end.get("session_fields") or {})}
     # The run.ended event is written by the end step itself (only when it applies).
-    ended = run_event(rec, status=status, reply=reply, error=error, messages=len(messages))
-    res = svc.store.runs.finish(
+    event = run_event(rec, status=status, reply=reply, error=error, messages=len(messages))
+    read = svc.store.runs.queue_finish(
+        pipe,
         rec.run_id,
         rec.session_key,
         claim.attempt,
-        status=status,
-        messages=messages,
-        reply=reply,
-        error=error,
-        usage=usage,
-        session_fields=fields,
-        session_incr=session_incr,
-        event=("run.ended", {**ended, "ts": now_ms()}, EVENTS_MAXLEN),
-        follow_up_reads=_follow_up_reads(svc, rec),
-        run_fields=run_fields,
+        RunEnd(
+            status=status,
+            messages=messages,
+            reply=reply,
+            error=error,
+            usage=end.get("usage"),
+            session_fields=fields,
+            session_incr=end.get("session_incr"),
+            event=("run.ended", {**event, "ts": now_ms()}, EVENTS_MAXLEN),
+            follow_up_reads=_follow_up_reads(svc, rec),
+            run_fields=end.get("run_fields"),
+        ),
     )
-    if not res.applied:
-        _log_fenced(rec, claim, f"end ({status})")
-        return False
-    log.info("run %s ended: %s", rec.run_id, status, extra={"status": status, "error": error})
-    after_run_end(
-        svc, rec.run_id, res.next_run_id, res.waiters, ended=res.run, follow_ups=follow_ups
-    )
-    return True
+
+    def ended(replies: Sequence[Any]) -> bool:
+        res = read(replies)
+        if not res.applied:
+            _log_fenced(rec, claim, f"end ({status})")
+            return False
+        log.info("run %s ended: %s", rec.run_id, status, extra={"status": status, "error": error})
+        after_run_end(
+            svc, rec.run_id, res.next_run_id, res.waiters, ended=res.run, follow_ups=follow_ups
+        )
+        return True
+
+    return ended
 
 
 def _log_fenced(rec: RunRecord, claim: Claim, write: str) -> None:

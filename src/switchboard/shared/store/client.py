@@ -115,8 +115,9 @@ class StorePipeline(redis.client.Pipeline):
     connect (`load_scripts_on_connect`, the fast path) ``scripts_loaded`` skips it. A
     ``NOSCRIPT`` can then come only from a ``SCRIPT FLUSH`` on a live server: the pool's
     connections are dropped (each reconnects and loads the scripts again) and the pipeline
-    raises `StoreUnavailable`; its other commands may have run, and the store's steps are
-    retried and idempotent."""
+    raises `StoreUnavailable` (with ``raise_on_error=False`` the reply stays in its place,
+    the pool's connections dropped all the same); its other commands may have run, and the
+    store's steps are retried and idempotent."""
 
     durability: Durability = NO_WAIT
     scripts_loaded = False
@@ -144,7 +145,10 @@ class StorePipeline(redis.client.Pipeline):
         """Send the queued commands; a Redis error is raised as `StoreUnavailable`."""
         unasked = self.scripts_loaded and bool(self.scripts)  # scripts run without asking
         try:
-            return super().execute(raise_on_error)
+            replies: list[Any] = super().execute(raise_on_error)
+            if unasked and any(isinstance(r, NoScriptError) for r in replies):
+                self.connection_pool.disconnect()  # left in place (not raised): as below
+            return replies
         except NoScriptError as exc:
             if not unasked:
                 raise  # redis-py's own path: `Script` loads it and runs it again

@@ -29,6 +29,7 @@ from switchboard.shared.store.keyspace import (
     Keyspace,
 )
 from switchboard.shared.store.lua_scripts import LuaScripts
+from switchboard.shared.store.redis_errors import unavailable
 from switchboard.shared.store.run_records import (
     TERMINAL,
     Claim,
@@ -203,6 +204,27 @@ class CancelResult:
     next_run_id: str | None = None
     run: RunRecord | None = None
     waiters: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How a run ends (`RunStore.finish`): its status, the messages it appends, its
+    outcome and usage, the session's fields and counters to set, the ``event`` (type,
+    data, stream cap) for the events stream if the end applies, the hash its follow-up
+    step reads first (``follow_up_reads``: it and the session hash are read in the same
+    step, `RunRecord.read_at_end`) and more fields for the run (``run_fields``:
+    ``yielded``)."""
+
+    status: str
+    messages: Sequence[Mapping[str, Any]] = ()
+    reply: str | None = None
+    error: str | None = None
+    usage: Mapping[str, Any] | None = None
+    session_fields: Mapping[str, Any] | None = None
+    session_incr: Mapping[str, int] | None = None
+    event: tuple[str, Mapping[str, Any], int] | None = None
+    follow_up_reads: str | None = None
+    run_fields: Mapping[str, Any] | None = None
 
 
 class RunStore:
@@ -661,60 +683,101 @@ class RunStore:
         follow_up_reads: str | None = None,
         run_fields: Mapping[str, Any] | None = None,
     ) -> FinishResult:
-        """End a run: append messages, store the outcome, hand the lane on, wake waiters.
+        """End a run: append messages, store the outcome, hand the lane on, wake waiters
+        (the fields as `RunEnd` names them)."""
+        end = RunEnd(
+            status=status,
+            messages=messages,
+            reply=reply,
+            error=error,
+            usage=usage,
+            session_fields=session_fields,
+            session_incr=session_incr,
+            event=event,
+            follow_up_reads=follow_up_reads,
+            run_fields=run_fields,
+        )
+        args, reads = self._finish_args(run_id, session_key, attempt, end)
+        res = self._lua["finish_run"](**args)
+        return self._finished(run_id, session_key, reads, res)
 
-        ``event`` (type, data, stream cap) goes to the events stream if the end applies.
-        ``follow_up_reads`` names the hash the run's follow-up step reads first: it and the
-        session hash are read in the same step (`RunRecord.read_at_end`). ``run_fields``:
-        more fields written on the run (``yielded``)."""
+    def queue_finish(
+        self, pipe: Pipeline, run_id: str, session_key: str, attempt: int, end: RunEnd
+    ) -> Callable[[Sequence[Any]], FinishResult]:
+        """`finish` queued on ``pipe``: answers what reads its reply once the caller
+        executed the pipeline (a reply that is an error, as ``execute(raise_on_error=
+        False)`` leaves it, is raised there as `StoreUnavailable`)."""
+        args, reads = self._finish_args(run_id, session_key, attempt, end)
+        at = len(pipe)
+        self._lua["finish_run"](**args, client=pipe)
+
+        def read(replies: Sequence[Any]) -> FinishResult:
+            reply = replies[at]
+            if isinstance(reply, Exception):
+                raise unavailable(reply) from reply
+            return self._finished(run_id, session_key, reads, reply)
+
+        return read
+
+    def _finish_args(
+        self, run_id: str, session_key: str, attempt: int, end: RunEnd
+    ) -> tuple[dict[str, Any], str | None]:
+        """finish_run.lua's keys and arguments, and the hash it reads for the follow-up
+        (None: none, or one in another slot, which the follow-up step reads itself)."""
         fields = {
-            "status": status,
-            "reply": reply,
-            "error": error,
-            "usage": dict(usage) if usage else None,
+            "status": end.status,
+            "reply": end.reply,
+            "error": end.error,
+            "usage": dict(end.usage) if end.usage else None,
             "parked": None,
             "attachments": None,  # a spawned child's attachments live as long as its run
-            **(run_fields or {}),
+            **(end.run_fields or {}),
         }
-        sfields = {"status": status, **(session_fields or {})}
+        sfields = {"status": end.status, **(end.session_fields or {})}
         now = now_ms()
         group = self.ks.beside(session_key)
-        if follow_up_reads and self.ks.group_of(follow_up_reads) != group.group:
-            follow_up_reads = None  # in another slot: the follow-up step reads it itself
-        res = self._lua["finish_run"](
+        reads = end.follow_up_reads
+        if reads and self.ks.group_of(reads) != group.group:
+            reads = None  # in another slot: the follow-up step reads it itself
+        event = end.event
+        args = {
             **self._lane_keys(run_id, session_key),
-            lane_queue=self.ks.lane_queue(session_key),
-            waiters=self.ks.run_waiters(run_id),
-            outbox=group.outbox,
-            events=group.events,
-            follow_up=follow_up_reads or self.ks.run(run_id),
-            cancels=group.cancel_requests,
-            run_id=run_id,
-            session_key=session_key,
-            now=now,
-            attempt=attempt,
-            run_fields=codec.fields_json(fields),
-            session_fields=codec.fields_json(sfields),
-            session_incr=codec.dumps(dict(session_incr)) if session_incr else "",
-            retention_s=self.retention_s,
-            lease_at_ms=now + self.lease_s * 1000,
-            channel="" if self.publish_ends_after_wait else self.ks.run_events,
-            event_type=event[0] if event else "",
-            event_data=codec.dumps(event[1]) if event else "",
-            events_cap=event[2] if event else 0,
-            read_follow_up="1" if follow_up_reads else "",
-            messages=[codec.dumps(m) for m in messages],
-        )
+            "lane_queue": self.ks.lane_queue(session_key),
+            "waiters": self.ks.run_waiters(run_id),
+            "outbox": group.outbox,
+            "events": group.events,
+            "follow_up": reads or self.ks.run(run_id),
+            "cancels": group.cancel_requests,
+            "run_id": run_id,
+            "session_key": session_key,
+            "now": now,
+            "attempt": attempt,
+            "run_fields": codec.fields_json(fields),
+            "session_fields": codec.fields_json(sfields),
+            "session_incr": codec.dumps(dict(end.session_incr)) if end.session_incr else "",
+            "retention_s": self.retention_s,
+            "lease_at_ms": now + self.lease_s * 1000,
+            "channel": "" if self.publish_ends_after_wait else self.ks.run_events,
+            "event_type": event[0] if event else "",
+            "event_data": codec.dumps(event[1]) if event else "",
+            "events_cap": event[2] if event else 0,
+            "read_follow_up": "1" if reads else "",
+            "messages": [codec.dumps(m) for m in end.messages],
+        }
+        return args, reads
+
+    def _finished(self, run_id: str, session_key: str, reads: str | None, res: Any) -> FinishResult:
+        """What finish_run.lua answered."""
         if as_text(res[0]) != "ok":
             return FinishResult(applied=False)
         ended = codec.decode_flat_hash(res[2])
         if self.publish_ends_after_wait and ended.get("watch") == "1":
             self._publish_end(run_id, ended)
         run = RunRecord.from_hash(run_id, ended)
-        if follow_up_reads:
+        if reads:
             run.read_at_end = {
                 self.ks.session(session_key): codec.decode_flat_hash(res[3]),
-                follow_up_reads: codec.decode_flat_hash(res[4]),
+                reads: codec.decode_flat_hash(res[4]),
             }
         return FinishResult(
             applied=True,

@@ -1,12 +1,14 @@
 """Work that the runs of one event loop ask for at about the same time, done in one call.
 
 A worker's runs end in waves: a fan-out's children wait on their model side by side, and
-its answers arrive together, so hundreds of runs reach their follow-up step within one
-turn of the loop. Each one handing its step to a store thread on its own costs a wake-up
-across threads and the step's round trips to the store, per run. `Together` gathers what
-is asked for while the loop goes round once and hands it all to one store thread in one
-call, whose work can share its round trips (`steps.run_follow_ups`: the sub-agent
-announces of a wave read in one round trip and write in another).
+its answers arrive together, so hundreds of runs reach their end step, then their
+follow-up step, within one turn of the loop. Each one handing its step to a store thread
+on its own costs a wake-up across threads and the step's round trips to the store, per
+run. `Together` gathers what is asked for while the loop goes round once and hands it all
+to one store thread in one call, whose work can share its round trips (the worker's
+`Waves`: the end steps of a wave in one round trip, `executor.record_results`; their
+follow-ups in one call, `steps.run_follow_ups`, where the sub-agent announces of a wave
+read in one round trip and write in another).
 
 A request made while an earlier call is still under way starts the next call as soon as
 the loop comes round: nothing waits for a batch to fill, so a lone run pays only the
