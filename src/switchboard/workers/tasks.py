@@ -23,13 +23,14 @@ the SDK's body shortcut in place (`openai_body`).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import logging
 import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache, partial
 from typing import Any, Protocol, TypeVar
 
@@ -409,6 +410,8 @@ class _FollowUps:
     here: RunsTakenHere
     followed: list[str]
     outbox: OutboxClears | None
+    # The context it was made in (the run's log fields): its steps run in it.
+    context: contextvars.Context = field(default_factory=contextvars.copy_context)
 
 
 # The follow-ups of the runs of a run loop that end in the same turn of it, run together.
@@ -435,7 +438,8 @@ def _follow_up_together(asked: list[_FollowUps]) -> list[list[str]]:
     for svc in {id(a.svc): a.svc for a in asked}.values():
         mine = [i for i, a in enumerate(asked) if a.svc is svc]
         flat = [(rec, asked[i].here) for i in mine for rec in asked[i].ended]
-        answers = iter(run_follow_ups(svc, flat))
+        contexts = [asked[i].context for i in mine for _ in asked[i].ended]
+        answers = iter(run_follow_ups(svc, flat, contexts))
         for i in mine:
             cleared[i] = [next(answers) for _ in asked[i].ended]
     left_of: list[list[str]] = []

@@ -16,6 +16,7 @@ that end together on a worker's loop have their follow-up steps run that way
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -140,18 +141,24 @@ def run_follow_up(svc: Services, rec: RunRecord, taken: RunsTakenHere | None = N
 
 
 def run_follow_ups(
-    svc: Services, ended: Sequence[tuple[RunRecord, RunsTakenHere | None]]
+    svc: Services,
+    ended: Sequence[tuple[RunRecord, RunsTakenHere | None]],
+    contexts: Sequence[contextvars.Context] | None = None,
 ) -> list[bool]:
     """The `onEnd` steps of runs that ended together, each with where the runs it starts
     are taken (`run_follow_up`'s ``taken``): the steps of one name that has a form for
-    many (`together_step`) run in one call, the rest one by one. Answers, per run, what
-    `run_follow_up` does. With tracing on, each step runs on its own in its run's trace."""
+    many (`together_step`) run in one call, the rest one by one, each in its run's
+    context when ``contexts`` gives them (one per run: its log fields). Answers, per run,
+    what `run_follow_up` does. With tracing on, each step runs on its own in its run's
+    trace."""
     cleared = [True] * len(ended)
     together: dict[str, list[int]] = {}
     for i, (rec, taken) in enumerate(ended):
         task, _ = _on_end(rec)
         if task in FLOW_STEPS_TOGETHER and len(ended) > 1 and not telemetry.tracing():
             together.setdefault(task, []).append(i)
+        elif contexts is not None:
+            cleared[i] = contexts[i].run(run_follow_up, svc, rec, taken)
         else:
             cleared[i] = run_follow_up(svc, rec, taken)
     for task, members in together.items():

@@ -15,9 +15,10 @@ steps (this layer knows no flow step; the worker hands them to ``shared.flows``)
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, TypedDict, Unpack
 
@@ -408,13 +409,15 @@ def _record_result(
 
 @dataclass(frozen=True)
 class Ending:
-    """A run whose result came in, to record (`record_results`)."""
+    """A run whose result came in, to record (`record_results`), with the context it
+    was made in (the run's log fields: its end step logs with them)."""
 
     svc: Services
     rec: RunRecord
     claim: Claim
     result: RunResult
     follow_ups: FollowUps
+    context: contextvars.Context = field(default_factory=contextvars.copy_context)
 
 
 # The end steps of the runs of one loop whose results came in in the same turn of it,
@@ -426,8 +429,9 @@ def record_results(endings: list[Ending]) -> list[BaseException | None]:
     """Record the results of runs that came in together: each one's end step queued on
     one pipeline per store (`RunStore.queue_finish`) and sent in one round trip, then
     each one's reply read in turn (`after_run_end`); a run that parks makes its own round
-    trips. Each run's failure is answered in its place: an end step that failed, fails
-    alone; the round trip failing fails each one whose end it carried."""
+    trips. Each run's part runs in its own context (`Ending.context`). Each run's
+    failure is answered in its place: an end step that failed, fails alone; the round
+    trip failing fails each one whose end it carried."""
     failed: list[BaseException | None] = [None] * len(endings)
     for store in {id(e.svc.store): e.svc.store for e in endings}.values():
         pipe = store.pipeline()
@@ -436,7 +440,9 @@ def record_results(endings: list[Ending]) -> list[BaseException | None]:
             if e.svc.store is not store:
                 continue
             try:
-                ended = _queue_result(e.svc, e.rec, e.claim, e.result, e.follow_ups, pipe)
+                ended = e.context.run(
+                    _queue_result, e.svc, e.rec, e.claim, e.result, e.follow_ups, pipe
+                )
             except Exception as exc:
                 failed[i] = exc
                 continue
@@ -452,7 +458,7 @@ def record_results(endings: list[Ending]) -> list[BaseException | None]:
             continue
         for i, ended in queued:
             try:
-                ended(replies)
+                endings[i].context.run(ended, replies)
             except Exception as exc:
                 failed[i] = exc
     return failed
