@@ -103,7 +103,7 @@ def announce_together(
                 to_read.append((i, svc, spawn, _queue_context(svc, spawn, reads)))
         except Exception as exc:
             failed[i] = exc
-    replies = _execute(reads, [i for i, *_ in to_read], failed)
+    replies = _round_trip(reads, [i for i, *_ in to_read], failed)
     if replies is None:
         return failed
     writes = store.pipeline()
@@ -115,7 +115,7 @@ def announce_together(
                 queued.append((i, settled))
         except Exception as exc:
             failed[i] = exc
-    replies = _execute(writes, [i for i, _ in queued], failed)
+    replies = _round_trip(writes, [i for i, _ in queued], failed)
     for i, settled in queued if replies is not None else ():
         try:
             settled(replies)
@@ -124,7 +124,7 @@ def announce_together(
     return failed
 
 
-def _execute(pipe: Pipeline, steps: Sequence[int], failed: list[BaseException | None]) -> Any:
+def _round_trip(pipe: Pipeline, steps: Sequence[int], failed: list[BaseException | None]) -> Any:
     """Execute the round trip of ``steps``; its replies, or None with each step failed."""
     if not len(pipe):
         return []

@@ -30,7 +30,12 @@ async def off_loop(call: Callable[[], T]) -> T:
     Cancelled meanwhile, it waits for ``call`` to return before the cancellation goes on:
     ``call`` may hold state the caller touches next (a run's end, its follow-ups)."""
     loop = asyncio.get_running_loop()
-    done = loop.run_in_executor(None, contextvars.copy_context().run, call)
+    return await through_cancel(loop.run_in_executor(None, contextvars.copy_context().run, call))
+
+
+async def through_cancel(done: asyncio.Future[T]) -> T:
+    """Await ``done``, work under way off the loop; cancelled meanwhile, wait for it to
+    be done before the cancellation goes on."""
     try:
         return await asyncio.shield(done)
     except asyncio.CancelledError:

@@ -18,10 +18,11 @@ loop's turn.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
+
+from switchboard.shared.runtime.off_loop import through_cancel
 
 __all__ = ["Together"]
 
@@ -63,12 +64,7 @@ class Together(Generic[A, R]):
         answer: asyncio.Future[R] = loop.create_future()
         gathered.items.append(item)
         gathered.answers.append(answer)
-        try:
-            return await asyncio.shield(answer)
-        except asyncio.CancelledError:
-            with contextlib.suppress(BaseException):
-                await asyncio.wait([answer])
-            raise
+        return await through_cancel(answer)
 
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
         gathered = self._open.pop(loop)
