@@ -290,16 +290,27 @@ def _openai_model(spec: _ModelSpec, settings: ModelSettings, fast_paths: bool) -
         openai_body.install_shortcut()  # bodies skip the SDK's per-request type walk
         model_class = tool_schemas.fitted_once(model_class)  # tool schemas fitted once
 
-    return model_class(spec.model, provider=_openai_provider(spec), settings=settings)
+    provider = _openai_provider(spec, direct=fast_paths)
+    return model_class(spec.model, provider=provider, settings=settings)
 
 
-def _openai_provider(spec: _ModelSpec) -> OpenAIProvider | OpenAICompatibleProvider:
-    """OpenAI itself (or a proxy to it) gets OpenAI's profile; any other server the generic one."""
+def _openai_provider(spec: _ModelSpec, direct: bool) -> OpenAIProvider | OpenAICompatibleProvider:
+    """OpenAI itself (or a proxy to it) gets OpenAI's profile; any other server the generic one.
+
+    With ``direct`` (the fast paths on), the client is `openai_direct.DirectAsyncOpenAI`:
+    its chat completions skip the SDK's request machinery; else the SDK's own."""
     from pydantic_ai.providers.openai import OpenAIProvider
     from pydantic_ai.providers.openai_compatible import OpenAICompatibleProvider
 
     api_key = spec.api_key or "none"  # local servers often need no key, the client demands one
     http = _openai_http_client()
+    if direct:
+        from switchboard.shared.runtime.openai_direct import DirectAsyncOpenAI
+
+        client = DirectAsyncOpenAI(base_url=spec.base_url, api_key=api_key, http_client=http)
+        if spec.provider == "openai":
+            return OpenAIProvider(openai_client=client)
+        return OpenAICompatibleProvider(spec.provider, openai_client=client)
     if spec.provider == "openai":
         return OpenAIProvider(base_url=spec.base_url, api_key=api_key, http_client=http)
     assert spec.base_url is not None  # checked by _configured_spec
