@@ -710,7 +710,8 @@ class Settings(BaseSettings):
     auth_max_failures: int = Field(default=20, ge=1, le=1_000_000)
     auth_failure_window_s: int = Field(default=60, ge=1, le=86_400)
     # The hot-path adapters (a held Redis connection per thread, the OpenAI body
-    # shortcut, garbage-collector tuning, enqueue batching, uvloop and httptools): off
+    # shortcut and chat completions past the SDK's request machinery, garbage-collector
+    # tuning, enqueue batching, uvloop and httptools): off
     # runs the plain path of every library, for reading, debugging and measuring what the
     # adapters buy.
     fast_paths: bool = True
