@@ -3,9 +3,9 @@
 A worker makes thousands of chat-completion requests at once, and for each the OpenAI
 SDK builds its request options, an httpx request (URL parsing, header merging), sends it
 through httpx's client (auth, redirects) to its aiohttp transport, and wraps the answer in
-httpx and SDK response objects again. Measured on one event loop against the project's
-fake model server, that is about 2.2-3.0 ms of CPU per request, where the same POST on
-aiohttp alone costs 0.4-0.6 ms (docs/performance.md).
+httpx and SDK response objects again: in a fan-out of 10,000 sub-agents that was about a
+third of the worker's CPU, three times what aiohttp itself spends (docs/performance.md,
+"Chat completions the short way").
 
 `DirectAsyncOpenAI` is the SDK's `AsyncOpenAI`, and its `chat.completions.create` takes the
 short way for every request it can, which is what a run sends: not streamed, the client's
