@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
@@ -140,3 +141,41 @@ def test_a_failed_claim_of_a_messages_runs_fails_the_message() -> None:
     with pytest.raises(StoreUnavailable):
         asyncio.run(tasks._run_together(_fast_svc(runs), [["r1", "k1"], ["r2", "k2"]], claims))
     assert claims.all.is_set() and isinstance(claims.error, StoreUnavailable)
+
+
+def test_a_messages_claims_leave_the_loop_free(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The claims' round trip is made off the run loop: the loop's other runs go on
+    meanwhile (here, the one that lets the claim answer)."""
+    on_loop: list[bool] = []
+    loop_ran = threading.Event()
+
+    class Waiting(_ClaimingRuns):
+        def claim_many(self, runs: list[tuple[str, str]], *, history: int) -> list[Any]:
+            on_loop.append(threading.current_thread() is threading.main_thread())
+            assert loop_ran.wait(5), "the loop was held while the claims were out"
+            return super().claim_many(runs, history=history)
+
+    async def execute_run(svc: Any, run_id: str, session_key: str, **kw: Any) -> None:
+        kw["on_claimed"]()
+
+    async def run_and_follow_up(
+        svc: Any, start: Any, claimed: Any, outbox: Any, together: Any
+    ) -> None:
+        await start(None)
+
+    async def other_run() -> None:
+        loop_ran.set()
+
+    async def both() -> None:
+        await asyncio.gather(
+            tasks._run_together(_fast_svc(runs), [["r1", "k1"], ["r2", "k2"]], claims),
+            other_run(),
+        )
+
+    monkeypatch.setattr(tasks, "execute_run", execute_run)
+    monkeypatch.setattr(tasks, "_run_and_follow_up", run_and_follow_up)
+    runs = Waiting(["claim-1", "claim-2"])
+    claims = tasks._Claims(2)
+    asyncio.run(both())
+    assert on_loop == [False] and runs.calls == [[("r1", "k1"), ("r2", "k2")]]
+    assert claims.all.is_set() and claims.error is None

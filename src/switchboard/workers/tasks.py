@@ -510,14 +510,16 @@ async def _run_together(
     message, not one per run); if any failed, raise the first failure once all have ended.
 
     With the fast paths on, the runs are claimed together first, in one round trip
-    (`RunStore.claim_many`), not one each: the claims run on the loop, which waits."""
+    (`RunStore.claim_many`), not one each, off the loop (`off_loop`): the loop's other
+    runs go on meanwhile."""
     claimed = [claims.run() for _ in pairs]
     taken: list[Claim | str | None] = [None] * len(pairs)
     if svc.settings.fast_paths and len(pairs) > 1:
+        claim_many = partial(
+            svc.store.runs.claim_many, [(rid, key) for rid, key in pairs], history=HISTORY_LIMIT
+        )
         try:
-            taken = list(
-                svc.store.runs.claim_many([(rid, key) for rid, key in pairs], history=HISTORY_LIMIT)
-            )
+            taken = list(await off_loop(claim_many))
         except BaseException as exc:
             for told in claimed:
                 told(exc)
