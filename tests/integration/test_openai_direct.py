@@ -5,6 +5,7 @@ against one real HTTP server on loopback that records what reaches it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -192,6 +193,32 @@ def test_a_streamed_request_is_the_sdks() -> None:
 
     (sdk, _), (direct, _) = asyncio.run(both(case))
     assert direct == sdk == 1
+
+
+def test_a_request_through_a_proxy_is_the_sdks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A proxy from the environment is the SDK's to use: the short way steps aside."""
+
+    async def case(client: AsyncOpenAI) -> Any:
+        built = []
+        original = client._build_request
+
+        def spy(*args: Any, **kwargs: Any) -> Any:
+            built.append(1)
+            return original(*args, **kwargs)
+
+        client._build_request = spy  # type: ignore[method-assign]
+        with contextlib.suppress(openai.APIConnectionError):  # no proxy listens there
+            await create()(client)
+        return len(built)
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    (sdk, _), (direct, seen) = asyncio.run(both(case, max_retries=0))
+    assert direct == sdk == 1 and seen == []
 
 
 def test_retried_as_the_sdk_retries() -> None:

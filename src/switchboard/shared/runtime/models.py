@@ -9,10 +9,12 @@ API, `anthropic-messages` (or a provider named `anthropic`) the Messages API. Th
 another configured server.
 
 Built models are cached per (model spec, running event loop): a model holds an async HTTP
-client whose connections belong to the loop that opened them. Run them inside
-`async with model:` (or `async with agent:`): entries are counted, the last exit closes the
-client before its loop ends, and the next entry opens a new one. Without it, a loop that ends
-(e.g. each `asyncio.run`) leaves the client's sockets open until garbage collection.
+client whose connections belong to the loop that opened them. The client is handed to
+pydantic-ai's provider, which closes only clients it made itself, so `async with model:`
+leaves it open: `close_clients` closes every cached model's client on its own loop (a
+worker shutting down), and a model evicted from the cache has its client closed on its
+loop. A loop that ends without either (e.g. each `asyncio.run` in a script) leaves the
+client's sockets to garbage collection.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ own aiohttp transport, no extra query, a body of plain JSON data. On it:
   `APITimeoutError`), so pydantic-ai maps it as it maps the SDK's.
 
 Any other request (streamed, with an extra query, a body the SDK would transform, a client
-on another transport) is the SDK's. Built only with the fast paths on
+on another transport or behind a proxy) is the SDK's. Built only with the fast paths on
 (``Settings.fast_paths``, in `models._openai_provider`); off, the client is the SDK's
 `AsyncOpenAI` itself.
 """
@@ -82,11 +82,21 @@ class DirectAsyncOpenAI(AsyncOpenAI):
     def _direct_url(self) -> str:
         return str(self._prepare_url(_PATH))
 
+    @cached_property
+    def _direct_transport(self) -> AiohttpTransport | None:
+        """The SDK's aiohttp transport for this client's chat completions; None when
+        another one serves them (a proxy from the environment, a transport of the caller's)."""
+        client = self._client
+        transport = client._transport_for_url(httpx2.URL(self._direct_url))
+        if transport is not client._transport or not isinstance(transport, AiohttpTransport):
+            return None
+        return transport
+
     def _direct_session(self) -> aiohttp.ClientSession | None:
         """The aiohttp session of this client's transport (opened here if it is not yet);
-        None when the client is on another transport."""
-        transport = getattr(self._client, "_transport", None)
-        if not isinstance(transport, AiohttpTransport):
+        None when the short way is not this client's (`_direct_transport`)."""
+        transport = self._direct_transport
+        if transport is None:
             return None
         if not isinstance(transport.client, aiohttp.ClientSession):
             transport.client = transport.get_client()
