@@ -178,18 +178,24 @@ def test_the_short_way_is_taken() -> None:
     assert direct.choices[0].message.content == "done" and len(seen) == 1
 
 
-def test_a_streamed_request_is_the_sdks() -> None:
+def count_builds(client: AsyncOpenAI) -> list[int]:
+    """One item per request the SDK's request building makes for ``client`` from now on."""
+    built: list[int] = []
+    original = client._build_request
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        built.append(1)
+        return original(*args, **kwargs)
+
+    client._build_request = spy  # type: ignore[method-assign]
+    return built
+
+
+def test_a_request_with_an_extra_query_is_the_sdks() -> None:
     async def case(client: AsyncOpenAI) -> Any:
-        calls = []
-        original = client._build_request
-
-        def spy(*args: Any, **kwargs: Any) -> Any:
-            calls.append(1)
-            return original(*args, **kwargs)
-
-        client._build_request = spy  # type: ignore[method-assign]
+        built = count_builds(client)
         await create(extra_query={"q": "1"})(client)
-        return len(calls)
+        return len(built)
 
     (sdk, _), (direct, _) = asyncio.run(both(case))
     assert direct == sdk == 1
@@ -199,14 +205,7 @@ def test_a_request_through_a_proxy_is_the_sdks(monkeypatch: pytest.MonkeyPatch) 
     """A proxy from the environment is the SDK's to use: the short way steps aside."""
 
     async def case(client: AsyncOpenAI) -> Any:
-        built = []
-        original = client._build_request
-
-        def spy(*args: Any, **kwargs: Any) -> Any:
-            built.append(1)
-            return original(*args, **kwargs)
-
-        client._build_request = spy  # type: ignore[method-assign]
+        built = count_builds(client)
         with contextlib.suppress(openai.APIConnectionError):  # no proxy listens there
             await create()(client)
         return len(built)
@@ -312,7 +311,7 @@ class Provider:
 async def run_request(base_url: str, fast_paths: bool) -> Any:
     models.clear_model_cache()
     model = models.resolve_model("fake/m", {"fake": Provider(base_url)}, fast_paths=fast_paths)
-    client = model.client  # type: ignore[attr-defined]
+    client = model.client
     messages = [ModelRequest(parts=[UserPromptPart("hi")], instructions="be brief")]
     try:
         return type(client), await model_request(model, messages, instrument=False)
@@ -359,5 +358,5 @@ def test_config_provider_builds_it() -> None:
     provider = ProviderConfig(baseUrl="http://127.0.0.1:1/v1", apiKey="k", api="openai-completions")
     models.clear_model_cache()
     model = models.resolve_model("fake/m", {"fake": provider}, fast_paths=True)
-    assert type(model.client) is DirectAsyncOpenAI  # type: ignore[attr-defined]
+    assert type(model.client) is DirectAsyncOpenAI
     models.clear_model_cache()
