@@ -12,7 +12,7 @@ short way for every request it can, which is what a run sends: not streamed, the
 own aiohttp transport, no extra query, a body of plain JSON data. On it:
 
 - the body is the one the SDK sends (`openai_body.plain_body`, the extra body merged on top,
-  dumped as the SDK dumps it);
+  dumped by the SDK's `openapi_dumps`);
 - the headers are the ones the SDK's `_build_headers` makes for the client (worked out once
   per client), with the request's own: its extra headers, the retry count, the read timeout;
 - the POST goes on the transport's aiohttp session: the same pool of connections, closed
@@ -44,6 +44,7 @@ from openai import APIConnectionError, APIResponseValidationError, APITimeoutErr
 from openai._models import FinalRequestOptions, add_request_id
 from openai._types import Omit
 from openai._utils import is_given
+from openai._utils._json import openapi_dumps
 from openai._vendor.httpx_aiohttp.transport import AiohttpTransport, map_aiohttp_exceptions
 from openai.resources.chat import AsyncChat
 from openai.resources.chat.completions import AsyncCompletions
@@ -149,12 +150,7 @@ def _direct_request(client: DirectAsyncOpenAI, params: Mapping[str, Any]) -> _Re
     read_s = timeout.read if isinstance(timeout, httpx2.Timeout) else timeout
     if read_s is not None:
         headers["x-stainless-read-timeout"] = str(read_s)
-    return session, _dumps(body), headers, timeout
-
-
-def _dumps(body: Mapping[str, Any]) -> bytes:
-    """As the SDK dumps a body (`openai._utils._json.openapi_dumps`) for plain JSON data."""
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    return session, openapi_dumps(body), headers, timeout
 
 
 async def _send(
@@ -204,9 +200,7 @@ def _completion(
     try:
         data = json.loads(content)
     except ValueError as exc:
-        response = httpx2.Response(
-            200, content=content, request=httpx2.Request("POST", client._direct_url)
-        )
+        response = _ok_response(client, content)
         raise APIResponseValidationError(
             response=response, body=response.text, message="the answer is not JSON"
         ) from exc
@@ -214,12 +208,15 @@ def _completion(
     if not client._strict_response_validation:
         parsed = cast("ChatCompletion | None", openai_body.parsed_completion(data, ChatCompletion))
     if parsed is None:  # the SDK's own construct (or its strict validation)
-        response = httpx2.Response(
-            200, content=content, request=httpx2.Request("POST", client._direct_url)
-        )
+        response = _ok_response(client, content)
         parsed = client._process_response_data(data=data, cast_to=ChatCompletion, response=response)
     add_request_id(parsed, request_id)
     return parsed
+
+
+def _ok_response(client: DirectAsyncOpenAI, content: bytes) -> httpx2.Response:
+    """A 2xx answer as an httpx response, for the SDK's code that takes one (off the hot path)."""
+    return httpx2.Response(200, content=content, request=httpx2.Request("POST", client._direct_url))
 
 
 def _client_timeout(timeout: httpx2.Timeout | float | None) -> aiohttp.ClientTimeout:
