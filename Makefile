@@ -10,7 +10,8 @@ STAMP := $(VENV)/.installed
 PYTHON ?= $(shell for p in python3.11 python3; do \
 	$$p -c 'import sys' >/dev/null 2>&1 && { echo $$p; break; }; done)
 
-.PHONY: help venv browser up test test-unit test-plain test-faults lint fmt bench clean
+.PHONY: help venv upgrade browser up test test-unit test-latest test-plain test-faults lint fmt \
+	bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) \
@@ -27,28 +28,43 @@ venv: $(STAMP) ## create .venv and install the package with its dev extras
 # neither pip.conf nor PIP_* variables, so pip's index settings are passed to it, and it
 # picks the best version across all of them as pip does (uv's default takes a package
 # from the first index that has it, so a local mirror holding old versions would win).
-$(STAMP): pyproject.toml
-	@test -n "$(PYTHON)" || { echo "python3 not found" >&2; exit 1; }
-	@test -x $(BIN)/python || { echo "==> creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
-	@echo "==> installing uv into $(VENV) (pip)"
-	@conf=$$($(BIN)/python -m pip config list 2>/dev/null); index=(); \
+# PIP_INDEX_OF: pip's index settings (of the venv in $(1)) as uv's flags, in the bash
+# array `index`.
+PIP_INDEX_OF = conf=$$($(1)/python -m pip config list 2>/dev/null); index=(); \
 	for opt in index-url extra-index-url find-links; do \
 		vals=$$(sed -n "s/^:env:\.$$opt='\(.*\)'$$/\1/p" <<<"$$conf"); \
 		[ -n "$$vals" ] || vals=$$(sed -n "s/^\(global\|install\)\.$$opt='\(.*\)'$$/\2/p" <<<"$$conf"); \
 		for val in $$vals; do index+=("--$$opt" "$$val"); done; \
-	done; \
+	done
+PIP_INDEX = $(call PIP_INDEX_OF,$(BIN))
+# What development and CI install: every package pinned (`make upgrade` refreshes it).
+# Users installing the package get pyproject.toml's ranges.
+LOCK := constraints.txt
+
+$(STAMP): pyproject.toml $(LOCK)
+	@test -n "$(PYTHON)" || { echo "python3 not found" >&2; exit 1; }
+	@test -x $(BIN)/python || { echo "==> creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
+	@echo "==> installing uv into $(VENV) (pip)"
+	@$(PIP_INDEX); \
 	if $(BIN)/python -m pip install --progress-bar off uv \
-		&& echo "==> installing switchboard and its dev extras (uv pip install $${index[*]})" \
+		&& echo "==> installing switchboard and its dev extras, pinned by $(LOCK) (uv pip install)" \
 		&& $(BIN)/uv pip install --python $(BIN)/python --index-strategy unsafe-best-match \
-			--compile-bytecode "$${index[@]}" -e '.[dev]'; then :; \
+			--compile-bytecode "$${index[@]}" -c $(LOCK) -e '.[dev]'; then :; \
 	else \
 		echo "==> uv could not install: installing with pip instead (slower)"; \
-		$(BIN)/python -m pip install --progress-bar off -e '.[dev]'; \
+		$(BIN)/python -m pip install --progress-bar off -c $(LOCK) -e '.[dev]'; \
 	fi
 	@echo "==> compiling switchboard's own modules to bytecode"
 	@$(BIN)/python -m compileall -q -j 0 src >/dev/null
 	@touch $(STAMP)
 	@echo "==> $(VENV) is ready"
+
+upgrade: $(STAMP) ## refresh $(LOCK): the newest releases within pyproject.toml's ranges
+	@$(PIP_INDEX); \
+	$(BIN)/uv pip compile pyproject.toml --extra dev --universal --python-version 3.11 \
+		--index-strategy unsafe-best-match "$${index[@]}" --upgrade \
+		--custom-compile-command "make upgrade" -o $(LOCK)
+	@echo "==> $(LOCK) refreshed: 'git diff $(LOCK)' shows what moved; 'make test' tries it"
 
 browser: ## install Debian's Chromium (the console tests drive it) unless it is there
 	@test -x /usr/bin/chromium || { \
@@ -93,6 +109,21 @@ test-unit: venv ## run the unit layer only (seconds)
 
 test-plain: venv ## the unit and integration layers with every fast path off (the plain path)
 	$(BIN)/pytest -q -m "unit or integration" --fast-paths=off
+
+# The newest releases within pyproject.toml's ranges, as a user's `pip install` gets them,
+# in a venv of their own (the lock is not used): a breaking upstream release shows here the
+# day it lands, before `make upgrade` takes it into the lock.
+LATEST := .venv-latest
+test-latest: ## the unit and integration layers against the newest releases (no lock)
+	@test -x $(LATEST)/bin/python || $(PYTHON) -m venv $(LATEST)
+	@$(LATEST)/bin/python -m pip install --progress-bar off -q uv
+	@$(call PIP_INDEX_OF,$(LATEST)/bin); \
+	$(LATEST)/bin/uv pip install --python $(LATEST)/bin/python --index-strategy unsafe-best-match \
+		--upgrade "$${index[@]}" -e '.[dev]'
+	@$(LATEST)/bin/python -m pip list --format=freeze 2>/dev/null \
+		| grep -iE '^(pydantic-ai-slim|openai|redis|celery|kombu|mcp|fastapi)==' \
+		| tr '\n' ' '; echo
+	$(LATEST)/bin/pytest -q -m "unit or integration" -n $(TEST_PROCS) --dist loadfile
 
 test-faults: venv ## kill -9 workers, restart Redis, the api and beat under load (minutes)
 	$(BIN)/pytest -q -m faults

@@ -244,6 +244,7 @@ def _call_tools(
         except WaitFor as wait:
             deferred.calls.append(call)
             deferred.metadata[call.tool_call_id] = defer(wait)
+            deferred.validated_args[call.tool_call_id] = arguments
             continue
         except EndTurn as end:
             ended = ended or end

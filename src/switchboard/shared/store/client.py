@@ -60,7 +60,6 @@ from switchboard.shared.store.follow import FOLLOWER_JOIN_S, Follower, cut_conne
 from switchboard.shared.store.lua_scripts import load as load_lua
 from switchboard.shared.store.lua_scripts import script_names
 from switchboard.shared.store.redis_errors import PASSED_THROUGH as _PASSED_THROUGH
-from switchboard.shared.store.redis_errors import is_outage
 from switchboard.shared.store.redis_errors import unavailable as unavailable
 from switchboard.shared.store.router import AsyncClusterStoreRedis, ClusterStoreRedis
 from switchboard.shared.store.sentinel import (
@@ -398,9 +397,7 @@ def connect_plain(url: str, **options: Any) -> StoreRedis | ClusterStoreRedis:
     options = {"driver_info": DRIVER_INFO, **options}
     if isinstance(parsed, ClusterUrl):
         return _cluster_client(parsed, StoreRedis.from_pool, redis.ConnectionPool, options)
-    plain = sentinels(parsed).master_for(  # type: ignore[no-untyped-call]
-        parsed.master, redis_class=StoreRedis, **options
-    )
+    plain = sentinels(parsed).master_for(parsed.master, redis_class=StoreRedis, **options)
     plain.following = follow_primary(plain.connection_pool)
     return cast(StoreRedis, plain)
 
@@ -409,15 +406,12 @@ class AsyncStorePipeline(aioredis.client.Pipeline):
     """An async pipeline whose failed ``execute`` raises `StoreUnavailable`."""
 
     async def execute(self, raise_on_error: bool = True) -> list[Any]:
-        """Send the queued commands; a Redis error is raised as `StoreUnavailable`, as is
-        a write on a connection that closed under it (`closed_transport`)."""
+        """Send the queued commands; a Redis error is raised as `StoreUnavailable`."""
         try:
             return await super().execute(raise_on_error)
         except _PASSED_THROUGH:
             raise
-        except (redis.RedisError, RuntimeError) as exc:
-            if not is_outage(exc):
-                raise
+        except redis.RedisError as exc:
             raise unavailable(exc) from exc
 
 
@@ -434,15 +428,12 @@ class AsyncStoreRedis(aioredis.Redis):
         await super().aclose(close_connection_pool)
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
-        """Run one command; a Redis error is raised as `StoreUnavailable`, as is a write on
-        a connection that closed under it (`closed_transport`)."""
+        """Run one command; a Redis error is raised as `StoreUnavailable`."""
         try:
             return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
         except _PASSED_THROUGH:
             raise
-        except (redis.RedisError, RuntimeError) as exc:
-            if not is_outage(exc):
-                raise
+        except redis.RedisError as exc:
             raise unavailable(exc) from exc
 
     def pipeline(
@@ -488,7 +479,7 @@ def connect_async(url: str, **options: Any) -> AsyncStoreClient:
     if isinstance(parsed, ClusterUrl):
         return _async_cluster_client(parsed, options)
     kwargs = {**sentinel_kwargs(AsyncRetry(NoBackoff(), 0)), **parsed.sentinel_kwargs()}
-    asked = AsyncNewestSentinel(  # type: ignore[no-untyped-call]
+    asked = AsyncNewestSentinel(
         list(parsed.sentinels), sentinel_kwargs=kwargs, **parsed.connection_kwargs()
     )
     client = asked.master_for(

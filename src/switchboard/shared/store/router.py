@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, NoReturn, TypeVar, cast
+from typing import Any, NoReturn, TypeVar
 
 import redis
 import redis.asyncio as aioredis
@@ -146,7 +146,7 @@ class ClusterStoreRedis(redis.Redis):
 
     def pubsub(self, **kwargs: Any) -> redis.client.PubSub:
         """A subscription on the first primary (pub/sub reaches every node's subscribers)."""
-        return cast(redis.client.PubSub, self.client_for(None).pubsub(**kwargs))  # type: ignore[no-untyped-call]
+        return self.client_for(None).pubsub(**kwargs)
 
     def close(self) -> None:
         """Stop following the primaries and close every node's client."""

@@ -222,6 +222,6 @@ def sentinels(parsed: SentinelUrl) -> NewestSentinel:
     """The URL's sentinels, asked by the sync clients' pools (over TLS for a
     ``rediss+sentinel://`` URL, as are the connections to the primary)."""
     kwargs = {**sentinel_kwargs(Retry(NoBackoff(), 0)), **parsed.sentinel_kwargs()}
-    return NewestSentinel(  # type: ignore[no-untyped-call]
+    return NewestSentinel(
         list(parsed.sentinels), sentinel_kwargs=kwargs, **parsed.connection_kwargs()
     )

@@ -122,11 +122,11 @@ class SentinelUrl:
     def _tls_kwargs(self) -> dict[str, Any]:
         return {"ssl": True, **dict(self.tls_options)} if self.tls else {}
 
-    def connection_kwargs(self) -> dict[str, object]:
+    def connection_kwargs(self) -> dict[str, Any]:
         """What every connection to the primary is opened with: database, credentials, and
         over TLS ``ssl`` (redis-py's sentinel pools then open TLS connections) with the
         TLS options."""
-        kwargs: dict[str, object] = {"db": self.db, **self._tls_kwargs()}
+        kwargs: dict[str, Any] = {"db": self.db, **self._tls_kwargs()}
         if self.username:
             kwargs["username"] = self.username
         if self.password is not None:
