@@ -10,8 +10,7 @@ STAMP := $(VENV)/.installed
 PYTHON ?= $(shell for p in python3.11 python3; do \
 	$$p -c 'import sys' >/dev/null 2>&1 && { echo $$p; break; }; done)
 
-.PHONY: help venv upgrade browser up test test-unit test-latest test-plain test-faults lint fmt \
-	bench clean
+.PHONY: help venv upgrade browser up test test-unit test-latest test-faults lint fmt bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) \
@@ -107,9 +106,6 @@ test: venv browser ## run every test layer (the scale and fault suites beside th
 test-unit: venv ## run the unit layer only (seconds)
 	$(BIN)/pytest -q -m unit
 
-test-plain: venv ## the unit and integration layers with every fast path off (the plain path)
-	$(BIN)/pytest -q -m "unit or integration" --fast-paths=off
-
 # The newest releases within pyproject.toml's ranges, as a user's `pip install` gets them,
 # in a venv of their own (the lock is not used): a breaking upstream release shows here the
 # day it lands, before `make upgrade` takes it into the lock.
@@ -138,15 +134,10 @@ fmt: venv ## fix lint where safe and format the code
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-# Both passes run whatever the first one found; make fails when the fast-paths-on pass
-# missed a target or either pass could not run or failed a check (exit 1). The plain path
-# (off) is expected to miss targets (exit 4): that is its price, not a failure.
-bench: venv ## run the benchmark suite twice: fast paths on (bench/results), then off
-	@on=0; off=0; \
-	$(BIN)/switchboard bench --fast-paths on --out bench/results || on=$$?; \
-	$(BIN)/switchboard bench --fast-paths off --out bench/results/fast-paths-off || off=$$?; \
-	echo "==> fast paths on: exit $$on; off: exit $$off (4: a target missed)"; \
-	[ $$on -eq 0 ] && { [ $$off -eq 0 ] || [ $$off -eq 4 ]; }
+# Exit 1: a scenario could not run or failed a check; 4: every figure is sound but a
+# target was missed.
+bench: venv ## run the benchmark suite: figures and their anchors in bench/results
+	$(BIN)/switchboard bench --out bench/results
 
 clean: ## remove caches and build output (keeps .venv and the .switchboard data dir)
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist

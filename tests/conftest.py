@@ -13,18 +13,11 @@ import redis
 from switchboard.supervisor.redis_server import RedisServer
 from switchboard.testing.webhook_receiver import WebhookReceiver
 
-# --- the fast paths: on or off for the whole run ------------------------------------------
+# --- the run's switches ---------------------------------------------------------------------
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """``--fast-paths=on|off``: the run's SWITCHBOARD_FAST_PATHS; ``--slot-groups=N``: its
-    SWITCHBOARD_SLOT_GROUPS (default: the environment's)."""
-    parser.addoption(
-        "--fast-paths",
-        choices=("on", "off"),
-        default=None,
-        help="set SWITCHBOARD_FAST_PATHS for the tests and every process they start",
-    )
+    """``--slot-groups=N``: the run's SWITCHBOARD_SLOT_GROUPS (default: the environment's)."""
     parser.addoption(
         "--slot-groups",
         type=int,
@@ -36,9 +29,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     """Put the chosen switches in the environment: every `Settings` built by a test, and the
     processes tests start (workers, the api, the CLI), read them from there."""
-    chosen = config.getoption("--fast-paths")
-    if chosen is not None:
-        os.environ["SWITCHBOARD_FAST_PATHS"] = chosen
     groups = config.getoption("--slot-groups")
     if groups is not None:
         os.environ["SWITCHBOARD_SLOT_GROUPS"] = str(groups)

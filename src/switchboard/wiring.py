@@ -27,7 +27,6 @@ def build_services(
     config = config or get_config(settings.config)
     store = Store.from_url(
         settings.redis_url,
-        fast_paths=settings.fast_paths,
         durability=Durability(settings.redis_wait_replicas, settings.redis_wait_timeout_ms),
         # Keys share slots only when cut into groups (each under its hash tag).
         slot_check=settings.slot_check and settings.groups > 1,

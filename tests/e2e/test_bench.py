@@ -163,18 +163,6 @@ def test_fanout_and_parked_complete_without_timeouts(quick_run: tuple[Path, str]
     assert parked["peakParkedRuns"] > 4, "waits did not overlap beyond the worker's 4 threads"
 
 
-@pytest.mark.timeout(300)
-def test_fast_paths_off_runs_and_is_recorded(tmp_path: Path) -> None:
-    """`--fast-paths off` runs a scenario on the plain path and says so in its JSON and README."""
-    done = _bench(
-        "--quick", "-s", "latency", "--fast-paths", "off", "--out", str(tmp_path), timeout_s=300
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    doc = _figures(tmp_path, "latency")
-    assert doc["fastPaths"] is False and doc["correct"] is True
-    assert "Fast paths: off" in (tmp_path / "README.md").read_text()
-
-
 def test_unknown_scenario_is_a_clear_error(tmp_path: Path) -> None:
     """A misspelt scenario exits 2 naming the known ones, without a stack trace."""
     done = _bench("--quick", "-s", "latncy", "--out", str(tmp_path), timeout_s=120)

@@ -54,17 +54,14 @@ def config(config_data: dict[str, Any]) -> SwitchboardConfig:
 
 
 @pytest.fixture
-def settings(redis_url: str, tmp_path: Any, request: pytest.FixtureRequest) -> Settings:
-    """Settings pointing at the private Redis, with fast recovery timings; the fast paths
-    as SWITCHBOARD_FAST_PATHS says, or on for a test marked ``fast_paths``."""
-    pinned = {"fast_paths": True} if request.node.get_closest_marker("fast_paths") else {}
+def settings(redis_url: str, tmp_path: Any) -> Settings:
+    """Settings pointing at the private Redis, with fast recovery timings."""
     return Settings(
         redis_url=redis_url,
         token=TOKEN,
         data_dir=tmp_path / "data",
         sweep_interval_s=0.5,
         lane_lease_s=3,
-        **pinned,
     )
 
 

@@ -105,7 +105,7 @@ def test_a_batch_publish_with_an_uncertain_outcome_is_a_broker_unavailable(
 ) -> None:
     """kombu's BatchPublishError (a batch publish cut off mid-way, as in a failover) is
     raised as the domain's `BrokerUnavailable` (retried by steps, a 503 elsewhere)."""
-    queue = CeleryQueue(create_celery_app(services.settings), fast_paths=False)
+    queue = CeleryQueue(create_celery_app(services.settings))
 
     def cut_off(*_: Any, **__: Any) -> None:
         raise BatchPublishError("Batch publish failed", [])

@@ -1,5 +1,5 @@
-"""uvloop and httptools with the fast paths on, asyncio and h11 with them off: in a real
-`switchboard api` and `switchboard worker` serving a real run, and in a worker's run loops."""
+"""uvloop and httptools: in a real `switchboard api` and `switchboard worker` serving a real
+run, and in a worker's run loops."""
 
 from __future__ import annotations
 
@@ -18,35 +18,27 @@ from switchboard.workers.tasks import RunHost, run_host
 
 pytestmark = pytest.mark.integration
 
-MODES = [pytest.param(True, id="fast-paths"), pytest.param(False, id="plain")]
-
 
 def _mapped(pid: int) -> str:
     """The paths of the shared objects a process has loaded."""
     return Path(f"/proc/{pid}/maps").read_text()
 
 
-@pytest.mark.parametrize("fast_paths", MODES)
-def test_api_and_worker_processes_serve_a_run_on_the_loop_the_setting_names(
-    fast_paths: bool, switchboard_procs: Any
-) -> None:
+def test_api_and_worker_processes_serve_a_run_on_uvloop(switchboard_procs: Any) -> None:
     """A send waits for its run through a real api and worker; the api runs on uvloop with
-    httptools and the worker's runs on uvloop exactly when the fast paths are on."""
-    switchboard_procs.env["SWITCHBOARD_FAST_PATHS"] = "true" if fast_paths else "false"
+    httptools and the worker's runs on uvloop."""
     with switchboard_procs.serving(beat=False) as (url, [api, worker]):
         result = send_and_wait(url, "agent:main:loops", "hello")
         assert result["status"] == "ok" and "hello" in result["reply"], result
         api_maps, worker_maps = _mapped(api.pid), _mapped(worker.pid)
-    assert ("/uvloop/" in api_maps) is fast_paths
-    assert ("/httptools/" in api_maps) is fast_paths
-    assert ("/uvloop/" in worker_maps) is fast_paths
+    assert "/uvloop/" in api_maps
+    assert "/httptools/" in api_maps
+    assert "/uvloop/" in worker_maps
 
 
-@pytest.mark.parametrize("fast_paths", MODES)
-def test_a_workers_run_loops_are_uvloop_only_with_the_fast_paths_on(
-    fast_paths: bool, redis_url: str
-) -> None:
-    settings = Settings(redis_url=redis_url, fast_paths=fast_paths)
+def test_a_workers_run_loops_are_uvloop(redis_url: str) -> None:
+    """A worker's run loop, made from the app's settings, is a uvloop loop."""
+    settings = Settings(redis_url=redis_url)
     app: Celery = create_celery_app(settings)  # its tasks and `RunHost` made from settings
     host = run_host(app)
     assert isinstance(host, RunHost)
@@ -58,11 +50,9 @@ def test_a_workers_run_loops_are_uvloop_only_with_the_fast_paths_on(
         made_by = host.submit(loop_module()).result(timeout=10)
     finally:
         host.loops.close()
-    assert made_by.startswith("uvloop") is fast_paths
-    assert made_by.startswith("asyncio") is not fast_paths
+    assert made_by.startswith("uvloop")
 
 
-def test_uvicorn_is_told_its_loop_and_parser_in_both_modes() -> None:
-    """Explicit both ways: uvicorn's default ("auto") would take uvloop with them off too."""
-    assert uvicorn_loop(Settings(fast_paths=True)) == {"loop": "uvloop", "http": "httptools"}
-    assert uvicorn_loop(Settings(fast_paths=False)) == {"loop": "asyncio", "http": "h11"}
+def test_uvicorn_is_told_its_loop_and_parser() -> None:
+    """uvloop and httptools, where installed (they are here), named to uvicorn."""
+    assert uvicorn_loop() == {"loop": "uvloop", "http": "httptools"}

@@ -18,7 +18,7 @@ from pydantic_ai.exceptions import CallDeferred, ModelHTTPError
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
-from switchboard.shared.config import ProviderConfig, Settings
+from switchboard.shared.config import ProviderConfig
 from switchboard.shared.runtime import openai_body
 from switchboard.shared.runtime.models import clear_model_cache, resolve_model
 from switchboard.shared.runtime.openai_body import plain_body
@@ -107,7 +107,7 @@ def test_chat_requests_skip_the_sdks_type_walk_and_send_the_same_body(
 ) -> None:
     """The client's requests take the body shortcut, and the server gets what the SDK's own
     transform makes of the same call."""
-    assert openai_body.install(Settings(fast_paths=True))  # as a worker starting does
+    assert openai_body.install_shortcut()  # as a worker's first OpenAI model does
     answered: list[bool] = []
 
     def spy(data: Any, expected_type: Any) -> Any:

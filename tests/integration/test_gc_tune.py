@@ -30,9 +30,8 @@ def gc_restored() -> Iterator[None]:
 def test_a_served_app_freezes_its_startup_and_collects_less_often(
     settings: Settings, config: SwitchboardConfig, services: Services, gc_restored: None
 ) -> None:
-    """`switchboard api` with the fast paths on tunes the collector once started; an
-    embedded app leaves it alone."""
-    settings = settings.model_copy(update={"fast_paths": True})
+    """`switchboard api` tunes the collector once started; an embedded app leaves it
+    alone."""
     gc.unfreeze()
     default = (700, 10, 10)  # Python's; an in-process worker of another test may have tuned it
     gc.set_threshold(*default)
@@ -45,6 +44,7 @@ def test_a_served_app_freezes_its_startup_and_collects_less_often(
 
 
 def test_switchboard_api_serves_a_tuned_app(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`switchboard api` builds its app with the collector tuned once it has started."""
     built: list[dict[str, Any]] = []
     served: list[Any] = []
 
@@ -59,30 +59,21 @@ def test_switchboard_api_serves_a_tuned_app(monkeypatch: pytest.MonkeyPatch) -> 
     assert [b["tune_gc"] for b in built] == [True] and served == ["app"]
 
 
-def test_with_the_fast_paths_off_a_served_app_leaves_the_collector_alone(
-    settings: Settings, config: SwitchboardConfig, services: Services, gc_restored: None
+def test_the_worker_tunes_the_collector_once_it_is_ready(
+    settings: Settings, gc_restored: None
 ) -> None:
-    """With SWITCHBOARD_FAST_PATHS off, even `switchboard api`'s app keeps Python's
-    collector settings and freezes nothing."""
-    settings = settings.model_copy(update={"fast_paths": False})
+    """The worker's ready signal tunes the collector: its startup frozen, young
+    collections less often."""
+    from celery.signals import worker_ready
+
+    from switchboard.workers.app import create_celery_app
+
+    app = create_celery_app(settings)
     gc.unfreeze()
-    default = (700, 10, 10)
-    gc.set_threshold(*default)
-    with TestClient(create_app(settings, config, services=services, tune_gc=True)) as http:
-        assert http.get("/healthz").status_code == 200
-        assert gc.get_threshold() == default
-        assert gc.get_freeze_count() == 0
-
-
-@pytest.mark.parametrize("fast_paths", [False, True], ids=["plain", "fast-paths"])
-def test_the_worker_tunes_the_collector_only_with_the_fast_paths_on(
-    fast_paths: bool, gc_restored: None
-) -> None:
-    """The worker's startup hook tunes the collector only with the fast paths on."""
-    from switchboard.workers.tasks import _install_fast_paths
-
-    gc.unfreeze()
-    default = (700, 10, 10)
-    gc.set_threshold(*default)
-    _install_fast_paths(Settings(fast_paths=fast_paths))
-    assert gc.get_threshold() == (GC_THRESHOLDS if fast_paths else default)
+    gc.set_threshold(700, 10, 10)
+    try:
+        worker_ready.send(sender=type("Consumer", (), {"app": app})())
+        assert gc.get_threshold() == GC_THRESHOLDS
+        assert gc.get_freeze_count() > 0
+    finally:
+        app.close()

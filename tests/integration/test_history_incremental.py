@@ -1,8 +1,8 @@
 """History read incrementally (`store.windows`, `runtime.history_cache`), on a real Redis and
 a real worker: a claim reads only the messages after the window its process holds, and a
 run is sent exactly the messages the plain path (the last 200, read and converted whole)
-makes at that moment, with the windows on and off, across a window that slides past 200
-messages and across a session deleted and created again."""
+makes at that moment, across a window that slides past 200 messages and across a session
+deleted and created again."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import pytest
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from switchboard.shared.config import Settings
 from switchboard.shared.runtime import executor
 from switchboard.shared.runtime.executor import HISTORY_LIMIT, _history
 from switchboard.shared.runtime.transcript import to_model_messages
@@ -39,17 +38,11 @@ def config_data() -> dict[str, Any]:
     }
 
 
-@pytest.fixture(params=[True, False], ids=["windows", "plain"])
-def settings(settings: Settings, request: pytest.FixtureRequest) -> Settings:
-    """The shared fixture's, with the fast paths (and so the history windows) on and off."""
-    return settings.model_copy(update={"fast_paths": request.param})
-
-
 # -- the claim step against Redis ---------------------------------------------------------
 
 
 def _store(redis_url: str) -> Store:
-    return Store.from_url(redis_url, fast_paths=True)
+    return Store.from_url(redis_url)
 
 
 def _fill(store: Store, key: str, count: int, text: str) -> None:
@@ -114,32 +107,6 @@ def test_a_session_deleted_and_created_again_is_read_whole(redis_url: str) -> No
     assert not any(t.startswith("old") for t in _texts(claim))
     assert _texts(claim)[-1] == "run hc-n1"
     assert len(_texts(claim)) == old_seq + 5
-
-
-def test_a_messages_runs_claimed_together_are_claimed_as_each_alone(redis_url: str) -> None:
-    """`claim_many` (a message's runs, one round trip) answers each run what its own claim
-    would: the run, its session and its history through the windows, or the reason it must
-    not run; and claims none of them twice."""
-    store = _store(redis_url)
-    keys = [f"agent:main:hc-many-{i}" for i in range(4)]
-    runs = [(f"hc-m{i}", key) for i, key in enumerate(keys)]
-    for i, (run_id, key) in enumerate(runs):
-        store.sessions.ensure(key)
-        _fill(store, key, 4 + i, f"s{i}-")
-        msg = {"role": "user", "content": f"run {run_id}", "timestamp": 2}
-        store.runs.submit(NewRun(run_id=run_id, session_key=key, message=msg, timeout_s=30))
-    taken = store.runs.claim(*runs[3], history=10)  # the last one is running already
-    assert isinstance(taken, Claim)
-    claims = store.runs.claim_many(runs, history=10)
-    for claim, (run_id, key) in zip(claims[:3], runs, strict=False):
-        assert isinstance(claim, Claim), claim
-        assert claim.run is not None and claim.run.run_id == run_id
-        assert claim.session is not None and claim.attempt == 1
-        assert _texts(claim) == _plain(store, key, 10)
-        assert claim.entries is not None  # read through the windows
-        assert store.runs.status(run_id) == "running"
-    assert isinstance(claims[3], str) and not claims[3].startswith("ok")
-    assert all(isinstance(c, str) for c in store.runs.claim_many(runs, history=10))
 
 
 # -- runs through the worker --------------------------------------------------------------
@@ -218,7 +185,6 @@ def test_runs_in_a_long_session_are_sent_what_the_plain_path_makes(
     worker: Any,
     client: httpx.Client,
     services: Services,
-    settings: Settings,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A session past 200 messages, then sends (each a run and its announce run): every
@@ -234,10 +200,7 @@ def test_runs_in_a_long_session_are_sent_what_the_plain_path_makes(
         assert sent == plain
     assert len(seen[-1][0]) > 100  # a real window, sliding past the first messages
     windows = services.store.runs.windows
-    if settings.fast_paths:
-        assert windows is not None and windows.hits >= 6
-    else:
-        assert windows is None
+    assert windows is not None and windows.hits >= 6
 
 
 def test_no_run_is_sent_a_deleted_sessions_history(

@@ -402,7 +402,6 @@ def record_messages(monkeypatch: pytest.MonkeyPatch, services: Services) -> list
     return sent
 
 
-@pytest.mark.fast_paths  # inline execution of follow-ups
 @pytest.mark.parametrize("extra_config", [_turns(3)])
 def test_the_rounds_and_announce_run_in_the_task_that_ran_the_target(
     worker: Any,
@@ -425,30 +424,6 @@ def test_the_rounds_and_announce_run_in_the_task_that_ran_the_target(
     assert len(webhook.wait_for(1)) == 1
     assert RUNS_TAKEN_HERE == 4
     assert sent == ["switchboard.run", "switchboard.deliver"]
-
-
-@pytest.mark.parametrize("extra_config", [_turns(3)])
-def test_with_the_fast_paths_off_every_follow_up_is_a_message(
-    worker: Any,
-    client: httpx.Client,
-    services: Services,
-    webhook: WebhookReceiver,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """With SWITCHBOARD_FAST_PATHS off the worker runs no follow-up step in place: each
-    round's step, each run it starts and the announce go through the broker. The flow is
-    the same: three rounds, one announce, delivered once."""
-    plain = services.settings.model_copy(update={"fast_paths": False})
-    monkeypatch.setattr(services, "settings", plain)  # the worker's tasks read it per task
-    sent = record_messages(monkeypatch, services)
-    result = send(client, sessionKey=ROOM, message="/reply hello requester", timeoutSeconds=0)
-    flow = finished_flow(services, result["flowId"])
-    assert [r["turn"] for r in flow["rounds"]] == [0, 1, 2, 3]
-    assert run_of(services, flow["announce"]["runId"]).status == "ok"
-    assert len(webhook.wait_for(1)) == 1
-    assert sent.count("switchboard.run") == 5  # four rounds and the announce run
-    assert sent.count(STEP) == 4  # each round's step a message of its own
-    assert sent[-1] == "switchboard.deliver"
 
 
 def test_a_step_following_its_run_inline_does_not_wait_for_the_run_to_be_recorded(

@@ -89,8 +89,6 @@ def test_bench_command_takes_repeated_slot_groups(monkeypatch: pytest.MonkeyPatc
         "1",
         "--slot-groups",
         "64",
-        "--fast-paths",
-        "on",
     ]
     done = CliRunner().invoke(app, argv)
     assert done.exit_code == 0, done.output

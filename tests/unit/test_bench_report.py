@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +28,12 @@ def _doc(scenario: str, **extra: Any) -> dict[str, Any]:
         "pass": True,
         "correct": True,
         "quick": False,
-        "fastPaths": False,
         **extra,
     }
 
 
-def test_readme_tables_list_figures_costs_and_mode(tmp_path: Path) -> None:
-    """Each scenario's JSON becomes a row, its costs a cost row; the fast-paths mode is named."""
+def test_readme_tables_list_figures_and_costs(tmp_path: Path) -> None:
+    """Each scenario's JSON becomes a row, its costs a cost row."""
     costs = Costs()
     costs.commands.update({"evalsha": 20, "hset": 30})
     costs.cpu_s = 0.5
@@ -43,7 +43,6 @@ def test_readme_tables_list_figures_costs_and_mode(tmp_path: Path) -> None:
     )
     (tmp_path / "latency.json").write_text(json.dumps(_doc("latency")))
     text = write_readme(tmp_path).read_text()
-    assert "Fast paths: off" in text
     assert text.index("| latency |") < text.index("| throughput |")
     assert "| completed fire-and-forget run (fireAndForget) | 5.0 | 2.0 | 50.0 |" in text
 
@@ -60,16 +59,22 @@ def test_readme_tables_replace_only_their_own_block(tmp_path: Path) -> None:
     assert text.rstrip().endswith("Afterword.")
 
 
-def test_stack_processes_get_the_asked_mode_not_the_callers(
+def test_stack_processes_get_the_stacks_settings_not_the_callers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A stack's env carries its own fast-paths mode and Redis, never the caller's settings."""
-    parent = {"PATH": "/bin", "SWITCHBOARD_FAST_PATHS": "on", "SWITCHBOARD_REDIS_URL": "x"}
-    env = stack_env(parent, "redis://127.0.0.1:1/0", tmp_path, fast_paths=False)
+    """A stack's env carries its own Redis, never the caller's settings."""
+    parent = {"PATH": "/bin", "SWITCHBOARD_SLOT_GROUPS": "8", "SWITCHBOARD_REDIS_URL": "x"}
+    env = stack_env(parent, "redis://127.0.0.1:1/0", tmp_path)
     assert env["PATH"] == "/bin"
     assert env["SWITCHBOARD_REDIS_URL"] == "redis://127.0.0.1:1/0"
-    monkeypatch.setenv("SWITCHBOARD_FAST_PATHS", env["SWITCHBOARD_FAST_PATHS"])
-    assert Settings().fast_paths is False  # what the started processes read
+    assert "SWITCHBOARD_SLOT_GROUPS" not in env
+    for name in [k for k in os.environ if k.startswith("SWITCHBOARD_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        if name.startswith("SWITCHBOARD_"):
+            monkeypatch.setenv(name, value)
+    assert Settings().redis_url == "redis://127.0.0.1:1/0"  # what the started processes read
+    assert Settings().slot_groups != 8  # not the caller's
 
 
 def _outcome(*, passed: bool, correct: bool = True) -> Outcome:

@@ -349,9 +349,8 @@ def test_runs_enqueued_back_to_back_share_a_message(
     monkeypatch.setattr(queue_module, "RUNS_LINGER_S", 2.0)
     monkeypatch.setattr(queue_module, "RUNS_BUSY_WITHIN_S", 5.0)
     _, calls = sent
-    queue = CeleryQueue(sent[0].app, fast_paths=True)
+    queue = CeleryQueue(sent[0].app)
     group_commit = queue.group_commit
-    assert group_commit is not None
     record = queue.app.send_task
     first_sent, go_on = threading.Event(), threading.Event()
 
@@ -388,68 +387,38 @@ def test_runs_enqueued_back_to_back_share_a_message(
     assert sorted(r for r, _ in calls[2]["args"][0]) == ["run-3", "run-4", "run-5"]
 
 
-def test_with_the_fast_paths_off_each_run_is_published_alone(
-    monkeypatch: pytest.MonkeyPatch, sent: tuple[CeleryQueue, list[dict[str, Any]]]
-) -> None:
-    """Off, the queue has no group commit: runs enqueued back to back from several threads
-    each go out at once as a `switchboard.run` of their own, nothing lingers."""
-    monkeypatch.setattr(queue_module, "RUNS_LINGER_S", 5.0)
-    _, calls = sent
-    queue = CeleryQueue(sent[0].app, fast_paths=False)
-    assert queue.group_commit is None
-    queue.enqueue_run("run-0", "agent:a:s-0")
-    threads = [
-        threading.Thread(target=queue.enqueue_run, args=(f"run-{i}", f"agent:a:s-{i}"))
-        for i in (1, 2, 3)
-    ]
-    started = time.monotonic()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(WAIT_S)
-    assert time.monotonic() - started < 4.0  # no 5 s linger
-    assert [c["name"] for c in calls] == ["switchboard.run"] * 4
-    assert sorted(c["args"][0] for c in calls) == [f"run-{i}" for i in range(4)]
-
-
-@pytest.mark.parametrize("fast_paths", [False, True], ids=["plain", "fast-paths"])
-def test_the_queue_follows_the_apps_settings(
-    fast_paths: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A CeleryQueue on the product's app groups runs only when its settings have the fast
-    paths on (SWITCHBOARD_FAST_PATHS), and only then skips declaring the queue before each
-    publish to Redis (a list LPUSH makes)."""
+def test_a_redis_broker_skips_the_declare(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CeleryQueue on the product's app with a Redis broker skips declaring the queue
+    before each publish (a list LPUSH makes)."""
     from switchboard.shared.config import Settings
     from switchboard.workers.app import create_celery_app
 
-    app = create_celery_app(Settings(redis_url="redis://127.0.0.1:1/0", fast_paths=fast_paths))
+    app = create_celery_app(Settings(redis_url="redis://127.0.0.1:1/0"))
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(app, "send_task", lambda name, **kwargs: calls.append(kwargs))
     try:
         queue = CeleryQueue(app)
-        assert (queue.group_commit is not None) is fast_paths
         queue.enqueue_run("run-0", "agent:a:s-0")
         queue.enqueue_runs(pairs(3))
         queue.enqueue("switchboard.flows.step", "flow-1")
-        assert [c["declare"] for c in calls] == [[] if fast_paths else None] * 3
+        assert [c["declare"] for c in calls] == [[]] * 3
     finally:
         app.close()
 
 
 def test_a_rabbitmq_broker_keeps_the_declare() -> None:
     """RabbitMQ drops a message sent to a queue nobody declared: there every publish still
-    declares its queue, fast paths on or not."""
+    declares its queue."""
     from switchboard.shared.config import Settings
     from switchboard.workers.app import create_celery_app
 
     settings = Settings(
         redis_url="redis://127.0.0.1:1/0",
         broker_url="amqp://guest@127.0.0.1:1//",
-        fast_paths=True,
     )
     app = create_celery_app(settings)
     try:
-        assert settings.fast_paths and app.conf.switchboard_declare_on_publish
+        assert app.conf.switchboard_declare_on_publish
         assert CeleryQueue(app)._declare is None
     finally:
         app.close()

@@ -74,7 +74,7 @@ def create_app(
         # Run reads on the event loop (the waiter's async client), not in a thread.
         app.state.fetch_run = app.state.waiter.fetch
         if tune_gc:
-            gc_tune.tune_gc(settings)  # only with the fast paths on
+            gc_tune.tune_gc()
         try:
             async with contextlib.AsyncExitStack() as serving:
                 await serving.enter_async_context(serving_mcp(app))

@@ -3,8 +3,7 @@
 Each scenario starts its own private Redis and product processes, measures its figure and
 its anchor side by side in the same run (the machine may be noisy; ratios hold), and
 returns an `Outcome`, written to ``<out>/<scenario>.json``; ``<out>/README.md`` gets the
-tables of every JSON file there. The product runs with its fast paths on or off
-(``SWITCHBOARD_FAST_PATHS`` in every process it starts), recorded with each figure.
+tables of every JSON file there.
 """
 
 from __future__ import annotations
@@ -57,7 +56,6 @@ def run_bench(
     quick: bool,
     out_dir: Path,
     console: Console,
-    fast_paths: bool = True,
     subagents: Sequence[int] | None = None,
     slot_groups: Sequence[int] | None = None,
 ) -> int:
@@ -75,10 +73,10 @@ def run_bench(
     out_dir.mkdir(parents=True, exist_ok=True)
     outcomes: list[Outcome] = []
     errors: dict[str, str] = {}
-    mode = ("quick" if quick else "full") + f", fast paths {'on' if fast_paths else 'off'}"
+    mode = "quick" if quick else "full"
     console.print(f"[bold]switchboard bench[/] ({mode}): {', '.join(names)}")
     loop_ns = python_loop_ns()  # the host's speed, before the bench's processes load it
-    with _progress(console) as progress, Stacks(progress, fast_paths=fast_paths) as stacks:
+    with _progress(console) as progress, Stacks(progress) as stacks:
         run = BenchRun(progress=progress, quick=quick, stacks=stacks)
         for name in names:
             t0 = time.monotonic()
@@ -101,9 +99,7 @@ def run_bench(
                 continue
             took = time.monotonic() - t0
             machine = machine_info(loop_ns=loop_ns)
-            doc = outcome.to_json(
-                quick=quick, fast_paths=fast_paths, machine=machine, duration_s=took
-            )
+            doc = outcome.to_json(quick=quick, machine=machine, duration_s=took)
             (out_dir / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
             outcomes.append(outcome)
             verdict = "[green]pass[/]" if outcome.passed else "[yellow]miss[/]"

@@ -69,7 +69,6 @@ class Stack:
     workdir: Path
     env: dict[str, str]
     config_path: Path | None = None
-    fast_paths: bool = True
     worker_concurrency: int = WORKER_CONCURRENCY
     # The Celery broker when it is not the stack's Redis (RabbitMQ: ``amqp://…/<vhost>``).
     broker_url: str | None = None
@@ -141,7 +140,6 @@ class Stack:
             assert settings.redis_url is not None
             self._store = Store.from_url(
                 settings.redis_url,
-                fast_paths=settings.fast_paths,
                 prefix=settings.key_prefix,
                 groups=settings.groups,
             )
@@ -178,7 +176,6 @@ class Stack:
             data_dir=Path(self.env["SWITCHBOARD_DATA_DIR"]),
             config=self.config_path,
             log_level="WARNING",
-            fast_paths=self.fast_paths,
             broker_url=self.product_broker_url,
             slot_groups=self.slot_groups,  # not the bench's own environment's
         )
@@ -333,18 +330,15 @@ class Stack:
                 app.tasks[anchor.NOOP].delay().get(timeout=START_TIMEOUT_S)
 
 
-def stack_env(
-    parent: Mapping[str, str], redis_url: str, workdir: Path, *, fast_paths: bool
-) -> dict[str, str]:
+def stack_env(parent: Mapping[str, str], redis_url: str, workdir: Path) -> dict[str, str]:
     """The environment of a stack's processes: the bench's own without any ``SWITCHBOARD_``
-    setting (a stack must not pick up the caller's Redis or mode), plus the stack's."""
+    setting (a stack must not pick up the caller's Redis), plus the stack's."""
     return {
         **{k: v for k, v in parent.items() if not k.startswith("SWITCHBOARD_")},
         "SWITCHBOARD_REDIS_URL": redis_url,
         "SWITCHBOARD_TOKEN": TOKEN,
         "SWITCHBOARD_DATA_DIR": str(workdir / "data"),
         "SWITCHBOARD_LOG_LEVEL": "WARNING",
-        "SWITCHBOARD_FAST_PATHS": "on" if fast_paths else "off",
     }
 
 
@@ -356,7 +350,6 @@ def stack(
     workers: int = 1,
     anchors: bool | tuple[str, ...] = False,
     beat: bool = False,
-    fast_paths: bool = True,
     keep: bool = False,
     apis: int = 1,
     broker_url: str | None = None,
@@ -378,8 +371,6 @@ def stack(
     there as ever. ``slot_groups`` is every product process's ``SWITCHBOARD_SLOT_GROUPS``
     (None: the setting's default).
     Beat (the recovery sweep) is off by default: nothing fails on purpose in a benchmark.
-    ``fast_paths`` is handed to every product process as ``SWITCHBOARD_FAST_PATHS`` (the
-    bench's own environment is not: a stack runs exactly the mode it was asked for).
     """
     workdir = Path(tempfile.mkdtemp(prefix="switchboard-bench-"))
     redis_server = RedisServer(workdir / "redis", appendonly=False)
@@ -403,13 +394,12 @@ def stack(
         workdir=workdir,
         env={},
         config_path=config_path,
-        fast_paths=fast_paths,
         worker_concurrency=worker_concurrency,
         broker_url=broker_url,
         cluster=cluster,
         slot_groups=slot_groups,
     )
-    st.env.update(stack_env(os.environ, st.state_url, workdir, fast_paths=fast_paths))
+    st.env.update(stack_env(os.environ, st.state_url, workdir))
     if st.product_broker_url is not None:
         st.env["SWITCHBOARD_BROKER_URL"] = st.product_broker_url
     if slot_groups is not None:
@@ -538,16 +528,14 @@ class Stacks:
     """The stacks of one bench run: consecutive scenarios asking for the same options share
     one (starting four processes costs many seconds on a busy machine)."""
 
-    def __init__(self, progress: Progress, *, fast_paths: bool = True) -> None:
+    def __init__(self, progress: Progress) -> None:
         self.progress = progress
-        self.fast_paths = fast_paths
         self._options: dict[str, Any] | None = None
         self._exits = contextlib.ExitStack()
         self._current: Stack | None = None
 
     def get(self, name: str, **options: Any) -> Stack:
         """A running stack with these `stack()` options (the current one if they match)."""
-        options = {**options, "fast_paths": self.fast_paths}
         if self._current is not None and options == self._options:
             self._current.check_alive()
             return self._current

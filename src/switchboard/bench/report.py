@@ -1,7 +1,7 @@
 """What a scenario reports: its figure, its anchor, the ratio, the target and the verdict.
 
 Every scenario returns one `Outcome`; `run_bench` writes it as `<scenario>.json` (with the
-machine it was measured on and the fast-paths mode) and as one row of the final table, and
+machine it was measured on) and as one row of the final table, and
 `write_readme` turns the JSON files of an output directory into its README's tables.
 """
 
@@ -53,9 +53,7 @@ class Outcome:
         """Every correctness check held."""
         return all(self.checks.values())
 
-    def to_json(
-        self, *, quick: bool, fast_paths: bool, machine: dict[str, Any], duration_s: float
-    ) -> dict[str, Any]:
+    def to_json(self, *, quick: bool, machine: dict[str, Any], duration_s: float) -> dict[str, Any]:
         """The JSON document written to ``<out>/<scenario>.json``."""
         return {
             "scenario": self.scenario,
@@ -71,7 +69,6 @@ class Outcome:
             "checks": self.checks,
             "correct": self.correct,
             "quick": quick,
-            "fastPaths": fast_paths,
             "parameters": self.parameters,
             "costs": self.costs,
             "notes": self.notes,
@@ -190,11 +187,9 @@ def write_readme(out_dir: Path) -> Path:
 
 def results_markdown(docs: Sequence[dict[str, Any]]) -> str:
     """The figures table and the per-run cost table, in markdown."""
-    modes = sorted({"on" if d.get("fastPaths", True) else "off" for d in docs})
     quick = any(d.get("quick") for d in docs)
     lines = [
-        f"Fast paths: {', '.join(modes)}" + (" (quick run: speed not judged)" if quick else ""),
-        "",
+        *(["Quick run: speed not judged.", ""] if quick else []),
         "| scenario | figure | anchor, same run | ratio | target | |",
         "|---|---|---|---|---|---|",
     ]

@@ -197,7 +197,7 @@ def _stack_beside(run: BenchRun, groups: int | None) -> Iterator[tuple[Stack, Se
     options = {**ONE_AGENT_STACK, "anchors": False, "slot_groups": groups}
     with contextlib.ExitStack() as running:
         with phase(run.progress, f"listing, {groups} slot groups: start processes"):
-            st = running.enter_context(stack(**options, fast_paths=run.stacks.fast_paths))
+            st = running.enter_context(stack(**options))
         yield st, st.services()
 
 

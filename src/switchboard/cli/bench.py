@@ -13,7 +13,6 @@ from switchboard.cli.common import (
     app,
     console,
 )
-from switchboard.shared.config import get_settings
 
 if TYPE_CHECKING:
     pass
@@ -57,20 +56,9 @@ def bench(
             max=1024,
         ),
     ] = None,
-    fast_paths: Annotated[
-        str | None,
-        typer.Option(
-            help="Run the product with its fast paths on or off (default: "
-            "SWITCHBOARD_FAST_PATHS, else on); write off-mode figures to their own --out.",
-        ),
-    ] = None,
 ) -> None:
     """Benchmark the product against its anchors, side by side in one run."""
     from switchboard.bench import ON_REQUEST, SCENARIOS, run_bench
-
-    if fast_paths not in (None, "on", "off"):
-        _fail("--fast-paths must be on or off", f"not {fast_paths!r}", EXIT_USAGE)
-    fast = get_settings().fast_paths if fast_paths is None else fast_paths == "on"
 
     names = scenario or [name for name in SCENARIOS if name not in ON_REQUEST]
     unknown = [n for n in names if n not in SCENARIOS]
@@ -83,7 +71,6 @@ def bench(
             quick=quick,
             out_dir=out,
             console=console,
-            fast_paths=fast,
             subagents=subagents or None,
             slot_groups=slot_groups or None,
         )

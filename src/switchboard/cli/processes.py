@@ -71,7 +71,7 @@ def api(
         "log_level": settings.log_level.lower(),
         "log_config": None,  # uvicorn's records go through the product's handler (logs.py)
         "access_log": False,
-        **uvicorn_loop(settings),  # uvloop and httptools with the fast paths on
+        **uvicorn_loop(),  # uvloop and httptools where installed
     }
     if not reuse_port:
         uvicorn.run(application, host=bind_host, port=bind_port, **options)

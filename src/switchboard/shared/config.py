@@ -709,12 +709,6 @@ class Settings(BaseSettings):
     # answers 429 to that IP until the window ends (counted in Redis, shared by every api).
     auth_max_failures: int = Field(default=20, ge=1, le=1_000_000)
     auth_failure_window_s: int = Field(default=60, ge=1, le=86_400)
-    # The hot-path adapters (a held Redis connection per thread, the OpenAI body
-    # shortcut and chat completions past the SDK's request machinery, garbage-collector
-    # tuning, enqueue batching, uvloop and httptools): off
-    # runs the plain path of every library, for reading, debugging and measuring what the
-    # adapters buy.
-    fast_paths: bool = True
     # Replicas that must hold a run's accept, its end and a transcript append before the
     # answer (Redis WAIT on the write's connection; 0: off), and how long WAIT may take
     # for them (ms): fewer in time log a WARNING and the write stands (docs/operations.md).

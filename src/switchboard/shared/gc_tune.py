@@ -9,27 +9,20 @@ these settings and its startup frozen, measured alternately). Almost nothing a r
 a run makes is cyclic, so reference counting frees it; the collector still runs, only
 less often.
 
-Only with the fast paths on (``Settings.fast_paths``): off, the process keeps Python's
-defaults.
+Set once, where a process has started (the api's startup, the worker's ready signal).
 """
 
 from __future__ import annotations
 
 import gc
 
-from switchboard.shared.config import Settings
-
 # Young generation every 50,000 net allocations; older ones rarely.
 GC_THRESHOLDS = (50_000, 20, 100)
 
 
-def tune_gc(settings: Settings) -> bool:
-    """Once the process is up, with the fast paths on: leave what it has built so far
-    (modules, app, services) out of every later collection, and collect the young
-    generation less often. True when tuned; off, the collector is left as it is."""
-    if not settings.fast_paths:
-        return False
+def tune_gc() -> None:
+    """Once the process is up: leave what it has built so far (modules, app, services)
+    out of every later collection, and collect the young generation less often."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
-    return True

@@ -1,11 +1,11 @@
 """The seam between the domain and the task queue: what the domain asks to run next.
 
-`TaskQueue` is the plain path: every run and step is a message. The rest of this module
-is the inline-execution fast path (``Settings.fast_paths``), as explicit objects a worker
-task creates and passes down, never ambient state: `RunsTakenHere` (runs a task executes
-itself instead of a message each), `TakingQueue` (the queue a follow-up step enqueues
-through, offering each run to the task first) and `InlineStep` (what a follow-up step run
-in place knows about the run it follows).
+`TaskQueue`: every run and step is a message. The rest of this module is the worker's
+inline execution, as explicit objects a worker task creates and passes down, never ambient
+state: `RunsTakenHere` (runs a task executes itself instead of a message each),
+`TakingQueue` (the queue a follow-up step enqueues through, offering each run to the task
+first) and `InlineStep` (what a follow-up step run in place knows about the run it
+follows).
 """
 
 from __future__ import annotations

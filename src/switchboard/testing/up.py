@@ -28,10 +28,8 @@ def free_port() -> int:
 
 
 def clean_env() -> dict[str, str]:
-    """The environment without SWITCHBOARD_* settings, as on a newcomer's machine, but for
-    SWITCHBOARD_FAST_PATHS: a test run with the fast paths off starts every process so."""
-    kept = ("SWITCHBOARD_FAST_PATHS",)
-    return {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_") or k in kept}
+    """The environment without SWITCHBOARD_* settings, as on a newcomer's machine."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}
 
 
 @dataclass

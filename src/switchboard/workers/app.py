@@ -108,7 +108,7 @@ def create_celery_app(settings: Settings | None = None) -> Celery:
         "health_check_interval": 25,
     }
     broker, transport_class, broker_ssl = _kombu_broker(broker, transport)
-    if transport_class is not None and settings.fast_paths:
+    if transport_class is not None:
         # No copy of each message in flight in kombu's `unacked` hash (two broker round
         # trips per message, one before the worker may start it): the product recovers
         # what a dead worker held itself (`transport.py`), long before the broker's
@@ -152,12 +152,10 @@ def create_celery_app(settings: Settings | None = None) -> Celery:
             }
         },
         timezone="UTC",
-        # Read by `CeleryQueue` (group commit only with the fast paths on).
-        switchboard_fast_paths=settings.fast_paths,
-        # Also read by `CeleryQueue`: on a Redis broker a message goes to its queue's list
-        # by name (LPUSH creates it), so the fast paths skip kombu's declare of the queue
-        # before each publish; RabbitMQ keeps it (it drops a message to an undeclared queue).
-        switchboard_declare_on_publish=transport_class is None or not settings.fast_paths,
+        # Read by `CeleryQueue`: on a Redis broker a message goes to its queue's list by
+        # name (LPUSH creates it), so a publish skips kombu's declare of the queue; RabbitMQ
+        # keeps it (it drops a message to an undeclared queue).
+        switchboard_declare_on_publish=transport_class is None,
     )
     register_tasks(app, settings)
     telemetry.watch_celery()  # a worker or beat traces once started (an endpoint set)

@@ -1,8 +1,7 @@
 """The TaskQueue the domain enqueues through, backed by Celery's producer pool.
 
-Each run enqueued is published at once, as a message of its own. With the fast paths on
-(``Settings.fast_paths``) runs enqueued from many threads at once share messages instead
-(`GroupCommit`, owned by the queue)."""
+A run enqueued alone is published at once, as a message of its own; runs enqueued from
+many threads at once share messages (`GroupCommit`, owned by the queue)."""
 
 from __future__ import annotations
 
@@ -128,32 +127,24 @@ class CeleryQueue:
     """Sends tasks by name with ids only; results are never stored. A message the broker
     refuses raises `BrokerUnavailable`.
 
-    ``fast_paths``: group the runs enqueued at once into shared messages (`GroupCommit`);
-    by default as the app was configured (`create_celery_app` from ``Settings``). The app
-    also says whether a publish declares its queue first (Celery's default), or not (a
-    Redis broker with the fast paths on: the queue is a list LPUSH makes)."""
+    Runs enqueued at once share messages (`GroupCommit`). The app says whether a publish
+    declares its queue first (Celery's default), or not (a Redis broker: the queue is a
+    list LPUSH makes)."""
 
-    def __init__(self, app: Celery, *, fast_paths: bool | None = None) -> None:
+    def __init__(self, app: Celery) -> None:
         self.app = app
-        if fast_paths is None:
-            fast_paths = bool(app.conf.get("switchboard_fast_paths", True))
         # Celery's `declare`: None declares the message's queue, [] declares nothing.
         declares = bool(app.conf.get("switchboard_declare_on_publish", True))
         self._declare: list[Any] | None = None if declares else []
-        self.group_commit: GroupCommit[tuple[str, str]] | None = None
-        if fast_paths:
-            self.group_commit = GroupCommit(
-                self._publish_runs, linger_s=RUNS_LINGER_S, busy_within_s=RUNS_BUSY_WITHIN_S
-            )
+        self.group_commit = GroupCommit(
+            self._publish_runs, linger_s=RUNS_LINGER_S, busy_within_s=RUNS_BUSY_WITHIN_S
+        )
 
     def enqueue_run(self, run_id: str, session_key: str) -> None:
-        """Execute a run that holds its session lane: a message of its own, or (fast paths
-        on) a share of one with the runs enqueued from other threads at the same time."""
+        """Execute a run that holds its session lane: a message of its own, or a share of
+        one with the runs enqueued from other threads at the same time."""
         with _broker_errors():
-            if self.group_commit is None:
-                self._send("switchboard.run", [run_id, session_key], RUNS_QUEUE)
-            else:
-                self.group_commit.add((run_id, session_key))
+            self.group_commit.add((run_id, session_key))
 
     def _publish_runs(self, runs: list[tuple[str, str]]) -> None:
         if len(runs) == 1:

@@ -13,11 +13,10 @@ Celery takes no more messages meanwhile. Model clients are bound to the loop tha
 them, so a model has a client (and a connection pool) per loop. Deadlines are enforced by
 the product (the executor's timeout), not by Celery.
 
-A run's follow-up step is a message of its own, like every step. With the fast paths on
-(``Settings.fast_paths``) the coroutine that ran the run runs its follow-up step in place,
-and the runs that step starts (`_then_follow_up`); the worker also tunes the garbage
-collector when it starts (`_install_fast_paths`); the first OpenAI model it builds puts
-the SDK's body shortcut in place (`openai_body`).
+The coroutine that ran a run runs its follow-up step in place, and the runs that step
+starts (`_then_follow_up`); a follow-up step enqueued on its own (by the sweep, or a step
+not ready yet) is a message of its own. The worker tunes the garbage collector once it is
+up (`gc_tune`).
 """
 
 from __future__ import annotations
@@ -66,7 +65,6 @@ from switchboard.workers.handback import (
     hand_back_runs,
     held_runs,
 )
-from switchboard.workers.outbox_clears import OutboxClears
 from switchboard.workers.queue import CeleryQueue
 
 log = logging.getLogger("switchboard.worker")
@@ -94,10 +92,10 @@ _RETRY = {
 # 8.4-8.6 s); send+wait latency alike (p50 9.6 against 9.7 ms). What would block the loop
 # goes to its store threads (`runtime.off_loop`).
 RUN_LOOPS = 1
-# Threads per run loop for its runs' blocking work: their tool calls, and with the fast
-# paths on their end and follow-up steps (`runtime.off_loop`); that many wait side by side
-# while the loop goes on. Idle ones cost nothing: one loop of 2, 4 or 8 measured alike
-# (5.35-6.08 ms per child above).
+# Threads per run loop for its runs' blocking work: their tool calls, their end and
+# follow-up steps (`runtime.off_loop`); that many wait side by side while the loop goes
+# on. Idle ones cost nothing: one loop of 2, 4 or 8 measured alike (5.35-6.08 ms per child
+# above).
 STORE_THREADS_PER_LOOP = 8
 
 
@@ -138,7 +136,7 @@ class _RunLoops:
 
     @staticmethod
     def _start(loop: asyncio.AbstractEventLoop, index: int) -> asyncio.AbstractEventLoop:
-        # Where its runs' blocking store work goes with the fast paths on (`off_loop`).
+        # Where its runs' blocking store work goes (`off_loop`).
         loop.set_default_executor(
             ThreadPoolExecutor(
                 STORE_THREADS_PER_LOOP, thread_name_prefix=f"switchboard-store-{index}"
@@ -174,22 +172,16 @@ class RunHost:
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         loops: int = RUN_LOOPS,
         new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
-        outbox: OutboxClears | None = None,
         waves: Waves | None = None,
     ) -> None:
         self.loops = _RunLoops(loops, new_loop)
         self.in_flight = InFlight(max_in_flight)
-        # Where the runs' follow-ups leave their outbox entries to clear (None: each
-        # follow-up clears its own).
-        self.outbox = outbox
         # What the runs that end in the same turn of their loop share (None: nothing).
         self.waves = waves
 
     def close(self) -> None:
-        """Stop the run loops, and clear the outbox entries left to clear."""
+        """Stop the run loops."""
         self.loops.close()
-        if self.outbox is not None:
-            self.outbox.close()
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         """Start a coroutine on one of the run loops (cancelled if the worker stops)."""
@@ -324,22 +316,14 @@ class _Claims:
 
 
 async def _run_and_follow_up(
-    svc: Services,
-    start: RunStart,
-    claimed: Claimed,
-    outbox: OutboxClears | None = None,
-    waves: Waves | None = None,
+    svc: Services, start: RunStart, claimed: Claimed, waves: Waves | None = None
 ) -> None:
-    """Execute a run; its follow-up step is enqueued as it ends (the plain path), or with
-    the fast paths on run right here (`_then_follow_up`, its outbox entry left to
-    ``outbox``, with the follow-ups of runs ending at the same time when ``waves``
-    is given; ``start`` was given them for its end step). ``claimed`` is told once the
-    run was claimed (by the executor), or as the run ends or fails before that."""
+    """Execute a run, then its follow-up step right here (`_then_follow_up`, with the
+    follow-ups of runs ending at the same time when ``waves`` is given; ``start`` was
+    given them for its end step). ``claimed`` is told once the run was claimed (by the
+    executor), or as the run ends or fails before that."""
     try:
-        if not svc.settings.fast_paths:
-            await start(None)
-        else:
-            await _then_follow_up(svc, start, outbox, waves)
+        await _then_follow_up(svc, start, waves)
     except BaseException as exc:
         claimed(exc)  # nothing if the run was claimed: it went on past its message
         raise
@@ -347,16 +331,11 @@ async def _run_and_follow_up(
         claimed(None)
 
 
-async def _then_follow_up(
-    svc: Services,
-    start: RunStart,
-    outbox: OutboxClears | None = None,
-    waves: Waves | None = None,
-) -> None:
+async def _then_follow_up(svc: Services, start: RunStart, waves: Waves | None = None) -> None:
     """Execute a run (``start``), then its follow-up step right away (off the loop,
     `off_loop`: its store round trips do not hold up the loop's other runs), then the
     runs its follow-up started (up to `RUNS_TAKEN_HERE`), each with its own follow-up;
-    the followed runs' outbox entries are left to ``outbox`` (None: cleared here). With
+    the followed runs' outbox entries are cleared together at the end. With
     ``waves``, the end steps of the loop's runs whose results came in in the same turn of
     the loop go in one round trip, and their follow-ups run in one call (`Waves`).
 
@@ -375,7 +354,7 @@ async def _then_follow_up(
             # Only the follow-ups are handed `here`, never a run: a run's own children
             # must not wait for it to end.
             if ended_runs:
-                asked = _FollowUps(svc, ended_runs, here, followed, outbox)
+                asked = _FollowUps(svc, ended_runs, here, followed)
                 if waves is None:
                     followed = (await off_loop(partial(_follow_up_together, [asked])))[0]
                 else:
@@ -396,20 +375,19 @@ async def _then_follow_up(
             here.runs.popleft()
     finally:
         here.release()
-        _clear_outbox(svc, followed, outbox)
+        _clear_outbox(svc, followed)
 
 
 @dataclass(frozen=True)
 class _FollowUps:
     """The ended runs of one `_then_follow_up` whose follow-up steps are to run: where
-    the runs their steps start are taken (``here``), the runs followed up before whose
-    outbox entries are still to be cleared, and where they are cleared."""
+    the runs their steps start are taken (``here``), and the runs followed up before whose
+    outbox entries are still to be cleared."""
 
     svc: Services
     ended: list[RunRecord]
     here: RunsTakenHere
     followed: list[str]
-    outbox: OutboxClears | None
     # The context it was made in (the run's log fields): its steps run in it.
     context: contextvars.Context = field(default_factory=contextvars.copy_context)
 
@@ -420,8 +398,8 @@ FollowUpsTogether = Together["_FollowUps", list[str]]
 
 @dataclass(frozen=True)
 class Waves:
-    """What the runs of a loop that end in the same turn of it share (with the fast paths
-    on, kept by the `RunHost`): one round trip for their end steps (`record_results`)
+    """What the runs of a loop that end in the same turn of it share (kept by the
+    `RunHost`): one round trip for their end steps (`record_results`)
     and one call for their follow-ups (`_follow_up_together`)."""
 
     ends: EndsTogether
@@ -448,7 +426,7 @@ def _follow_up_together(asked: list[_FollowUps]) -> list[list[str]]:
         if a.here.runs:
             left_of.append(left)
         else:
-            _clear_outbox(a.svc, left, a.outbox)
+            _clear_outbox(a.svc, left)
             left_of.append([])
     return left_of
 
@@ -482,14 +460,10 @@ def _resuming(svc: Services, run_id: str, claimed: Claimed, waves: Waves | None 
     )
 
 
-def _clear_outbox(svc: Services, run_ids: list[str], outbox: OutboxClears | None = None) -> None:
-    """Clear followed-up runs from the outbox: left to ``outbox`` when given, else in one
-    round trip here; if the store is away, the sweep finds them there and runs their
-    (idempotent) steps again."""
+def _clear_outbox(svc: Services, run_ids: list[str]) -> None:
+    """Clear followed-up runs from the outbox, in one round trip; if the store is away,
+    the sweep finds them there and runs their (idempotent) steps again."""
     if not run_ids:
-        return
-    if outbox is not None:
-        outbox.add(run_ids)
         return
     try:
         svc.store.runs.outbox_done(*run_ids)
@@ -500,50 +474,21 @@ def _clear_outbox(svc: Services, run_ids: list[str], outbox: OutboxClears | None
 
 
 async def _run_together(
-    svc: Services,
-    pairs: list[list[str]],
-    claims: _Claims,
-    outbox: OutboxClears | None = None,
-    waves: Waves | None = None,
+    svc: Services, pairs: list[list[str]], claims: _Claims, waves: Waves | None = None
 ) -> None:
     """Execute runs side by side on one loop (one hand-over from the pool thread for the
-    message, not one per run); if any failed, raise the first failure once all have ended.
-
-    With the fast paths on, the runs are claimed together first, in one round trip
-    (`RunStore.claim_many`), not one each, off the loop (`off_loop`): the loop's other
-    runs go on meanwhile."""
+    message, not one per run); if any failed, raise the first failure once all have ended."""
     claimed = [claims.run() for _ in pairs]
-    taken: list[Claim | str | None] = [None] * len(pairs)
-    if svc.settings.fast_paths and len(pairs) > 1:
-        claim_many = partial(
-            svc.store.runs.claim_many, [(rid, key) for rid, key in pairs], history=HISTORY_LIMIT
-        )
-        try:
-            taken = list(await off_loop(claim_many))
-        except BaseException as exc:
-            for told in claimed:
-                told(exc)
-            raise
     outcomes = await asyncio.gather(
         *(
-            _run_and_follow_up(
-                svc, _executing(svc, rid, key, told, claim, waves), told, outbox, waves
-            )
-            for (rid, key), told, claim in zip(pairs, claimed, taken, strict=True)
+            _run_and_follow_up(svc, _executing(svc, rid, key, told, waves=waves), told, waves)
+            for (rid, key), told in zip(pairs, claimed, strict=True)
         ),
         return_exceptions=True,
     )
     failed = next((o for o in outcomes if isinstance(o, BaseException)), None)
     if failed is not None:
         raise failed
-
-
-def _install_fast_paths(settings: Settings) -> None:
-    """Once the worker is up, with the fast paths on: the collector's settings for a busy
-    process (`gc_tune`; it checks the switch itself). The OpenAI SDK's body shortcut is
-    put in place when the first OpenAI model is built (`models.resolve_model`), so a
-    worker that never calls an OpenAI API never imports that SDK's request machinery."""
-    gc_tune.tune_gc(settings)
 
 
 def register_tasks(app: Celery, settings: Settings) -> None:
@@ -558,19 +503,10 @@ def register_tasks(app: Celery, settings: Settings) -> None:
         override = getattr(app, "services_override", None)
         return override if override is not None else build()
 
-    # uvloop's loops with the fast paths on (`event_loops`), else asyncio's; with them on,
-    # the inline follow-ups' outbox entries cleared together (`outbox_clears`), and the
-    # end steps and follow-ups of a wave of runs together (`Waves`).
-    outbox, waves = None, None
-    if settings.fast_paths:
-        outbox = OutboxClears(lambda ids: _clear_outbox(services(), ids))
-        waves = Waves(ends=Together(record_results), follow_ups=Together(_follow_up_together))
-    host = RunHost(
-        settings.worker_max_in_flight,
-        new_loop=partial(new_event_loop, settings),
-        outbox=outbox,
-        waves=waves,
-    )
+    # uvloop's loops where installed (`event_loops`); the end steps and follow-ups of a
+    # wave of runs together (`Waves`).
+    waves = Waves(ends=Together(record_results), follow_ups=Together(_follow_up_together))
+    host = RunHost(settings.worker_max_in_flight, new_loop=new_event_loop, waves=waves)
     app.switchboard_run_host = host
 
     @app.task(name="switchboard.run", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
@@ -584,7 +520,6 @@ def register_tasks(app: Celery, settings: Settings) -> None:
                 svc,
                 _executing(svc, run_id, session_key, claimed, waves=host.waves),
                 claimed,
-                host.outbox,
                 host.waves,
             )
 
@@ -597,7 +532,7 @@ def register_tasks(app: Celery, settings: Settings) -> None:
         svc = services()
         host.hand_over(
             len(pairs),
-            lambda claims: _run_together(svc, pairs, claims, host.outbox, host.waves),
+            lambda claims: _run_together(svc, pairs, claims, host.waves),
         )
 
     @app.task(name="switchboard.resume", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
@@ -608,7 +543,7 @@ def register_tasks(app: Celery, settings: Settings) -> None:
         def body(claims: _Claims) -> Coroutine[Any, Any, None]:
             claimed = claims.run()
             return _run_and_follow_up(
-                svc, _resuming(svc, run_id, claimed, host.waves), claimed, host.outbox, host.waves
+                svc, _resuming(svc, run_id, claimed, host.waves), claimed, host.waves
             )
 
         host.hand_over(1, body)
@@ -650,11 +585,11 @@ def register_tasks(app: Celery, settings: Settings) -> None:
         svc = services()
         host.in_flight.stop(lambda lanes: hand_back_runs(svc, lanes), lambda: held_runs(svc))
 
-    def _fast_paths_on_start(sender: Any = None, **_: Any) -> None:
+    def _tune_gc_on_start(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", app) is app:  # this app's worker, not another one's
-            _install_fast_paths(settings)
+            gc_tune.tune_gc()
 
-    worker_ready.connect(_fast_paths_on_start, weak=False)
+    worker_ready.connect(_tune_gc_on_start, weak=False)
     worker_init.connect(_preload_models, weak=False)
     worker_shutdown.connect(_close_model_clients, weak=False)
     worker_shutting_down.connect(_hand_back_on_stop, weak=False)

@@ -4,20 +4,19 @@ With kombu's Redis transport, a worker whose broker connection drops while it ho
 unacknowledged messages tries to put them back while closing the broken connection; the
 connection is already half torn down, the attempt raises ``AttributeError``, and Celery
 treats that as unrecoverable: the worker exits instead of reconnecting (the same happens
-when a task that was running across the outage is acked or rejected after the worker
-reconnected). Here restore, ack and reject of a message whose connection is gone are
-skipped. Nothing is lost: the product does not count on the broker to give back what a
-worker held. Lane leases recover runs, the pending-steps index recovers flow steps and the
-due index recovers deliveries (``switchboard.shared.flows.sweeper``), all long before the
-broker's visibility timeout (2 h) would.
+when a task that was running across the outage is rejected after the worker reconnected).
+Here restore and reject of a message whose connection is gone are skipped. Nothing is
+lost: the product does not count on the broker to give back what a worker held. Lane
+leases recover runs, the pending-steps index recovers flow steps and the due index
+recovers deliveries (``switchboard.shared.flows.sweeper``), long before the broker's
+visibility timeout (2 h) would.
 
-So with the fast paths on (``Settings.fast_paths``) the broker keeps no copy of the
-messages in flight: kombu's ack emulation is off (`workers.app`), sparing each message two
-round trips (one to file it in the `unacked` hash before the worker may start it, one to
+So the broker keeps no copy of the messages in flight: kombu's ack emulation is off
+(`workers.app`, the transport's public ``ack_emulation`` option), sparing each message two
+round trips (one to file it in the ``unacked`` hash before the worker may start it, one to
 take it out) and the copy itself. A worker that stops cleanly still puts back what it
-took and did not start (`PlainQoS`, in memory); one that dies leaves it to the sweeps, as
-it leaves its runs. With the fast paths off the broker keeps its copies (`QoS`), restored
-after the visibility timeout.
+took and did not start (`TolerantQoS`, in memory); one that dies leaves it to the sweeps,
+as it leaves its runs.
 
 `SentinelTransport` is the same transport on kombu's Redis Sentinel channel: every new
 broker connection asks the sentinels for the primary, so a worker that lost its broker to
@@ -33,49 +32,14 @@ from typing import Any
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
-from switchboard.shared.store.driver import DRIVER_INFO
 from switchboard.shared.store.sentinel import follow_primary
 
 log = logging.getLogger("switchboard.worker")
 
 
-class QoS(kombu_redis.QoS):
-    """Redis ack emulation that leaves messages alone once their connection is gone."""
-
-    def _connection_gone(self) -> bool:
-        connection = self.channel.connection
-        return connection is None or connection.client is None
-
-    def restore_unacked(self, client: Any = None) -> None:
-        """Put unacked messages back, unless the connection is gone (then leave them)."""
-        if self._connection_gone():
-            log.warning(
-                "broker connection lost with %d unacknowledged message(s); the recovery "
-                "sweep takes them over",
-                len(self._delivered),
-            )
-            self._delivered.clear()
-            return
-        super().restore_unacked(client)  # type: ignore[no-untyped-call]
-
-    def ack(self, delivery_tag: Any) -> None:
-        """Acknowledge, unless the message came over a connection that is gone."""
-        if self._connection_gone():
-            self._delivered.pop(delivery_tag, None)
-            return
-        super().ack(delivery_tag)  # type: ignore[no-untyped-call]
-
-    def reject(self, delivery_tag: Any, requeue: bool = False) -> None:
-        """Reject, unless the message came over a connection that is gone."""
-        if self._connection_gone():
-            self._delivered.pop(delivery_tag, None)
-            return
-        super().reject(delivery_tag, requeue=requeue)  # type: ignore[no-untyped-call]
-
-
-class PlainQoS(virtual.QoS):
-    """Acks kept in memory (ack emulation off), tolerant of a connection that is gone as
-    `QoS` is: what it held is left to the product's sweeps."""
+class TolerantQoS(virtual.QoS):
+    """Acks kept in memory (ack emulation off), tolerant of a connection that is gone:
+    what it held is left to the product's sweeps."""
 
     def _connection_gone(self) -> bool:
         connection = self.channel.connection
@@ -104,35 +68,12 @@ class PlainQoS(virtual.QoS):
 
 
 class Channel(kombu_redis.Channel):
-    """The Redis channel with the tolerant QoS, one client object for its pool, and the
-    product's connection options.
-
-    kombu builds a new redis-py client for every publish, ack and unacked-index write;
-    with redis-py 8 that constructor is a sizeable share of a message's cost. A client is
-    only a handle on the connection pool (thread-safe: each command takes a connection
-    from the pool), so one per pool serves every caller."""
-
-    QoS = QoS
-    _shared_client: Any = None
+    """The Redis channel with the tolerant QoS."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
-        if not self.ack_emulation:  # kombu put its plain QoS in place: the tolerant one
-            self.QoS = PlainQoS  # type: ignore[assignment]
-
-    def _connparams(self, asynchronous: bool = False) -> Any:
-        params = super()._connparams(asynchronous=asynchronous)  # type: ignore[no-untyped-call]
-        params["driver_info"] = DRIVER_INFO  # see `switchboard.shared.store.client`
-        return params
-
-    def _create_client(self, asynchronous: bool = False) -> Any:
-        if asynchronous:
-            return super()._create_client(asynchronous=True)  # type: ignore[no-untyped-call]
-        pool = self.pool
-        client = self._shared_client
-        if client is None or client.connection_pool is not pool:  # new after a reconnect
-            client = self._shared_client = super()._create_client()  # type: ignore[no-untyped-call]
-        return client
+        # kombu put its in-memory QoS in place (ack emulation off): the tolerant one.
+        self.QoS = TolerantQoS  # type: ignore[assignment]
 
 
 class Transport(kombu_redis.Transport):
@@ -143,7 +84,7 @@ class Transport(kombu_redis.Transport):
 
 class SentinelChannel(Channel, kombu_redis.SentinelChannel):
     """kombu's Sentinel channel (its pool asks the sentinels for the primary) with the
-    tolerant QoS, the shared client and the product's connection options of `Channel`.
+    tolerant QoS of `Channel`.
 
     Its pools are followed like the store's (`follow_primary`): after a failover on
     purpose, a worker does not keep consuming from, nor an api publish to, the demoted

@@ -7,9 +7,9 @@ with the session's tools, and the outcome is written in one atomic step that als
 the lane to the next queued run and wakes parked waiters.
 
 A run's follow-up step (its ``onEnd``) is enqueued when the run ends. A caller that runs
-follow-ups itself (the worker's inline execution, ``Settings.fast_paths``) passes a
-``follow_ups`` list instead: the ended runs are collected there, and the caller runs their
-steps (this layer knows no flow step; the worker hands them to ``shared.flows``).
+follow-ups itself (the worker's inline execution) passes a ``follow_ups`` list instead: the
+ended runs are collected there, and the caller runs their steps (this layer knows no flow
+step; the worker hands them to ``shared.flows``).
 """
 
 from __future__ import annotations
@@ -83,12 +83,12 @@ async def execute_run(
 
     ``session_key`` is the one the run was enqueued with: the claim then reads the run,
     its session and its history in the same step. ``claim``: the run was claimed already
-    (as it started, `RunStore.start` with ``claim_history``, or with the other runs of its
-    message, `RunStore.claim_many`): execute it as claimed, or not at all when the claim
-    answered a reason not to. ``follow_ups``: collect the run there if it ends with a
-    follow-up step, instead of enqueuing the step. ``on_claimed``: called once the claim
-    step answered (see `OnClaimed`). ``ends``: record the run's result with the results
-    of the runs of its loop that came in beside it (`record_results`)."""
+    (as it started, `RunStore.start` with ``claim_history``): execute it as claimed, or
+    not at all when the claim answered a reason not to. ``follow_ups``: collect the run
+    there if it ends with a follow-up step, instead of enqueuing the step. ``on_claimed``:
+    called once the claim step answered (see `OnClaimed`). ``ends``: record the run's
+    result with the results of the runs of its loop that came in beside it
+    (`record_results`)."""
     claimed = claim
     if isinstance(claimed, Claim) and claimed.run is None:
         claimed = None  # a start that did not claim it: claimed here
@@ -276,10 +276,8 @@ async def _execute_traced(
             failed = await ends(Ending(svc, rec, claim, result, follow_ups))
             if failed is not None:
                 raise failed
-        elif svc.settings.fast_paths:  # its end step off the loop: the loop's runs go on
+        else:  # its end step off the loop: the loop's runs go on
             await off_loop(lambda: _record_result(svc, rec, claim, result, follow_ups))
-        else:
-            _record_result(svc, rec, claim, result, follow_ups)
     except StoreUnavailable:
         raise  # the store is away: the lane lease lapses and the sweep runs it again
     except Exception as exc:  # the result itself cannot be stored: end the run, never strand it
@@ -304,9 +302,7 @@ async def _run_agent(
 ) -> RunResult:
     agent_id = sk.agent_id_of(rec.session_key)
     model_ref = rec.model or svc.config.model_for(agent_id)
-    model = resolve_model(
-        model_ref, svc.config.models.providers, fast_paths=svc.settings.fast_paths
-    )
+    model = resolve_model(model_ref, svc.config.models.providers, fast_paths=True)
     ctx = _tool_context(svc, rec, claim.session)
     if claim.history is None:
         claim = replace(claim, history=svc.store.transcripts.tail(rec.session_key, HISTORY_LIMIT))

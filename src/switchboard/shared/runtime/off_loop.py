@@ -8,9 +8,8 @@ such a call on the loop's default executor instead: the work of many runs waits 
 side while the loop goes on. The worker gives each of its run loops a pool of its own for
 this (`workers.tasks`); elsewhere it is asyncio's default one.
 
-A run's tool calls always go there (`agent_loop`). Its end step and follow-up steps go
-there with the fast paths on (``Settings.fast_paths``); the plain path makes them on the
-loop.
+A run's tool calls, its end step and its follow-up steps go there (`agent_loop`,
+`executor`, `workers.tasks`).
 """
 
 from __future__ import annotations

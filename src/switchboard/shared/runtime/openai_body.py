@@ -40,8 +40,6 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from switchboard.shared.config import Settings
-
 _PLAIN_SCALARS = (str, int, float, bool, type(None))
 _lock = threading.Lock()
 _installed = False
@@ -153,12 +151,6 @@ def response_shortcut(original: ProcessData) -> ProcessData:
     process.__wrapped__ = original  # type: ignore[attr-defined]
     process.switchboard_shortcut = True  # type: ignore[attr-defined]
     return process
-
-
-def install(settings: Settings) -> bool:
-    """With the fast paths on, put the shortcut in place (`install_shortcut`). True when
-    it is in place; off, the SDK is left as it is."""
-    return install_shortcut() if settings.fast_paths else False
 
 
 def install_shortcut() -> bool:

@@ -531,33 +531,6 @@ class RunStore:
             res = self._claim(run_id, as_text(res[1]), history, read)
         return _claim_of(run_id, res, read)
 
-    def claim_many(self, runs: Sequence[tuple[str, str]], *, history: int = 0) -> list[Claim | str]:
-        """`claim` for several runs (each ``(run_id, session_key)``, in sessions of their
-        own), in one pipelined round trip: a message's runs. A run recorded under another
-        session key is claimed on its own (`claim`), as is one whose claim names another.
-
-        A failed round trip raises for all of them: the runs it claimed anyway are running
-        with no worker, and the sweep runs them again when their lease lapses, as after a
-        worker's death."""
-        pipe = self.redis.pipeline(transaction=False)
-        reads: dict[int, _HistoryRead | None] = {}
-        for i, (run_id, session_key) in enumerate(runs):
-            if self.ks.group_of_id(run_id) == self.ks.group_of_key(session_key):
-                reads[i] = read = self._history_read(session_key, history)
-                self._claim(run_id, session_key, history, read, client=pipe)
-        replies = iter(pipe.execute() if reads else ())
-        out: list[Claim | str] = []
-        for i, (run_id, session_key) in enumerate(runs):
-            if i not in reads:
-                out.append(self.claim(run_id, session_key, history=history))
-                continue
-            res = next(replies)
-            if as_text(res[0]) == "session":
-                out.append(self.claim(run_id, as_text(res[1]), history=history))
-            else:
-                out.append(_claim_of(run_id, res, reads[i]))
-        return out
-
     def _claim(
         self,
         run_id: str,
