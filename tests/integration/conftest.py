@@ -29,7 +29,7 @@ from switchboard.supervisor.redis_server import find_redis_server
 from switchboard.testing.procs import stop_groups, wait_healthy
 from switchboard.workers.app import create_celery_app
 from switchboard.workers.pool import TaskPool
-from switchboard.workers.tasks import run_host
+from switchboard.workers.run_host import run_host
 
 TOKEN = "test-token"
 

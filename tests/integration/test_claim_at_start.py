@@ -17,7 +17,7 @@ from switchboard.shared.store.codec import as_text
 from switchboard.shared.store.runs import Claim, NewRun
 from switchboard.testing import store_reads
 from switchboard.testing.queues import RecordingQueue
-from switchboard.workers.tasks import _then_follow_up
+from switchboard.workers.follow_ups import then_follow_up
 
 pytestmark = pytest.mark.integration
 
@@ -99,7 +99,7 @@ def test_a_sends_announce_run_is_executed_on_its_start_claim(
     primary = out["runId"]
     key = "agent:main:claim-c"
     asyncio.run(
-        _then_follow_up(services, lambda ups: execute_run(services, primary, key, follow_ups=ups))
+        then_follow_up(services, lambda ups: execute_run(services, primary, key, follow_ups=ups))
     )
     assert claims == [primary]
     flow = services.store.redis.hgetall(services.store.ks.flow(out["flowId"]))

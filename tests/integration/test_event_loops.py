@@ -14,7 +14,7 @@ from switchboard.shared.config import Settings
 from switchboard.shared.event_loops import uvicorn_loop
 from switchboard.testing.procs import send_and_wait
 from switchboard.workers.app import create_celery_app
-from switchboard.workers.tasks import RunHost, run_host
+from switchboard.workers.run_host import RunHost, run_host
 
 pytestmark = pytest.mark.integration
 

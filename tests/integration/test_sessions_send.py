@@ -25,7 +25,7 @@ from switchboard.shared.tools.registry import ToolContext, WaitFor
 from switchboard.shared.tools.sessions_send import SELF_WAIT, handle
 from switchboard.testing.fake_model import FakeModelServer
 from switchboard.testing.webhook_receiver import WebhookReceiver
-from switchboard.workers.tasks import RUNS_TAKEN_HERE
+from switchboard.workers.follow_ups import RUNS_TAKEN_HERE
 
 pytestmark = pytest.mark.integration
 

@@ -560,7 +560,7 @@ def test_keda_scales_workers_on_the_runs_queue() -> None:
     namespace = yaml.safe_load((K8S / "kustomization.yaml").read_text())["namespace"]
     assert meta["address"] == f"redis-0.redis.{namespace}.svc.cluster.local:6379"
     text = (K8S / "keda-scaledobject.yaml").read_text()
-    assert "unacked" in text and "prefetch" in text  # what queue length can't see
+    assert "prefetched" in text and "no copy" in text  # what queue length can't see
 
 
 def test_k8s_commands_and_probes_are_real_cli_commands() -> None:

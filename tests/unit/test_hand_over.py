@@ -12,34 +12,34 @@ from typing import Any
 
 import pytest
 
-from switchboard.workers import tasks
+from switchboard.workers import run_host as hosting
 from switchboard.workers.handback import InFlight
 
 pytestmark = pytest.mark.unit
 
 
 @pytest.fixture
-def host() -> Iterator[tasks.RunHost]:
+def host() -> Iterator[hosting.RunHost]:
     """A run host of its own with a small limit of runs in flight."""
-    made = tasks.RunHost(max_in_flight=3)
+    made = hosting.RunHost(max_in_flight=3)
     yield made
     assert made.in_flight.wait_idle(10), "runs left in flight"
     made.loops.close()
 
 
 @pytest.fixture
-def in_flight(host: tasks.RunHost) -> InFlight:
+def in_flight(host: hosting.RunHost) -> InFlight:
     """The host's runs in flight."""
     return host.in_flight
 
 
 def test_the_task_returns_once_claimed_while_the_run_goes_on(
-    host: tasks.RunHost, in_flight: InFlight
+    host: hosting.RunHost, in_flight: InFlight
 ) -> None:
     release = threading.Event()
     ended = threading.Event()
 
-    def body(claims: tasks._Claims) -> Coroutine[Any, Any, None]:
+    def body(claims: hosting.Claims) -> Coroutine[Any, Any, None]:
         claimed = claims.run()
 
         async def run() -> None:
@@ -57,9 +57,9 @@ def test_the_task_returns_once_claimed_while_the_run_goes_on(
 
 
 def test_a_failure_before_the_claim_fails_the_task(
-    host: tasks.RunHost, in_flight: InFlight
+    host: hosting.RunHost, in_flight: InFlight
 ) -> None:
-    def body(claims: tasks._Claims) -> Coroutine[Any, Any, None]:
+    def body(claims: hosting.Claims) -> Coroutine[Any, Any, None]:
         claimed = claims.run()
 
         async def run() -> None:
@@ -76,7 +76,7 @@ def test_a_failure_before_the_claim_fails_the_task(
 
 
 def test_a_run_that_ends_without_a_claim_step_returns(
-    host: tasks.RunHost, in_flight: InFlight
+    host: hosting.RunHost, in_flight: InFlight
 ) -> None:
     """A run with nothing to do (not found, not the lane holder) never calls back: its end
     counts."""
@@ -88,11 +88,11 @@ def test_a_run_that_ends_without_a_claim_step_returns(
 
 
 def test_at_the_limit_the_next_message_waits_for_a_run_to_end(
-    host: tasks.RunHost, in_flight: InFlight
+    host: hosting.RunHost, in_flight: InFlight
 ) -> None:
     release = threading.Event()
 
-    def body(claims: tasks._Claims) -> Coroutine[Any, Any, None]:
+    def body(claims: hosting.Claims) -> Coroutine[Any, Any, None]:
         counted = [claims.run() for _ in range(3)]
 
         async def runs() -> None:
@@ -122,7 +122,9 @@ def test_at_the_limit_the_next_message_waits_for_a_run_to_end(
     thread.join(5)
 
 
-def test_a_stopping_worker_gives_the_message_back(host: tasks.RunHost, in_flight: InFlight) -> None:
+def test_a_stopping_worker_gives_the_message_back(
+    host: hosting.RunHost, in_flight: InFlight
+) -> None:
     from celery.exceptions import Reject
 
     in_flight.stop(lambda lanes: 0, lambda: [])
@@ -142,8 +144,8 @@ def test_the_apps_host_takes_its_limit_from_the_settings(monkeypatch: pytest.Mon
 
     monkeypatch.setenv("SWITCHBOARD_WORKER_MAX_IN_FLIGHT", "7")
     settings = Settings(redis_url="redis://127.0.0.1:1/0")
-    host = tasks.run_host(create_celery_app(settings))
+    host = hosting.run_host(create_celery_app(settings))
     assert host is not None and host.in_flight.limit == 7
     flag = settings.model_copy(update={"worker_max_in_flight": 3})
-    host = tasks.run_host(create_celery_app(flag))
+    host = hosting.run_host(create_celery_app(flag))
     assert host is not None and host.in_flight.limit == 3

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from switchboard.workers import tasks
+from switchboard.workers import follow_ups
+from switchboard.workers.run_host import Claims
 
 pytestmark = pytest.mark.unit
 
@@ -28,8 +29,8 @@ def _fake_runs(monkeypatch: pytest.MonkeyPatch, failing: set[str]) -> list[str]:
     async def run_and_follow_up(svc: Any, start: Any, claimed: Any, waves: Any) -> None:
         await start(None)
 
-    monkeypatch.setattr(tasks, "execute_run", execute_run)
-    monkeypatch.setattr(tasks, "_run_and_follow_up", run_and_follow_up)
+    monkeypatch.setattr(follow_ups, "execute_run", execute_run)
+    monkeypatch.setattr(follow_ups, "run_and_follow_up", run_and_follow_up)
     return ended
 
 
@@ -37,8 +38,9 @@ def test_every_run_of_a_message_runs() -> None:
     """All the runs of one message execute, each once."""
     with pytest.MonkeyPatch.context() as mp:
         ended = _fake_runs(mp, failing=set())
-        claims = tasks._Claims(3)
-        asyncio.run(tasks._run_together(SVC, [["r1", "k1"], ["r2", "k2"], ["r3", "k3"]], claims))
+        claims = Claims(3)
+        pairs = [["r1", "k1"], ["r2", "k2"], ["r3", "k3"]]
+        asyncio.run(follow_ups.run_together(SVC, pairs, claims))
     assert sorted(ended) == ["r1", "r2", "r3"]
 
 
@@ -47,8 +49,8 @@ def test_a_failed_run_does_not_stop_the_others_and_is_raised_once_all_ended() ->
     with pytest.MonkeyPatch.context() as mp:
         ended = _fake_runs(mp, failing={"r2"})
         with pytest.raises(RuntimeError, match="r2 failed"):
-            claims = tasks._Claims(3)
+            claims = Claims(3)
             asyncio.run(
-                tasks._run_together(SVC, [["r1", "k1"], ["r2", "k2"], ["r3", "k3"]], claims)
+                follow_ups.run_together(SVC, [["r1", "k1"], ["r2", "k2"], ["r3", "k3"]], claims)
             )
     assert sorted(ended) == ["r1", "r3"]

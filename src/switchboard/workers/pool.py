@@ -22,7 +22,7 @@ import time
 
 from celery.concurrency import thread
 
-from switchboard.workers.tasks import run_host
+from switchboard.workers.run_host import run_host
 
 log = logging.getLogger("switchboard.worker")
 
