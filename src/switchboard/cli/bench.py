@@ -66,7 +66,7 @@ def bench(
     ] = None,
 ) -> None:
     """Benchmark the product against its anchors, side by side in one run."""
-    from switchboard.bench import ON_REQUEST, SCENARIOS, run_bench
+    from switchboard_bench import ON_REQUEST, SCENARIOS, run_bench
 
     if fast_paths not in (None, "on", "off"):
         _fail("--fast-paths must be on or off", f"not {fast_paths!r}", EXIT_USAGE)
