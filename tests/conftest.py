@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from switchboard.supervisor.redis_server import RedisServer
-from switchboard.testing.webhook_receiver import WebhookReceiver
+from switchboard_testkit.webhook_receiver import WebhookReceiver
 
 # --- the run's switches ---------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from switchboard.shared.store.client import connect_plain
 from switchboard.supervisor.redis_server import RedisServer
 from switchboard.supervisor.runfile import RUNFILE, StackInfo, write_stack
-from switchboard.testing.up import UpProcess, clean_env, free_port, start_up
+from switchboard_testkit.up import UpProcess, clean_env, free_port, start_up
 
 pytestmark = pytest.mark.e2e
 

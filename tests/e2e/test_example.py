@@ -11,7 +11,7 @@ from pathlib import Path
 import json5
 import pytest
 
-from switchboard.testing.up import clean_env, free_port, start_up
+from switchboard_testkit.up import clean_env, free_port, start_up
 
 pytestmark = pytest.mark.e2e
 

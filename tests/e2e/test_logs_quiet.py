@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from switchboard.supervisor.redis_server import RedisServer
-from switchboard.testing.up import clean_env, free_port, start_up
+from switchboard_testkit.up import clean_env, free_port, start_up
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from switchboard.bench import EXIT_INCOMPLETE, EXIT_MISSED
+from switchboard_bench import EXIT_INCOMPLETE, EXIT_MISSED
 
 pytestmark = pytest.mark.e2e
 

@@ -16,8 +16,8 @@ import httpx
 import psutil
 import pytest
 
-from switchboard.testing.fake_model import FakeModelServer
-from switchboard.testing.up import clean_env, start_up
+from switchboard_testkit.fake_model import FakeModelServer
+from switchboard_testkit.up import clean_env, start_up
 
 pytestmark = pytest.mark.e2e
 

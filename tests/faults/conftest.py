@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from faultkit import Cluster, base_config, merged
 
-from switchboard.testing.webhook_receiver import WebhookReceiver
+from switchboard_testkit.webhook_receiver import WebhookReceiver
 
 
 @pytest.fixture

@@ -35,16 +35,16 @@ from switchboard.shared.services import Services
 from switchboard.shared.store import codec
 from switchboard.shared.store.codec import as_text
 from switchboard.shared.store.runs import RunRecord
-from switchboard.supervisor.redis_sentinel import (
+from switchboard.wiring import build_services
+from switchboard.workers.app import create_celery_app
+from switchboard.workers.queue import CeleryQueue
+from switchboard_testkit import store_reads
+from switchboard_testkit.redis_sentinel import (
     DOWN_AFTER_MS,
     RedisSentinelGroup,
     redis_sentinel_missing,
 )
-from switchboard.testing import store_reads
-from switchboard.testing.webhook_receiver import WebhookReceiver
-from switchboard.wiring import build_services
-from switchboard.workers.app import create_celery_app
-from switchboard.workers.queue import CeleryQueue
+from switchboard_testkit.webhook_receiver import WebhookReceiver
 
 TOKEN = "faults-token"
 LANE_LEASE_S = 2

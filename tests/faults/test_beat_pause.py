@@ -18,7 +18,7 @@ from switchboard.shared.delivery import Target, enqueue_delivery, get_delivery
 from switchboard.shared.flows.subagent_archive import transcript_path
 from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.shared.store.runs import ParkedCall, RunRecord, now_ms
-from switchboard.testing.webhook_receiver import WebhookReceiver
+from switchboard_testkit.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.faults
 

@@ -18,7 +18,7 @@ from faultkit import CHANNEL, Cluster, idempotency_counts, wait_until
 
 from switchboard.shared.delivery import Target, enqueue_delivery, get_delivery
 from switchboard.shared.gateway.agent import RunRequest, start_run
-from switchboard.testing.webhook_receiver import WebhookReceiver
+from switchboard_testkit.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.faults
 

@@ -26,8 +26,8 @@ from faultkit import (
 
 from switchboard.shared.delivery.records import TERMINAL_STATUSES
 from switchboard.shared.gateway.agent import RunRequest, start_run
-from switchboard.testing import store_reads
-from switchboard.testing.webhook_receiver import WebhookReceiver
+from switchboard_testkit import store_reads
+from switchboard_testkit.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.faults
 

@@ -24,12 +24,12 @@ from switchboard.api.app import create_app
 from switchboard.shared.config import Settings, SwitchboardConfig, parse_config
 from switchboard.shared.errors import Unavailable
 from switchboard.shared.services import Services
-from switchboard.supervisor.redis_cluster import RedisClusterGroup
 from switchboard.supervisor.redis_server import find_redis_server
-from switchboard.testing.procs import stop_groups, wait_healthy
 from switchboard.workers.app import create_celery_app
 from switchboard.workers.pool import TaskPool
 from switchboard.workers.run_host import run_host
+from switchboard_testkit.procs import stop_groups, wait_healthy
+from switchboard_testkit.redis_cluster import RedisClusterGroup
 
 TOKEN = "test-token"
 

@@ -19,8 +19,8 @@ import pytest
 from switchboard.shared.store.aio import AsyncStore
 from switchboard.shared.store.client import connect_async
 from switchboard.shared.store.keyspace import Keyspace
-from switchboard.supervisor.redis_cluster import RedisClusterGroup
-from switchboard.supervisor.redis_sentinel import RedisSentinelGroup
+from switchboard_testkit.redis_cluster import RedisClusterGroup
+from switchboard_testkit.redis_sentinel import RedisSentinelGroup
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 from faultkit import redis_sentinel_group

@@ -15,9 +15,9 @@ from switchboard.shared.runtime.executor import execute_run
 from switchboard.shared.services import Services
 from switchboard.shared.store.codec import as_text
 from switchboard.shared.store.runs import Claim, NewRun
-from switchboard.testing import store_reads
-from switchboard.testing.queues import RecordingQueue
 from switchboard.workers.follow_ups import then_follow_up
+from switchboard_testkit import store_reads
+from switchboard_testkit.queues import RecordingQueue
 
 pytestmark = pytest.mark.integration
 

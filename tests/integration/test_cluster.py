@@ -27,9 +27,9 @@ from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store import Store
 from switchboard.shared.store.client import connect_async, connect_plain
 from switchboard.shared.store.durability import Durability
-from switchboard.supervisor.redis_cluster import RedisClusterGroup, RedisClusterNode
 from switchboard.supervisor.redis_server import RedisServer
-from switchboard.testing.webhook_receiver import WebhookReceiver
+from switchboard_testkit.redis_cluster import RedisClusterGroup, RedisClusterNode
+from switchboard_testkit.webhook_receiver import WebhookReceiver
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 from faultkit import Cluster, base_config, count_by, wait_until

@@ -27,7 +27,7 @@ from switchboard.shared.store.client import connect, connect_async, connect_plai
 from switchboard.shared.store.durability import Durability
 from switchboard.shared.store.lua_scripts import load as load_lua
 from switchboard.shared.store.slots import CrossSlotError, key_slot
-from switchboard.supervisor.redis_cluster import RedisClusterGroup, RedisClusterNode
+from switchboard_testkit.redis_cluster import RedisClusterGroup, RedisClusterNode
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from switchboard.shared.config import Settings
-from switchboard.testing.webhook_receiver import WebhookReceiver
+from switchboard_testkit.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.e2e
 

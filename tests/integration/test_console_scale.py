@@ -21,7 +21,7 @@ from switchboard.shared.config import Settings
 from switchboard.shared.keys import session_kind
 from switchboard.shared.services import Services
 from switchboard.shared.store import Store
-from switchboard.shared.store.bulk import SessionRow
+from switchboard_testkit.bulk import BulkLoader, SessionRow
 
 pytestmark = pytest.mark.e2e
 
@@ -56,12 +56,13 @@ def loaded(services: Services) -> dict[str, float]:
     started = time.monotonic()
     store = services.store
     store.sessions.ensure(MAIN)
-    template = store.bulk.session_fields(MAIN)
+    bulk = BulkLoader(store.redis, store.ks)
+    template = bulk.session_fields(MAIN)
     now = int(time.time() * 1000)
-    store.bulk.write_sessions(template, _group_rows(now), advance=lambda _n: None)
+    bulk.write_sessions(template, _group_rows(now), advance=lambda _n: None)
     children = _child_keys()
     spawned = {**template, "spawnedBy": MAIN, "label": ""}
-    store.bulk.write_sessions(spawned, _child_rows(children, now), advance=lambda _n: None)
+    bulk.write_sessions(spawned, _child_rows(children, now), advance=lambda _n: None)
     _write_children_index(store, children, now)
     _write_deliveries(store, now)
     return {"load_s": time.monotonic() - started}

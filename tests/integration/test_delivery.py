@@ -21,8 +21,8 @@ from switchboard.shared.delivery import (
 from switchboard.shared.flows.steps import run_step
 from switchboard.shared.policy.send_policy import SEND_BLOCKED
 from switchboard.shared.services import Services
-from switchboard.testing import store_reads
-from switchboard.testing.webhook_receiver import WebhookReceiver
+from switchboard_testkit import store_reads
+from switchboard_testkit.webhook_receiver import WebhookReceiver
 
 # Retries are due in the due index and enqueued by the recovery sweep (every 0.3 s here).
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("sweeper")]

@@ -20,7 +20,7 @@ from switchboard.shared.config import Settings
 from switchboard.shared.store.keyspace import Keyspace
 from switchboard.shared.store.runs import now_ms
 from switchboard.shared.store.sweeps import SweepStore
-from switchboard.testing.procs import stop_groups
+from switchboard_testkit.procs import stop_groups
 
 pytestmark = pytest.mark.integration
 

@@ -12,9 +12,9 @@ from celery import Celery
 
 from switchboard.shared.config import Settings
 from switchboard.shared.event_loops import uvicorn_loop
-from switchboard.testing.procs import send_and_wait
 from switchboard.workers.app import create_celery_app
 from switchboard.workers.run_host import RunHost, run_host
+from switchboard_testkit.procs import send_and_wait
 
 pytestmark = pytest.mark.integration
 

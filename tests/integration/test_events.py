@@ -19,7 +19,7 @@ from switchboard.api import events as events_api
 from switchboard.shared.config import Settings
 from switchboard.shared.delivery import Target, enqueue_delivery
 from switchboard.shared.services import Services
-from switchboard.testing.sse import Sse, sse_events, until
+from switchboard_testkit.sse import Sse, sse_events, until
 
 pytestmark = pytest.mark.integration
 

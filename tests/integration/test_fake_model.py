@@ -23,7 +23,7 @@ from switchboard.shared.runtime import openai_body
 from switchboard.shared.runtime.models import clear_model_cache, resolve_model
 from switchboard.shared.runtime.openai_body import plain_body
 from switchboard.shared.runtime.transcript import to_model_messages, to_transcript
-from switchboard.testing.fake_model import REQUEST_LOG_SIZE, FakeModelServer
+from switchboard_testkit.fake_model import REQUEST_LOG_SIZE, FakeModelServer
 
 pytestmark = pytest.mark.integration
 
@@ -259,11 +259,11 @@ def test_script_rejects_unknown_fields(fake_model: FakeModelServer) -> None:
 
 
 def test_cli_serves_on_the_given_port() -> None:
-    """`python -m switchboard.testing.fake_model --port N` serves the API."""
+    """`python -m switchboard_testkit.fake_model --port N` serves the API."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    argv = [sys.executable, "-m", "switchboard.testing.fake_model", "--port", str(port)]
+    argv = [sys.executable, "-m", "switchboard_testkit.fake_model", "--port", str(port)]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20

@@ -20,9 +20,9 @@ from switchboard.shared.runtime import executor
 from switchboard.shared.runtime.executor import execute_run
 from switchboard.shared.runtime.leases import FENCED, LeaseKeeper, keeper_for
 from switchboard.shared.services import Services
-from switchboard.testing.queues import RecordingQueue
-from switchboard.testing.webhook_receiver import WebhookReceiver
 from switchboard.workers.handback import hand_back_runs
+from switchboard_testkit.queues import RecordingQueue
+from switchboard_testkit.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from switchboard.shared.store import Store
 from switchboard.shared.store.deliveries import NewDelivery
 from switchboard.shared.store.run_records import LinkAdvance
 from switchboard.shared.store.spawns import SpawnRecord
-from switchboard.testing import store_reads
+from switchboard_testkit import store_reads
 
 pytestmark = pytest.mark.integration
 

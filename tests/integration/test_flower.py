@@ -17,7 +17,7 @@ from celery import Celery
 
 from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.shared.services import Services
-from switchboard.testing.procs import stop_groups
+from switchboard_testkit.procs import stop_groups
 
 pytestmark = pytest.mark.integration
 

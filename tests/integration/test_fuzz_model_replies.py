@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from switchboard.testing.fake_model import FakeModelServer
+from switchboard_testkit.fake_model import FakeModelServer
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,8 @@ import pytest
 
 from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.shared.services import Services
-from switchboard.testing.queues import RecordingQueue
 from switchboard.workers.handback import hand_back_runs
+from switchboard_testkit.queues import RecordingQueue
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,7 @@ from switchboard.shared.store.apis import (
     ApiHeartbeats,
 )
 from switchboard.shared.store.keyspace import Keyspace
-from switchboard.testing.up import free_port
+from switchboard_testkit.up import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from switchboard.shared.delivery import records
 from switchboard.shared.flows.a2a_flow import get_flow
 from switchboard.shared.services import Services
-from switchboard.testing.calls import invoke, wait_until
-from switchboard.testing.webhook_receiver import WebhookReceiver
+from switchboard_testkit.calls import invoke, wait_until
+from switchboard_testkit.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.integration
 

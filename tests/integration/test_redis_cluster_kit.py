@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from switchboard.shared.errors import Unavailable
-from switchboard.supervisor.redis_cluster import RedisClusterGroup
 from switchboard.supervisor.redis_server import find_redis_server
+from switchboard_testkit.redis_cluster import RedisClusterGroup
 
 pytestmark = pytest.mark.integration
 

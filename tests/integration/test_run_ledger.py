@@ -23,7 +23,7 @@ from switchboard.shared.runtime.cancel_signal import CancelSignal, RunCancelled
 from switchboard.shared.runtime.executor import LOST_TEXT
 from switchboard.shared.services import Services
 from switchboard.shared.store.run_records import LEDGER_TERMINAL, TERMINAL, ledger_state
-from switchboard.testing.calls import wait_until
+from switchboard_testkit.calls import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.shared.services import Services
 from switchboard.shared.store.codec import as_text
 from switchboard.shared.store.runs import LinkAdvance, LinkMoved, NewRun, now_ms
-from switchboard.testing import store_reads
+from switchboard_testkit import store_reads
 
 pytestmark = pytest.mark.integration
 

@@ -216,7 +216,7 @@ def test_run_started_event_comes_from_the_claim(
     worker: Any, rpc: Callable[..., Any], services: Services
 ) -> None:
     """Each run's claim adds one `run.started` (ids, kind, attempt), before its `run.ended`."""
-    from switchboard.testing import store_reads
+    from switchboard_testkit import store_reads
 
     started = rpc("agent", sessionKey="main", message="hello")
     assert wait_ok(rpc, started["runId"])["status"] == "ok"

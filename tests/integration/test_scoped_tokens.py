@@ -37,7 +37,7 @@ from switchboard.shared.config import Settings
 from switchboard.shared.services import Services
 from switchboard.shared.store.audit import AsyncAuditStore, AuditEntry
 from switchboard.shared.store.client import connect_async
-from switchboard.testing.procs import stop_groups
+from switchboard_testkit.procs import stop_groups
 
 pytestmark = pytest.mark.integration
 

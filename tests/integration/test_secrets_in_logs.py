@@ -23,9 +23,9 @@ from typing import Any
 import httpx
 import pytest
 
-from switchboard.testing.fake_model import FakeModelServer
-from switchboard.testing.procs import stop_groups
-from switchboard.testing.webhook_receiver import WebhookReceiver
+from switchboard_testkit.fake_model import FakeModelServer
+from switchboard_testkit.procs import stop_groups
+from switchboard_testkit.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.integration
 

@@ -32,9 +32,9 @@ from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store import Store
 from switchboard.shared.store.client import connect_async, connect_plain
 from switchboard.shared.store.keyspace import Keyspace
-from switchboard.supervisor.redis_sentinel import RedisSentinelGroup
 from switchboard.supervisor.runfile import RUNFILE
-from switchboard.testing.webhook_receiver import WebhookReceiver
+from switchboard_testkit.redis_sentinel import RedisSentinelGroup
+from switchboard_testkit.webhook_receiver import WebhookReceiver
 
 # The fault tests' kit (its processes and checks) lives beside their conftest.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))

@@ -35,8 +35,8 @@ from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store import Store
 from switchboard.shared.store.durability import Durability
 from switchboard.shared.store.runs import NewRun, now_ms
-from switchboard.supervisor.redis_sentinel import RedisSentinelGroup
-from switchboard.testing.webhook_receiver import WebhookReceiver
+from switchboard_testkit.redis_sentinel import RedisSentinelGroup
+from switchboard_testkit.webhook_receiver import WebhookReceiver
 
 # The fault tests' kit (its processes and checks) lives beside their conftest.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))

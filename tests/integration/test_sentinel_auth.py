@@ -15,8 +15,8 @@ from switchboard.shared.config import Settings
 from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store import Store
 from switchboard.shared.store.keyspace import Keyspace
-from switchboard.supervisor.redis_sentinel import RedisSentinelGroup, redis_sentinel_missing
-from switchboard.testing.procs import send_and_wait
+from switchboard_testkit.procs import send_and_wait
+from switchboard_testkit.redis_sentinel import RedisSentinelGroup, redis_sentinel_missing
 
 pytestmark = pytest.mark.integration
 

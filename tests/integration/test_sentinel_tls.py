@@ -18,8 +18,8 @@ from tlskit import StoreClients, assert_certificate_verified, skip_without_tls, 
 
 from switchboard.shared.config import Settings
 from switchboard.shared.store.keyspace import Keyspace
-from switchboard.supervisor.redis_sentinel import RedisSentinelGroup, redis_sentinel_missing
-from switchboard.testing.procs import send_and_wait
+from switchboard_testkit.procs import send_and_wait
+from switchboard_testkit.redis_sentinel import RedisSentinelGroup, redis_sentinel_missing
 
 pytestmark = pytest.mark.integration
 

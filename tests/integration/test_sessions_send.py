@@ -23,9 +23,9 @@ from switchboard.shared.services import Services
 from switchboard.shared.store.runs import RunRecord
 from switchboard.shared.tools.registry import ToolContext, WaitFor
 from switchboard.shared.tools.sessions_send import SELF_WAIT, handle
-from switchboard.testing.fake_model import FakeModelServer
-from switchboard.testing.webhook_receiver import WebhookReceiver
 from switchboard.workers.follow_ups import RUNS_TAKEN_HERE
+from switchboard_testkit.fake_model import FakeModelServer
+from switchboard_testkit.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from switchboard.shared.flows.subagent_archive import schedule_archive
 from switchboard.shared.services import Services
 from switchboard.shared.tools.offer import tools_for_session
 from switchboard.shared.tools.registry import ToolContext, ToolSpec
-from switchboard.testing.fake_model import FakeModelServer
+from switchboard_testkit.fake_model import FakeModelServer
 
 pytestmark = pytest.mark.integration
 

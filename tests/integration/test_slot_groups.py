@@ -26,9 +26,9 @@ from switchboard.shared.flows.a2a_flow import get_flow
 from switchboard.shared.services import Services
 from switchboard.shared.store.keyspace import Keyspace
 from switchboard.shared.store.runs import RunStore
-from switchboard.testing.queues import RecordingQueue
-from switchboard.testing.sse import Sse, sse_events, until
 from switchboard.wiring import build_services
+from switchboard_testkit.queues import RecordingQueue
+from switchboard_testkit.sse import Sse, sse_events, until
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,7 @@ from switchboard.shared.store.runs import NewRun, RunRecord
 from switchboard.shared.tools.registry import ToolContext
 from switchboard.shared.tools.sessions_send import handle
 from switchboard.shared.tools.sessions_spawn import sessions_spawn
-from switchboard.testing import store_reads
+from switchboard_testkit import store_reads
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,5 @@
-"""Bulk loading (store.bulk), server stats (store.stats) and progress reads (store.progress)
-on a real Redis."""
+"""Bulk loading (the testkit's BulkLoader), server stats (store.stats) and progress reads
+(store.progress) on a real Redis."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import redis
 
 from switchboard.shared.store import Store
-from switchboard.shared.store.bulk import SessionRow
+from switchboard_testkit.bulk import BulkLoader, SessionRow
 
 pytestmark = pytest.mark.integration
 
@@ -27,8 +27,9 @@ def _rows(n: int) -> list[SessionRow]:
 def test_write_sessions_stores_each_row_like_the_store_does(redis_client: redis.Redis) -> None:
     """Loaded sessions read back through SessionStore, with the sessionId and updatedAt indexes."""
     store = Store(redis_client, prefix="t:")
+    bulk = BulkLoader(redis_client, store.ks)
     written: list[int] = []
-    store.bulk.write_sessions(TEMPLATE, _rows(7), advance=written.append)
+    bulk.write_sessions(TEMPLATE, _rows(7), advance=written.append)
     assert sum(written) == 7
     entry = store.sessions.get("agent:main:k3")
     assert entry is not None
@@ -38,7 +39,7 @@ def test_write_sessions_stores_each_row_like_the_store_does(redis_client: redis.
     assert store.sessions.count() == 7
     index = store.ks.beside("agent:main:k1").updated_kind("main", "cron")
     assert redis_client.zscore(index, "agent:main:k1") == 2001
-    assert sorted(k for k, _ in store.bulk.scan_sessions()) == sorted(
+    assert sorted(k for k, _ in bulk.scan_sessions()) == sorted(
         f"agent:main:k{i}".encode() for i in range(7)
     )
 
@@ -47,8 +48,9 @@ def test_extend_transcript_repeats_payloads_under_sequence_ids(redis_client: red
     """A transcript grows to the asked length with <seq>-0 ids; the session's seq follows."""
     store = Store(redis_client, prefix="t:")
     store.transcripts.append("agent:main:x", {"role": "user", "content": "hi"}, now_ms=1)
-    payloads = store.bulk.transcript_payloads("agent:main:x")
-    store.bulk.extend_transcript("agent:main:x", payloads, 12, advance=lambda _n: None)
+    bulk = BulkLoader(redis_client, store.ks)
+    payloads = bulk.transcript_payloads("agent:main:x")
+    bulk.extend_transcript("agent:main:x", payloads, 12, advance=lambda _n: None)
     assert store.transcripts.length("agent:main:x") == 12
     assert [m["content"] for m in store.transcripts.tail("agent:main:x", 2)] == ["hi", "hi"]
     assert redis_client.hget(store.ks.session("agent:main:x"), "seq") == b"12"

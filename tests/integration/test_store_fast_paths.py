@@ -18,7 +18,7 @@ from switchboard.shared.services import Services
 from switchboard.shared.store.runs import NewRun, RunRecord
 from switchboard.shared.store.sessions import IndexCursor
 from switchboard.shared.store.waiter import Fetch, RunWaiter
-from switchboard.testing import store_reads
+from switchboard_testkit import store_reads
 
 pytestmark = pytest.mark.integration
 

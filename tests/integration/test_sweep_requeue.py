@@ -11,7 +11,7 @@ import pytest
 from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import ParkedCall, now_ms
-from switchboard.testing.queues import RecordingQueue
+from switchboard_testkit.queues import RecordingQueue
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from switchboard.testing.up import free_port
+from switchboard_testkit.up import free_port
 
 trace_service = pytest.importorskip(
     "opentelemetry.proto.collector.trace.v1.trace_service_pb2",

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from switchboard.supervisor.redis_server import RedisServer
-from switchboard.testing.procs import send_and_wait
+from switchboard_testkit.procs import send_and_wait
 
 pytestmark = pytest.mark.integration
 

@@ -30,9 +30,9 @@ from faultkit import TOKEN, Cluster, base_config, wait_until
 from switchboard.shared.store import Store
 from switchboard.shared.store.durability import Durability
 from switchboard.shared.store.runs import NewRun, now_ms
-from switchboard.supervisor.redis_sentinel import RedisReplica
 from switchboard.supervisor.redis_server import RedisServer
-from switchboard.testing.webhook_receiver import WebhookReceiver
+from switchboard_testkit.redis_sentinel import RedisReplica
+from switchboard_testkit.webhook_receiver import WebhookReceiver
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 

@@ -24,7 +24,7 @@ from scalekit import (
 )
 
 from switchboard.supervisor.redis_server import RedisServer
-from switchboard.testing.webhook_receiver import WebhookReceiver
+from switchboard_testkit.webhook_receiver import WebhookReceiver
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -21,11 +21,11 @@ from typing import Any
 import httpx
 import pytest
 
-from switchboard.bench.shapes import RABBITMQ_PORT, rabbitmq_missing, rabbitmqctl
 from switchboard.shared.delivery.records import TERMINAL_STATUSES
 from switchboard.shared.errors import Unavailable
-from switchboard.supervisor.redis_cluster import RedisClusterGroup
 from switchboard.supervisor.redis_server import find_redis_server
+from switchboard_bench.shapes import RABBITMQ_PORT, rabbitmq_missing, rabbitmqctl
+from switchboard_testkit.redis_cluster import RedisClusterGroup
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "faults"))
 

@@ -36,7 +36,7 @@ from scalekit import (
 )
 
 from switchboard.shared.gateway.agent import RunRequest, start_run
-from switchboard.testing.webhook_receiver import WebhookReceiver
+from switchboard_testkit.webhook_receiver import WebhookReceiver
 
 pytestmark = [pytest.mark.scale, pytest.mark.timeout(420)]
 

@@ -63,7 +63,7 @@ from scalekit import (
 )
 
 from switchboard.shared.runtime.leases import LATE
-from switchboard.testing.webhook_receiver import WebhookReceiver
+from switchboard_testkit.webhook_receiver import WebhookReceiver
 
 pytestmark = [pytest.mark.scale, pytest.mark.timeout(420)]
 

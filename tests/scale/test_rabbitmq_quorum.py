@@ -22,9 +22,9 @@ from faultkit import TOKEN, Cluster, base_config, wait_until
 from scalekit import rabbitmq_vhost
 
 from switchboard.supervisor.redis_server import RedisServer
-from switchboard.testing.up import clean_env
-from switchboard.testing.webhook_receiver import WebhookReceiver
 from switchboard.workers.routing import ALL_QUEUES
+from switchboard_testkit.up import clean_env
+from switchboard_testkit.webhook_receiver import WebhookReceiver
 
 pytestmark = [pytest.mark.scale, pytest.mark.timeout(180)]
 

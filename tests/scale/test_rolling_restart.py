@@ -48,7 +48,7 @@ from scalekit import (
     unsettled,
 )
 
-from switchboard.testing.webhook_receiver import WebhookReceiver
+from switchboard_testkit.webhook_receiver import WebhookReceiver
 
 pytestmark = [pytest.mark.scale, pytest.mark.timeout(300)]
 

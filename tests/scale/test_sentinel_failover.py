@@ -56,8 +56,8 @@ from scalekit import (
     unsettled,
 )
 
-from switchboard.supervisor.redis_sentinel import RedisSentinelGroup
-from switchboard.testing.webhook_receiver import WebhookReceiver
+from switchboard_testkit.redis_sentinel import RedisSentinelGroup
+from switchboard_testkit.webhook_receiver import WebhookReceiver
 
 pytestmark = [pytest.mark.scale, pytest.mark.timeout(300)]
 

@@ -20,7 +20,7 @@ import httpx
 import psutil
 import pytest
 
-from switchboard.testing.up import UpProcess, clean_env, start_up
+from switchboard_testkit.up import UpProcess, clean_env, start_up
 
 pytestmark = [pytest.mark.scale, pytest.mark.timeout(240)]
 

@@ -9,8 +9,8 @@ import pytest
 from celery import Celery
 from rich.progress import Progress
 
-from switchboard.bench import anchor, messaging
-from switchboard.bench.harness import Stack, _anchor_argv
+from switchboard_bench import anchor, messaging
+from switchboard_bench.harness import Stack, _anchor_argv
 
 pytestmark = pytest.mark.unit
 
@@ -29,7 +29,7 @@ def test_anchor_app_is_celery_at_its_defaults() -> None:
 def test_anchor_workers_start_with_the_command_a_user_types() -> None:
     """Prefork runs `celery -A … worker` alone; threads adds only its pool and concurrency."""
     prefork, threads = anchor.shapes(64)
-    celery = [sys.executable, "-m", "celery", "-A", "switchboard.bench.anchor", "worker"]
+    celery = [sys.executable, "-m", "celery", "-A", "switchboard_bench.anchor", "worker"]
     assert _anchor_argv(prefork) == celery
     assert _anchor_argv(threads) == [*celery, "-P", "threads", "-c", "64"]
 

@@ -11,12 +11,12 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-import switchboard.bench as bench
-from switchboard.bench import run_bench, scale
-from switchboard.bench.harness import BenchRun, Stack
-from switchboard.bench.report import Outcome
+import switchboard_bench as bench
 from switchboard.cli import app
 from switchboard.supervisor.redis_server import RedisServer
+from switchboard_bench import run_bench, scale
+from switchboard_bench.harness import BenchRun, Stack
+from switchboard_bench.report import Outcome
 
 pytestmark = pytest.mark.unit
 

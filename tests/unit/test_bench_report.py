@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from switchboard.bench import EXIT_INCOMPLETE, EXIT_MISSED, exit_code, report
-from switchboard.bench.costs import Costs
-from switchboard.bench.harness import stack_env
-from switchboard.bench.report import TABLE_END, TABLE_START, Outcome, write_readme
 from switchboard.shared.config import Settings
+from switchboard_bench import EXIT_INCOMPLETE, EXIT_MISSED, exit_code, report
+from switchboard_bench.costs import Costs
+from switchboard_bench.harness import stack_env
+from switchboard_bench.report import TABLE_END, TABLE_START, Outcome, write_readme
 
 pytestmark = pytest.mark.unit
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from switchboard.bench.report import write_readme
-from switchboard.bench.shapes import cpu_ms_per_run
-from switchboard.bench.sizing import (
+from switchboard_bench.report import write_readme
+from switchboard_bench.shapes import cpu_ms_per_run
+from switchboard_bench.sizing import (
     busiest_over_mean,
     capacity,
     groups_by_slot_range,

@@ -11,11 +11,11 @@ from typing import Any, cast
 
 import pytest
 
-from switchboard.bench.costs import Spread, SpreadMeter
-from switchboard.bench.harness import STATE_CLUSTER, Stack
-from switchboard.bench.report import write_readme
-from switchboard.bench.shapes_report import QUICK, outcome, spread_text
 from switchboard.shared.store.stats import CommandCalls
+from switchboard_bench.costs import Spread, SpreadMeter
+from switchboard_bench.harness import STATE_CLUSTER, Stack
+from switchboard_bench.report import write_readme
+from switchboard_bench.shapes_report import QUICK, outcome, spread_text
 
 pytestmark = pytest.mark.unit
 

@@ -81,7 +81,7 @@ def test_bench_failures_keep_square_brackets() -> None:
     """A scenario's error quoting `[...]` prints whole, on its line and in the table."""
     from rich.console import Console
 
-    from switchboard import bench
+    import switchboard_bench as bench
 
     out = Console(width=200, record=True, highlight=False)
     out.print(bench._failed_line("latency", "run [boom] broke"))

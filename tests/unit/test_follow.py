@@ -10,7 +10,7 @@ import time
 import pytest
 
 from switchboard.shared.store.follow import Follower
-from switchboard.testing.calls import wait_until
+from switchboard_testkit.calls import wait_until
 
 pytestmark = pytest.mark.unit
 

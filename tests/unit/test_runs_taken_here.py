@@ -8,7 +8,7 @@ import pytest
 
 from switchboard.shared.flows.pending import PendingStepsQueue
 from switchboard.shared.queue import InlineStep, RunsTakenHere, TakingQueue
-from switchboard.testing.queues import RecordingQueue
+from switchboard_testkit.queues import RecordingQueue
 
 pytestmark = pytest.mark.unit
 

@@ -12,7 +12,7 @@ from switchboard.shared.flows import steps
 from switchboard.shared.queue import RunsTakenHere, TakingQueue
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import RunRecord
-from switchboard.testing.queues import RecordingQueue
+from switchboard_testkit.queues import RecordingQueue
 
 pytestmark = pytest.mark.unit
 

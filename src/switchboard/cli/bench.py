@@ -58,7 +58,7 @@ def bench(
     ] = None,
 ) -> None:
     """Benchmark the product against its anchors, side by side in one run."""
-    from switchboard.bench import ON_REQUEST, SCENARIOS, run_bench
+    from switchboard_bench import ON_REQUEST, SCENARIOS, run_bench
 
     names = scenario or [name for name in SCENARIOS if name not in ON_REQUEST]
     unknown = [n for n in names if n not in SCENARIOS]

@@ -15,7 +15,6 @@ from redis.client import Pipeline
 from switchboard.shared import keys as sk
 from switchboard.shared.store.a2a_tasks import A2ATaskStore
 from switchboard.shared.store.audit import AuditStore
-from switchboard.shared.store.bulk import BulkLoader
 from switchboard.shared.store.client import connect
 from switchboard.shared.store.collect import CollectStore
 from switchboard.shared.store.counters import CounterStore, ListLengths
@@ -108,7 +107,6 @@ class Store:
         self.list_lengths = ListLengths(redis)  # the broker's queues, when it shares the Redis
         self.stats = ServerStats(redis)  # INFO: calls per command, memory, version
         self.progress = ProgressReads(redis, self.ks)  # how far a burst of work has got
-        self.bulk = BulkLoader(redis, self.ks)  # whole datasets (the bench's), pipelined
 
     @classmethod
     def from_url(

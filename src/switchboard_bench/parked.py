@@ -16,9 +16,9 @@ from collections.abc import Sequence
 import orjson
 import psutil
 
-from switchboard.bench.harness import BenchRun, Stack, phase
-from switchboard.bench.messaging import wait_runs
-from switchboard.bench.report import Outcome
+from switchboard_bench.harness import BenchRun, Stack, phase
+from switchboard_bench.messaging import wait_runs
+from switchboard_bench.report import Outcome
 
 _PARKED_CONCURRENCY = 4
 _PARKED_RSS_LIMIT_MB = 300

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from switchboard.bench.harness import WORKER_CONCURRENCY
-from switchboard.bench.report import Outcome, ratio
+from switchboard_bench.harness import WORKER_CONCURRENCY
+from switchboard_bench.report import Outcome, ratio
 
 SHAPES: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 2))  # (apis, workers)
 BROKERS = ("redis", "rabbitmq")
@@ -178,7 +178,7 @@ def _parameters(counts: Counts) -> dict[str, Any]:
         "the state is on the cluster, summed) and /proc CPU of every api, worker and "
         "redis-server, from the first send until follow-ups drained; on RabbitMQ the "
         "broker's traffic is not in the Redis count",
-        "anchor": f"celery -A switchboard.bench.anchor worker ({ANCHOR} pool, "
+        "anchor": f"celery -A switchboard_bench.anchor worker ({ANCHOR} pool, "
         "concurrency = cores), one per stack; its results on the stack's Redis",
         "cluster": f"{CLUSTER}: the state on a private Redis Cluster of "
         f"{CLUSTER_PRIMARIES} primaries, no replicas, each owning an equal range of slots "

@@ -1,7 +1,7 @@
 """Starting what a benchmark needs: a private Redis, product processes, the anchor workers.
 
 Every process is a real subprocess started as a user would start it (`switchboard api`,
-`switchboard worker`, `switchboard beat`, `celery -A switchboard.bench.anchor worker`), all
+`switchboard worker`, `switchboard beat`, `celery -A switchboard_bench.anchor worker`), all
 pointed at one private redis-server (each anchor on a database of its own), or with the
 product's state on a private Redis Cluster and its broker on that redis-server; the scenario
 drives them from the bench process, and reaches the product's data only through the
@@ -31,14 +31,14 @@ import psutil
 from celery import Celery
 from rich.progress import Progress
 
-from switchboard.bench import anchor
 from switchboard.shared.config import Settings, load_config
 from switchboard.shared.errors import Unavailable
 from switchboard.shared.services import Services
 from switchboard.shared.store import Store
 from switchboard.shared.store.stats import CommandCalls, ProgressReads, ServerStats
-from switchboard.supervisor.redis_cluster import RedisClusterGroup
 from switchboard.supervisor.redis_server import RedisServer, redis_free_port
+from switchboard_bench import anchor
+from switchboard_testkit.redis_cluster import RedisClusterGroup
 
 TOKEN = "bench-token"
 WORKER_CONCURRENCY = 64
@@ -444,7 +444,7 @@ def fake_model(latency_ms: float) -> Iterator[str]:
     """The project's fake OpenAI-compatible model server as a subprocess; yields its base URL."""
     port = redis_free_port()
     log = tempfile.TemporaryFile()  # noqa: SIM115 - closed below
-    argv = [sys.executable, "-m", "switchboard.testing.fake_model", "--port", str(port)]
+    argv = [sys.executable, "-m", "switchboard_testkit.fake_model", "--port", str(port)]
     argv += ["--latency-ms", str(latency_ms)]
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -475,7 +475,7 @@ def _anchor_argv(shape: anchor.AnchorShape) -> list[str]:
         "-m",
         "celery",
         "-A",
-        "switchboard.bench.anchor",
+        "switchboard_bench.anchor",
         "worker",
         *shape.pool_argv,
     ]

@@ -21,12 +21,13 @@ from typing import Any
 import httpx
 from rich.progress import Progress
 
-from switchboard.bench import loader
-from switchboard.bench.harness import ONE_AGENT_STACK, BenchRun, Stack, phase, stack
-from switchboard.bench.report import Outcome, latency_summary, ratio
 from switchboard.shared.errors import Unavailable
 from switchboard.shared.services import Services
 from switchboard.shared.tools.registry import ToolContext
+from switchboard_bench import loader
+from switchboard_bench.harness import ONE_AGENT_STACK, BenchRun, Stack, phase, stack
+from switchboard_bench.report import Outcome, latency_summary, ratio
+from switchboard_testkit.bulk import BulkLoader
 
 REQUESTER = "agent:main:main"
 _LIST_ARGS: dict[str, Any] = {"limit": 50, "kinds": ["group", "cron"], "activeMinutes": 24 * 60}
@@ -369,7 +370,7 @@ def _full_scan(svc: Services) -> list[str]:
     min_updated = int(time.time() * 1000) - _LIST_ARGS["activeMinutes"] * 60_000
     limit = int(_LIST_ARGS["limit"])
     top: list[tuple[int, str]] = []
-    for key, raw in store.bulk.scan_sessions():
+    for key, raw in BulkLoader(store.redis, store.ks).scan_sessions():
         updated = int(raw.get(b"updatedAt") or 0)
         if updated < min_updated or store.sessions.kind_of(key.decode()) not in kinds:
             continue

@@ -26,10 +26,10 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from switchboard.bench import fanout, messaging, parked, scale, shapes
-from switchboard.bench.harness import BenchRun, Stacks
-from switchboard.bench.report import Outcome, machine_info, python_loop_ns, write_readme
 from switchboard.shared.errors import SwitchboardError
+from switchboard_bench import fanout, messaging, parked, scale, shapes
+from switchboard_bench.harness import BenchRun, Stacks
+from switchboard_bench.report import Outcome, machine_info, python_loop_ns, write_readme
 
 SCENARIOS: dict[str, Callable[[BenchRun], Outcome]] = {
     # In an order that lets consecutive scenarios share their processes.

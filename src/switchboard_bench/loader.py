@@ -1,5 +1,5 @@
-"""Bench setup at scale: many sessions, a long transcript, written fast by the store's bulk
-loader (`Store.bulk`).
+"""Bench setup at scale: many sessions, a long transcript, written fast by the testkit's bulk
+loader (`switchboard_testkit.bulk.BulkLoader`).
 
 Nothing here invents a layout: a real agent run through the api writes a template session
 and its transcript, and the loader has the store copy exactly those structures, varying
@@ -14,11 +14,11 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from switchboard.bench.harness import Stack
 from switchboard.shared import keys as sk
 from switchboard.shared.errors import Unavailable
 from switchboard.shared.store import Store
-from switchboard.shared.store.bulk import CHUNK, SessionRow
+from switchboard_bench.harness import Stack
+from switchboard_testkit.bulk import CHUNK, BulkLoader, SessionRow
 
 __all__ = ["CHUNK", "Template", "bench_key", "load_sessions", "load_transcript", "real_template"]
 
@@ -57,9 +57,8 @@ def real_template(st: Stack, store: Store, key: str, runs: int = 3) -> Template:
             outcome = st.rpc(http, "agent.wait", runId=started["runId"], timeoutMs=60_000)
             if outcome.get("status") != "ok":
                 raise Unavailable(f"template run did not succeed: {outcome}")
-    return Template(
-        session=store.bulk.session_fields(key), messages=store.bulk.transcript_payloads(key)
-    )
+    bulk = BulkLoader(store.redis, store.ks)
+    return Template(session=bulk.session_fields(key), messages=bulk.transcript_payloads(key))
 
 
 def load_sessions(
@@ -75,7 +74,8 @@ def load_sessions(
 
     Each gets its own key, sessionId, createdAt, updatedAt and chatType; the other fields
     are the template's."""
-    store.bulk.write_sessions(template, _rows(store, count, now_ms, span_ms), advance=progress)
+    rows = _rows(store, count, now_ms, span_ms)
+    BulkLoader(store.redis, store.ks).write_sessions(template, rows, advance=progress)
 
 
 def _rows(store: Store, count: int, now_ms: int, span_ms: int) -> Iterator[SessionRow]:
@@ -112,4 +112,4 @@ def load_transcript(
     store: Store, key: str, messages: Sequence[bytes], count: int, *, progress: Progress
 ) -> None:
     """Make ``key``'s transcript ``count`` messages long by repeating ``messages``."""
-    store.bulk.extend_transcript(key, messages, count, advance=progress)
+    BulkLoader(store.redis, store.ks).extend_transcript(key, messages, count, advance=progress)

@@ -27,10 +27,11 @@ import orjson
 from celery import Celery
 from rich.progress import Progress
 
-from switchboard.bench.anchor import NOOP, AnchorShape
-from switchboard.bench.costs import CostMeter, Costs
-from switchboard.bench.harness import ONE_AGENT_STACK, WORKER_CONCURRENCY, BenchRun, Stack, phase
-from switchboard.bench.report import Outcome, latency_summary, ratio
+from switchboard_bench.anchor import NOOP, AnchorShape
+from switchboard_bench.costs import CostMeter, Costs
+from switchboard_bench.harness import ONE_AGENT_STACK, WORKER_CONCURRENCY, BenchRun, Stack, phase
+from switchboard_bench.report import Outcome, latency_summary, ratio
+from switchboard_testkit.bulk import BulkLoader
 
 REQUESTER = "agent:main:main"
 LONG_SESSION = "agent:main:bench:long"
@@ -153,12 +154,11 @@ def _latency_steps(
 
 
 def _hold_messages(st: Stack, key: str, count: int) -> int:
-    """Grow ``key``'s transcript to ``count`` messages with the store's bulk loader
+    """Grow ``key``'s transcript to ``count`` messages with the testkit's bulk loader
     (copies of the messages real sends wrote there); the length it has now."""
     store = st.store()
-    store.bulk.extend_transcript(
-        key, store.bulk.transcript_payloads(key), count, advance=lambda _n: None
-    )
+    bulk = BulkLoader(store.redis, store.ks)
+    bulk.extend_transcript(key, bulk.transcript_payloads(key), count, advance=lambda _n: None)
     return store.transcripts.length(key)
 
 

@@ -18,7 +18,7 @@ Control endpoints:
     POST /_reset                       empty the script and the record, restore the latency
 
 `FakeModelServer` runs it on a free loopback port in a background thread; from a shell:
-`python -m switchboard.testing.fake_model --port 8781 --latency-ms 50`.
+`python -m switchboard_testkit.fake_model --port 8781 --latency-ms 50`.
 """
 
 from __future__ import annotations
@@ -384,7 +384,7 @@ class FakeModelServer:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """CLI: serve the fake model in the foreground."""
-    parser = argparse.ArgumentParser(prog="python -m switchboard.testing.fake_model")
+    parser = argparse.ArgumentParser(prog="python -m switchboard_testkit.fake_model")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8781)
     parser.add_argument("--latency-ms", type=float, default=0.0)

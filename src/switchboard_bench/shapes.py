@@ -32,8 +32,10 @@ from typing import Any
 import httpx
 import psutil
 
-from switchboard.bench.costs import CostMeter, Costs, Spread, SpreadMeter
-from switchboard.bench.harness import (
+from switchboard.shared.errors import Unavailable
+from switchboard.shared.store.apis import ApiHeartbeats
+from switchboard_bench.costs import CostMeter, Costs, Spread, SpreadMeter
+from switchboard_bench.harness import (
     ONE_AGENT_STACK,
     REDIS,
     START_TIMEOUT_S,
@@ -44,15 +46,15 @@ from switchboard.bench.harness import (
     Stack,
     phase,
 )
-from switchboard.bench.messaging import (
+from switchboard_bench.messaging import (
     _anchor_rate,
     _in_blocks,
     _latency_steps,
     _median,
     _product_rate,
 )
-from switchboard.bench.report import Outcome, latency_summary, ratio
-from switchboard.bench.shapes_report import (
+from switchboard_bench.report import Outcome, latency_summary, ratio
+from switchboard_bench.shapes_report import (
     ANCHOR,
     COLUMNS,
     CONNECTIONS,
@@ -65,8 +67,6 @@ from switchboard.bench.shapes_report import (
     column,
     outcome,
 )
-from switchboard.shared.errors import Unavailable
-from switchboard.shared.store.apis import ApiHeartbeats
 
 RABBITMQ_PORT = 5672
 _WARM_UP = 10

@@ -5,7 +5,7 @@ second) on the same redis-server, measured in the same run, so ratios hold on a 
 machine. The app is Celery at its defaults: only the broker and result backend URLs are
 set. Two anchor workers run it side by side, each as its own deployment on its own Redis
 database (its own default queue, so the client calls plain `.delay()`): Celery as a plain
-user gets it (`celery -A switchboard.bench.anchor worker`: the prefork pool, one process per
+user gets it (`celery -A switchboard_bench.anchor worker`: the prefork pool, one process per
 core) and Celery in the product's own pool shape (`-P threads -c 64`); each target is
 judged against the faster of the two. A worker finds its database in ``ANCHOR_URL``, and
 its broker there too unless ``ANCHOR_BROKER_URL`` names another (RabbitMQ, for the anchor

@@ -32,10 +32,10 @@ from typing import Any
 import psutil
 from rich.progress import Progress
 
-from switchboard.bench.costs import cpu_s
-from switchboard.bench.harness import WORKER_CONCURRENCY, BenchRun, Stack, fake_model, phase
-from switchboard.bench.report import Outcome, ratio
 from switchboard.shared.store.transcripts import TranscriptStore
+from switchboard_bench.costs import cpu_s
+from switchboard_bench.harness import WORKER_CONCURRENCY, BenchRun, Stack, fake_model, phase
+from switchboard_bench.report import Outcome, ratio
 
 REQUESTER = "agent:main:main"
 MODEL_LATENCY_S = 1.0

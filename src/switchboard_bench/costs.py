@@ -24,9 +24,9 @@ from typing import Any
 
 import psutil
 
-from switchboard.bench.harness import STATE_CLUSTER, Stack
-from switchboard.bench.sizing import busiest_over_mean
 from switchboard.shared.errors import Unavailable
+from switchboard_bench.harness import STATE_CLUSTER, Stack
+from switchboard_bench.sizing import busiest_over_mean
 
 _TOP = 8  # commands listed by name in a summary; the rest are counted in the total
 _SCRIPTS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")

@@ -1,1 +1,0 @@
-"""Test and benchmark helpers shipped with the product (fake model server)."""
