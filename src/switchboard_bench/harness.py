@@ -533,6 +533,17 @@ class Stacks:
         self._options: dict[str, Any] | None = None
         self._exits = contextlib.ExitStack()
         self._current: Stack | None = None
+        # The fake model servers of the run, by latency (ms): kept across stacks.
+        self._models: dict[float, str] = {}
+        self._model_exits = contextlib.ExitStack()
+
+    def model_server(self, latency_ms: float) -> str:
+        """The base URL of the run's fake OpenAI-compatible model server answering after
+        ``latency_ms`` (started on first use, stopped with the run)."""
+        if latency_ms not in self._models:
+            with phase(self.progress, f"start the fake model server ({latency_ms:g} ms)"):
+                self._models[latency_ms] = self._model_exits.enter_context(fake_model(latency_ms))
+        return self._models[latency_ms]
 
     def get(self, name: str, **options: Any) -> Stack:
         """A running stack with these `stack()` options (the current one if they match)."""
@@ -561,6 +572,8 @@ class Stacks:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+        self._model_exits.close()
+        self._models.clear()
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,14 @@
 """Scenarios around `sessions_send`: send+wait latency and throughput (parked waits: `parked`).
 
 Sends go through `POST /tools/invoke` (or, for parked waits, from inside agent runs) to
-target sessions whose model (`builtin/echo`) answers at once. The reply-back loop is off
+target sessions whose model answers at once: `builtin/echo` (agent `main`), and the path a
+deployment runs, the fake OpenAI-compatible server over HTTP through the OpenAI client
+(agent `http`); latency also through that server answering after `SLOW_MODEL_MS` (agent
+`slow`: what the product adds to a model with real latency). The reply-back loop is off
 (`maxPingPongTurns: 0`) so a measurement is one send and its announce, not five extra
 ping-pong runs; every send still runs its announce step. Latency and throughput are
-measured beside two anchors (`anchor.shapes`) and judged against the faster one.
+measured beside two anchors (`anchor.shapes`) and judged against the faster one, through
+echo and through the HTTP model alike.
 
 Latency samples are taken in blocks of back-to-back calls, the way a user's loop makes
 them, not one call after an idle pause: on this kind of machine (a VM whose idle vCPUs halt)
@@ -29,11 +33,21 @@ from rich.progress import Progress
 
 from switchboard_bench.anchor import NOOP, AnchorShape
 from switchboard_bench.costs import CostMeter, Costs
-from switchboard_bench.harness import ONE_AGENT_STACK, WORKER_CONCURRENCY, BenchRun, Stack, phase
+from switchboard_bench.harness import (
+    ONE_AGENT_STACK,
+    WORKER_CONCURRENCY,
+    BenchRun,
+    Stack,
+    phase,
+)
 from switchboard_bench.report import Outcome, latency_summary, ratio
 from switchboard_testkit.bulk import BulkLoader
 
 REQUESTER = "agent:main:main"
+# The agents whose model is the fake OpenAI-compatible server: answering at once, and after
+# SLOW_MODEL_MS (a model with real latency).
+HTTP_AGENT, SLOW_AGENT = "http", "slow"
+SLOW_MODEL_MS = 100.0
 LONG_SESSION = "agent:main:bench:long"
 LONG_MESSAGES = 1000
 # The long session's target: a send+wait there costs at most this many times a fresh one's
@@ -53,10 +67,34 @@ _LEAD_IN = 3
 _POLL_S = 0.25
 
 
+def messaging_stack(run: BenchRun, name: str) -> Stack:
+    """The one-agent stack with the HTTP-model agents beside `main` (their model servers
+    started for the run)."""
+    fake = {"apiKey": "bench", "api": "openai-completions"}
+    config = {
+        **ONE_AGENT_STACK["config"],
+        "models": {
+            "providers": {
+                "fake": {**fake, "baseUrl": run.stacks.model_server(0)},
+                "slow": {**fake, "baseUrl": run.stacks.model_server(SLOW_MODEL_MS)},
+            }
+        },
+        "agents": {
+            "list": [
+                {"id": "main", "default": True},
+                {"id": HTTP_AGENT, "model": "fake/fake-model"},
+                {"id": SLOW_AGENT, "model": "slow/fake-model"},
+            ]
+        },
+    }
+    return run.stacks.get(name, **{**ONE_AGENT_STACK, "config": config})
+
+
 def latency(run: BenchRun) -> Outcome:
-    """p50/p99 of a waiting `sessions_send` over HTTP, into fresh sessions and into one
-    holding a thousand messages, vs a no-op Celery `.delay().get()` on each anchor."""
-    st = run.stacks.get("latency", **ONE_AGENT_STACK)
+    """p50/p99 of a waiting `sessions_send` over HTTP, into fresh sessions (echo, the HTTP
+    model, the HTTP model with real latency) and into one holding a thousand messages, vs a
+    no-op Celery `.delay().get()` on each anchor."""
+    st = messaging_stack(run, "latency")
     n, cost_n = (40, 10) if run.quick else (300, 50)
     apps = st.anchor_apps()
     with phase(run.progress, "latency: warm up"):
@@ -126,19 +164,19 @@ def _latency_steps(
     no-op round trip on each anchor. Each timed send into a fresh session (``i`` ≥ 0)
     leaves its wall-clock start and end and its run id in ``stamps`` (`_phases`)."""
 
-    def send(target: Callable[[int], str], i: int) -> None:
+    def send(target: Callable[[int], str], i: int, requester: str = REQUESTER) -> None:
         start_ms = time.time() * 1000
         result = st.tool(
             http,
             "sessions_send",
-            REQUESTER,
+            requester,
             sessionKey=target(i),
             message="ping",
             timeoutSeconds=30,
         )
         if result.get("status") != "ok" or result.get("reply") != "ping":
             bad.append(result)
-        elif stamps is not None and i >= 0 and target(i) != LONG_SESSION:
+        elif stamps is not None and i >= 0 and target(i).startswith("agent:main:bench:lat-"):
             stamps.append((start_ms, time.time() * 1000, str(result["runId"])))
 
     def roundtrip(app: Celery, _i: int) -> None:
@@ -148,6 +186,9 @@ def _latency_steps(
         "fresh": partial(send, lambda i: f"agent:main:bench:lat-{i}"),
         "long": partial(send, lambda _i: LONG_SESSION),
     }
+    for name, agent in (("http", HTTP_AGENT), ("slow", SLOW_AGENT)):
+        target = partial("agent:{}:bench:lat-{}".format, agent)
+        steps[name] = partial(send, target, requester=f"agent:{agent}:main")
     for shape in st.anchors():
         steps[shape.name] = partial(roundtrip, apps[shape.name])
     return steps
@@ -222,10 +263,12 @@ def _latency_outcome(
     phases: dict[str, Any],
 ) -> Outcome:
     fresh, long = latency_summary(samples["fresh"]), latency_summary(samples["long"])
+    http, slow = latency_summary(samples["http"]), latency_summary(samples["slow"])
     anchors = {s.name: latency_summary(samples[s.name]) for s in st.anchors()}
     winner = min(anchors, key=lambda name: anchors[name]["p50_ms"])
     best = anchors[winner]
     r = ratio(fresh["p50_ms"], best["p50_ms"])
+    http_ratio = ratio(http["p50_ms"], best["p50_ms"])
     long_ratio = ratio(long["p50_ms"], fresh["p50_ms"])
     figure: dict[str, Any] = {
         **fresh,
@@ -236,6 +279,21 @@ def _latency_outcome(
             "ratioToAnchor": ratio(long["p50_ms"], best["p50_ms"]),
             "target": f"p50 ≤ {LONG_TO_FRESH:g}x fresh",
             "passed": long_ratio <= LONG_TO_FRESH,
+        },
+        "httpModel": {
+            **http,
+            "ratioToAnchor": http_ratio,
+            "what": "a fresh session whose model is the fake OpenAI-compatible server "
+            "(answering at once), through the OpenAI client over HTTP",
+            "target": "p50 ≤ 3x the faster anchor's p50",
+            "passed": http_ratio <= 3,
+        },
+        "slowModel": {
+            **slow,
+            "modelLatencyMs": SLOW_MODEL_MS,
+            "overheadP50Ms": round(slow["p50_ms"] - SLOW_MODEL_MS, 2),
+            "what": f"the same server answering after {SLOW_MODEL_MS:g} ms: p50 less the "
+            "model's own time is what the product adds to a model with real latency",
         },
         "phases": phases,
     }
@@ -251,11 +309,14 @@ def _latency_outcome(
         },
         ratio=r,
         ratio_text="p50 / faster anchor p50",
-        target=f"p50 ≤ 3x the faster anchor's p50; {LONG_MESSAGES:,} msgs held ≤ "
-        f"{LONG_TO_FRESH:g}x fresh",
-        passed=r <= 3 and long_ratio <= LONG_TO_FRESH,
+        target=f"p50 ≤ 3x the faster anchor's p50 (echo and HTTP model); {LONG_MESSAGES:,} "
+        f"msgs held ≤ {LONG_TO_FRESH:g}x fresh",
+        passed=r <= 3 and http_ratio <= 3 and long_ratio <= LONG_TO_FRESH,
         figure_text=(
             f"p50 {fresh['p50_ms']:.1f} ms, p99 {fresh['p99_ms']:.1f} ms; "
+            f"HTTP model p50 {http['p50_ms']:.1f} ms ({http_ratio:.2f}x); "
+            f"{SLOW_MODEL_MS:g} ms model p50 {slow['p50_ms']:.1f} ms "
+            f"(+{figure['slowModel']['overheadP50Ms']:.1f}); "
             f"{held:,} msgs held: p50 {long['p50_ms']:.1f} ms "
             f"({figure['longSession']['ratioToFresh']:.2f}x fresh)"
         ),
@@ -263,7 +324,8 @@ def _latency_outcome(
         parameters={
             "sends": n,
             "path": "POST /tools/invoke sessions_send timeoutSeconds=30",
-            "model": "builtin/echo",
+            "model": "builtin/echo; httpModel: fake/fake-model over HTTP (0 ms); slowModel: "
+            f"the same server at {SLOW_MODEL_MS:g} ms",
             "maxPingPongTurns": 0,
             "workerConcurrency": _CONCURRENCY,
             "anchors": {s.name: s.what for s in st.anchors()},
@@ -318,7 +380,7 @@ def throughput(run: BenchRun) -> Outcome:
     and CPU seconds (api + worker + Redis) from the first send until its follow-ups end."""
     n, rounds = (150, 1) if run.quick else (1000, 5)
     progress = run.progress
-    st = run.stacks.get("throughput", **ONE_AGENT_STACK)
+    st = messaging_stack(run, "throughput")
     apps = st.anchor_apps()
     with phase(progress, "throughput: warm up"):
         st.warm_up()
@@ -326,9 +388,10 @@ def throughput(run: BenchRun) -> Outcome:
         st.wait_idle()
     shapes = st.anchors()
     ours: list[float] = []
+    http: list[float] = []
     base: dict[str, list[float]] = {s.name: [] for s in shapes}
     costs = {"product": Costs(), **{s.name: Costs() for s in shapes}}
-    completed = 0
+    completed = http_completed = 0
     for round_no in range(rounds):
         label = f"throughput round {round_no + 1}/{rounds}"
         with CostMeter(st, PRODUCT).measure(costs["product"]):
@@ -337,12 +400,42 @@ def throughput(run: BenchRun) -> Outcome:
                 st.wait_idle()
         ours.append(rate)
         completed += ok
+        rate, ok = _product_rate(
+            st, progress, n, f"{label}: sends, HTTP model", tag=str(round_no), agent=HTTP_AGENT
+        )
+        with phase(progress, f"{label}: wait for follow-ups (announces) to drain"):
+            st.wait_idle()
+        http.append(rate)
+        http_completed += ok
         k = round_no % len(shapes)
         for shape in shapes[k:] + shapes[:k]:  # neither anchor always runs right after us
             with CostMeter(st, (shape.process, "redis")).measure(costs[shape.name]):
                 rate = _anchor_rate(st, apps[shape.name], progress, n, f"{label}: {shape.process}")
             base[shape.name].append(rate)
-    return _throughput_outcome(st, ours, base, costs, n=n, rounds=rounds, completed=completed)
+    outcome = _throughput_outcome(st, ours, base, costs, n=n, rounds=rounds, completed=completed)
+    _add_http_throughput(outcome, http, n=n, rounds=rounds, completed=http_completed)
+    return outcome
+
+
+def _add_http_throughput(
+    outcome: Outcome, rates: Sequence[float], *, n: int, rounds: int, completed: int
+) -> None:
+    """The same rounds with the HTTP model (agent `http`), beside echo's, judged alike."""
+    rate = round(_median(rates), 1)
+    r = ratio(rate, float(outcome.anchor["tasksPerS"]))
+    outcome.figure["httpModel"] = {
+        "sendsPerS": rate,
+        "rounds": [round(x, 1) for x in rates],
+        "ratioToAnchor": r,
+        "what": "the same sends into sessions whose model is the fake OpenAI-compatible "
+        "server (answering at once), through the OpenAI client over HTTP",
+        "passed": r >= 0.5,
+    }
+    outcome.passed = outcome.passed and r >= 0.5
+    outcome.figure_text += f"; HTTP model {rate:.0f} sends/s ({r:.2f}x)"
+    outcome.checks["httpModelAllCompleted"] = completed == n * rounds
+    if completed < n * rounds:
+        outcome.notes.append(f"{n * rounds - completed} HTTP-model send(s) did not complete ok")
 
 
 def _throughput_outcome(
@@ -385,14 +478,14 @@ def _throughput_outcome(
         ratio_text="sends/s / faster anchor tasks/s",
         target="≥ 50% of the faster anchor",
         passed=r >= 0.5,
-        figure_text=f"{rate:.0f} sends/s",
+        figure_text=f"{rate:.0f} sends/s ({r:.2f}x)",
         anchor_text=_anchors_text(anchors, winner, "tasksPerS", "{:.0f} tasks/s"),
         parameters={
             "sendsPerRound": n,
             "rounds": rounds,
             "path": "POST /tools/invoke sessions_send timeoutSeconds=0, 32 requests in flight",
             "completion": "target run status terminal in Redis (transcript written)",
-            "model": "builtin/echo",
+            "model": "builtin/echo; httpModel: fake/fake-model over HTTP (0 ms)",
             "maxPingPongTurns": 0,
             "workerConcurrency": _CONCURRENCY,
             "anchors": {s.name: s.what for s in st.anchors()},
@@ -408,13 +501,14 @@ def _throughput_outcome(
 
 
 def _product_rate(
-    st: Stack, progress: Progress, n: int, label: str, *, tag: str
+    st: Stack, progress: Progress, n: int, label: str, *, tag: str, agent: str = "main"
 ) -> tuple[float, int]:
-    """Sends per second from the first request to the last target run's end; (rate, the
-    sends completed ok with their transcript written)."""
+    """Sends per second from the first request to the last target run's end, within
+    ``agent``'s sessions; (rate, the sends completed ok with their transcript written)."""
     task = progress.add_task(label, total=n)
     t0_ms = time.time() * 1000
-    targets = [f"agent:main:bench:tp-{tag}-{i}" for i in range(n)]
+    targets = [f"agent:{agent}:bench:tp-{tag}-{i}" for i in range(n)]
+    requester = f"agent:{agent}:main"
 
     async def fire() -> list[str]:
         async with st.async_http() as http:
@@ -423,7 +517,7 @@ def _product_rate(
             async def one(target: str) -> str:
                 body = {
                     "tool": "sessions_send",
-                    "sessionKey": REQUESTER,
+                    "sessionKey": requester,
                     "args": {"sessionKey": target, "message": "ping", "timeoutSeconds": 0},
                 }
                 async with gate, http.post("/tools/invoke", json=body) as resp:
