@@ -12,6 +12,7 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 from rich.console import Console
@@ -58,6 +59,7 @@ def run_bench(
     console: Console,
     subagents: Sequence[int] | None = None,
     slot_groups: Sequence[int] | None = None,
+    repeat: int = 1,
 ) -> int:
     """Run the named scenarios; write ``<out_dir>/<name>.json`` and its README; print a table.
 
@@ -67,46 +69,54 @@ def run_bench(
     run (scaled-down counts, a smoke test) judges nothing about speed. ``subagents``: the
     fan-out's sizes (default `fanout.SIZES`; quick `fanout.QUICK_SIZES`). ``slot_groups``:
     the listing's stacks' slot groups, each value on a stack of its own side by side
-    (default: one stack, the setting's default).
+    (default: one stack, the setting's default). ``repeat``: every scenario runs that many
+    times (all of them, then all again); each JSON holds the median run by its ratio, with
+    every run's figure beside it, and a check that failed in any run fails it.
     """
     names = [name for name in SCENARIOS if name in names]  # the order that shares stacks
     out_dir.mkdir(parents=True, exist_ok=True)
-    outcomes: list[Outcome] = []
+    runs: dict[str, list[tuple[Outcome, dict[str, Any]]]] = {name: [] for name in names}
     errors: dict[str, str] = {}
-    mode = "quick" if quick else "full"
+    mode = ("quick" if quick else "full") + (f", {repeat} runs, medians" if repeat > 1 else "")
     console.print(f"[bold]switchboard bench[/] ({mode}): {', '.join(names)}")
     loop_ns = python_loop_ns()  # the host's speed, before the bench's processes load it
     with _progress(console) as progress, Stacks(progress) as stacks:
         run = BenchRun(progress=progress, quick=quick, stacks=stacks)
-        for name in names:
-            t0 = time.monotonic()
-            try:
-                if name == "fanout" and subagents:
-                    outcome = fanout.fanout(run, sizes=subagents)
-                elif name == "listing" and slot_groups:
-                    outcome = scale.listing(run, slot_groups=slot_groups)
-                else:
-                    outcome = SCENARIOS[name](run)
-            except (SwitchboardError, OSError, TimeoutError, httpx.HTTPError) as exc:
-                message = exc.message if isinstance(exc, SwitchboardError) else str(exc)
-                if isinstance(exc, SwitchboardError) and exc.fields.get("detail"):
-                    message += f" ({exc.fields['detail']})"  # what Redis or the broker said
-                errors[name] = message
-                progress.console.print(_failed_line(name, message))
-                logs = stacks.close(keep_logs=True)  # the next one starts afresh
-                if logs is not None:
-                    progress.console.print(f"process logs kept in {logs}", markup=False)
-                continue
-            took = time.monotonic() - t0
-            machine = machine_info(loop_ns=loop_ns)
-            doc = outcome.to_json(quick=quick, machine=machine, duration_s=took)
-            (out_dir / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
-            outcomes.append(outcome)
-            verdict = "[green]pass[/]" if outcome.passed else "[yellow]miss[/]"
-            progress.console.print(
-                f"{name}: {outcome.figure_text} (anchor {outcome.anchor_text}) {verdict}"
-                f" in {took:.0f}s"
-            )
+        for round_no in range(repeat):
+            for name in names:
+                if name in errors:
+                    continue
+                t0 = time.monotonic()
+                try:
+                    outcome = _scenario(run, name, subagents, slot_groups)
+                except (SwitchboardError, OSError, TimeoutError, httpx.HTTPError) as exc:
+                    message = exc.message if isinstance(exc, SwitchboardError) else str(exc)
+                    if isinstance(exc, SwitchboardError) and exc.fields.get("detail"):
+                        message += f" ({exc.fields['detail']})"  # what Redis or the broker said
+                    errors[name] = message
+                    progress.console.print(_failed_line(name, message))
+                    logs = stacks.close(keep_logs=True)  # the next one starts afresh
+                    if logs is not None:
+                        progress.console.print(f"process logs kept in {logs}", markup=False)
+                    continue
+                took = time.monotonic() - t0
+                doc = outcome.to_json(
+                    quick=quick, machine=machine_info(loop_ns=loop_ns), duration_s=took
+                )
+                runs[name].append((outcome, doc))
+                median = _median_run(runs[name])[1]  # written as it comes: a crash keeps it
+                (out_dir / f"{name}.json").write_text(json.dumps(median, indent=2) + "\n")
+                verdict = "[green]pass[/]" if outcome.passed else "[yellow]miss[/]"
+                shown = f"{name}" + (f" (run {round_no + 1}/{repeat})" if repeat > 1 else "")
+                progress.console.print(
+                    f"{shown}: {outcome.figure_text} (anchor {outcome.anchor_text}) {verdict}"
+                    f" in {took:.0f}s"
+                )
+    outcomes = []
+    for name, done in runs.items():
+        if name in errors or not done:
+            continue
+        outcomes.append(_median_run(done)[0])
     # Logs and CI read the table from a pipe: there, do not wrap it at 80 columns.
     wide = console if console.is_terminal else Console(file=console.file, width=160)
     wide.print(_table(outcomes, errors, quick=quick))
@@ -114,6 +124,42 @@ def run_bench(
         readme = write_readme(out_dir)
         console.print(f"JSON figures in {out_dir}/, their tables in {readme}")
     return exit_code(outcomes, errors, quick=quick)
+
+
+def _scenario(
+    run: BenchRun,
+    name: str,
+    subagents: Sequence[int] | None,
+    slot_groups: Sequence[int] | None,
+) -> Outcome:
+    if name == "fanout" and subagents:
+        return fanout.fanout(run, sizes=subagents)
+    if name == "listing" and slot_groups:
+        return scale.listing(run, slot_groups=slot_groups)
+    return SCENARIOS[name](run)
+
+
+def _median_run(
+    done: Sequence[tuple[Outcome, dict[str, Any]]],
+) -> tuple[Outcome, dict[str, Any]]:
+    """Of a scenario's runs, the median by ratio (the middle one when a run has none), its
+    JSON given every run's figure; a check that failed in any run fails the median's."""
+    ratios = [d[0].ratio for d in done]
+    ordered = list(done)
+    if all(r is not None for r in ratios):
+        ordered.sort(key=lambda d: d[0].ratio or 0.0)
+    outcome, doc = ordered[(len(ordered) - 1) // 2]
+    if len(done) > 1:
+        for other, _ in done:
+            for check, held in other.checks.items():
+                outcome.checks[check] = outcome.checks.get(check, True) and held
+        doc["checks"], doc["correct"] = outcome.checks, outcome.correct
+        doc["runs"] = [
+            {"summary": d["summary"], "ratio": d["ratio"], "pass": d["pass"], "at": d["measuredAt"]}
+            for _, d in done
+        ]
+        doc["median"] = "the run with the median ratio of the runs listed in `runs`"
+    return outcome, doc
 
 
 def exit_code(outcomes: Sequence[Outcome], errors: Mapping[str, str], *, quick: bool) -> int:

@@ -123,3 +123,21 @@ def test_the_host_speed_is_timeits_best_of_five_per_loop(monkeypatch: pytest.Mon
     assert asked == [("sum(range(50))", 100_000, 5)]
     assert report.machine_info()["pythonLoopNs"] == 451.0
     assert report.machine_info(loop_ns=612.5)["pythonLoopNs"] == 612.5  # taken before
+
+
+def test_repeated_runs_keep_the_median_run_and_a_check_failed_in_any() -> None:
+    """Of three runs the one with the median ratio is kept, every run's figure listed beside
+    it; a check that failed in another run fails the kept one."""
+    from switchboard_bench import _median_run
+
+    done = []
+    for i, (r, ok) in enumerate([(2.9, True), (2.1, False), (3.4, True)]):
+        outcome = _outcome(passed=r <= 3, correct=ok)
+        outcome.ratio = r
+        doc = outcome.to_json(quick=False, machine={}, duration_s=1.0)
+        doc["summary"] = f"run {i}"
+        done.append((outcome, doc))
+    kept, doc = _median_run(done)
+    assert kept.ratio == 2.9 and doc["ratio"] == 2.9
+    assert [run["ratio"] for run in doc["runs"]] == [2.9, 2.1, 3.4]
+    assert doc["checks"] == {"allCompleted": False} and doc["correct"] is False

@@ -56,6 +56,15 @@ def bench(
             max=1024,
         ),
     ] = None,
+    repeat: Annotated[
+        int,
+        typer.Option(
+            help="Run every scenario this many times (all, then all again); each JSON holds "
+            "the median run by its ratio, with every run's figure.",
+            min=1,
+            max=9,
+        ),
+    ] = 1,
 ) -> None:
     """Benchmark the product against its anchors, side by side in one run."""
     from switchboard_bench import ON_REQUEST, SCENARIOS, run_bench
@@ -73,5 +82,6 @@ def bench(
             console=console,
             subagents=subagents or None,
             slot_groups=slot_groups or None,
+            repeat=repeat,
         )
     )
