@@ -13,6 +13,7 @@ from switchboard.api.auth import require_token
 from switchboard.api.body import parse_json_body, rpc_body_schema
 from switchboard.api.scopes import AuditNote, Principal, audit_note, principal_of
 from switchboard.shared.errors import NotFound
+from switchboard.shared.flows import a2a_flow
 from switchboard.shared.gateway import agent as agent_methods
 from switchboard.shared.gateway import params as p
 from switchboard.shared.gateway import sessions as session_methods
@@ -30,8 +31,8 @@ SYNC_METHODS: dict[str, tuple[type[p._Params], SyncMethod]] = {
     "sessions.resolve": (p.SessionsResolveParams, session_methods.sessions_resolve_method),
     "sessions.patch": (p.SessionsPatchParams, session_methods.sessions_patch_method),
     "sessions.delete": (p.SessionsDeleteParams, session_methods.sessions_delete_method),
-    "flows.get": (p.FlowsGetParams, session_methods.flows_get_method),
-    "flows.list": (p.FlowsListParams, session_methods.flows_list_method),
+    "flows.get": (p.FlowsGetParams, a2a_flow.flows_get_method),
+    "flows.list": (p.FlowsListParams, a2a_flow.flows_list_method),
     "deliveries.list": (p.DeliveriesListParams, session_methods.deliveries_list_method),
 }
 METHODS = sorted([*SYNC_METHODS, "agent.wait"])

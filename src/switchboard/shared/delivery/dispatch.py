@@ -25,9 +25,9 @@ from switchboard.logs import log_context
 from switchboard.shared import metrics
 from switchboard.shared.delivery import adapters, records
 from switchboard.shared.delivery.records import Outgoing, Target
-from switchboard.shared.flows.steps import flow_step
 from switchboard.shared.policy.send_policy import SEND_BLOCKED, session_send_decision
 from switchboard.shared.services import Services
+from switchboard.shared.step_registry import flow_step
 from switchboard.shared.store import Pipeline
 from switchboard.shared.store.deliveries import DeliveryStore
 from switchboard.shared.store.runs import now_ms

@@ -6,6 +6,7 @@ id, ``round:<n>`` its outcome), ``announcing`` from the end of the loop until th
 run's reply is judged, then ``done``. Every step advances the flow with a compare-and-set
 on (status, turn), so a duplicated or redelivered step finds the flow moved on and does
 nothing. Active flows are kept for twice the run retention, ended ones for the retention.
+The gateway methods ``flows.get`` and ``flows.list`` read them as a user sees them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import Any
 
 from switchboard.shared import metrics
 from switchboard.shared.delivery import Target, get_delivery
+from switchboard.shared.errors import NotFound
 from switchboard.shared.flows.steps import read_hash
+from switchboard.shared.gateway.resolve import resolve_session_ref
 from switchboard.shared.services import Services
 from switchboard.shared.store import codec
 from switchboard.shared.store.runs import LinkAdvance, LinkRecord, now_ms
@@ -225,6 +228,21 @@ def flows_for(svc: Services, session_key: str, limit: int) -> list[dict[str, Any
     """The newest ``limit`` flows a session requested or was sent, newest first."""
     ids = svc.store.flows.recent_ids(session_key, limit)
     return [flow for flow in (get_flow(svc, flow_id) for flow_id in ids) if flow is not None]
+
+
+def flows_get_method(svc: Services, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Gateway `flows.get`: a reply-back flow's rounds and announce outcome."""
+    flow = get_flow(svc, params["flowId"])
+    if flow is None:
+        raise NotFound(f"unknown flowId: {params['flowId']}", field="flowId")
+    return flow
+
+
+def flows_list_method(svc: Services, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Gateway `flows.list`: the newest reply-back flows a session requested or was sent."""
+    key = resolve_session_ref(svc, params.get("sessionKey"))
+    flows = flows_for(svc, key, limit=int(params.get("limit") or 20))
+    return {"sessionKey": key, "count": len(flows), "flows": flows}
 
 
 def _rounds(fields: Mapping[str, str]) -> list[dict[str, Any]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from switchboard.shared.flows.steps import FLOW_STEPS
+from switchboard.shared.step_registry import FLOW_STEPS
 
 # One import per flow module (each registers its steps with @flow_step):
 # FLOWS-BEGIN

@@ -29,9 +29,10 @@ from switchboard.shared.errors import StoreUnavailable, SwitchboardError, Unavai
 from switchboard.shared.flows import a2a_rules as rules
 from switchboard.shared.flows.a2a_flow import Flow, advance, load_flow, record_once
 from switchboard.shared.flows.a2a_flow import advancing as advancing_flow
-from switchboard.shared.flows.steps import flow_step, following, run_of, session_entry
+from switchboard.shared.flows.steps import following, run_of, session_entry
 from switchboard.shared.gateway.agent import RunRequest, SendBlocked, check_send_policy, start_run
 from switchboard.shared.services import Services
+from switchboard.shared.step_registry import flow_step
 from switchboard.shared.store.runs import LinkMoved, RunRecord, now_ms
 from switchboard.shared.store.sessions import SessionEntry
 

@@ -1,24 +1,22 @@
-"""The registry of flow steps: domain functions the worker runs as named Celery tasks.
+"""Running flow steps: domain functions the worker runs as named Celery tasks.
 
-A flow module declares ``@flow_step("switchboard.<name>")`` on a function
-``(services, *ids) -> None``; the worker registers every step as a task (late ack,
-retried on Redis errors). Steps must be idempotent: a step may run twice. A step
+A module declares its steps with ``@flow_step("switchboard.<name>")``
+(`switchboard.shared.step_registry`); the worker registers every step as a task (late
+ack, retried on Redis errors). Steps must be idempotent: a step may run twice. A step
 enqueued stays pending in Redis until it has run, so one lost with a killed worker is
-enqueued again by the sweep (``switchboard.shared.flows.pending``). ``log_ids``
-names the step's arguments for its log lines (``("flowId", "turn")``): every line logged
-while the step runs carries them, with the step's name.
+enqueued again by the sweep (``switchboard.shared.flows.pending``). Every line logged
+while a step runs carries its ``log_ids`` fields, with the step's name.
 
-A step may also have a form that runs many of it at once (``@together_step(name)``):
-given (services, args) per step, it answers each one's failure (None: done). The runs
-that end together on a worker's loop have their follow-up steps run that way
-(`run_follow_ups`), so their round trips to the store are shared.
+The runs that end together on a worker's loop have their follow-up steps run through a
+step's form for many (``@together_step(name)``) where it has one (`run_follow_ups`), so
+their round trips to the store are shared.
 """
 
 from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -26,6 +24,7 @@ from switchboard import telemetry
 from switchboard.logs import log_context
 from switchboard.shared.errors import StoreUnavailable, Unavailable
 from switchboard.shared.queue import InlineStep, RunsTakenHere, TakingQueue
+from switchboard.shared.step_registry import FLOW_STEPS, FLOW_STEPS_TOGETHER, log_fields
 from switchboard.shared.store.sessions import SessionEntry
 
 if TYPE_CHECKING:
@@ -34,51 +33,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("switchboard.flow")
 
-FlowStep = Callable[..., None]
-# Many steps of one name at once: (services, args) each in, each one's failure out.
-TogetherStep = Callable[
-    [Sequence[tuple["Services", Sequence[str]]]], Sequence[BaseException | None]
-]
-
-FLOW_STEPS: dict[str, FlowStep] = {}
-FLOW_STEPS_TOGETHER: dict[str, TogetherStep] = {}
 # Errors after which a step is retried (the worker's task retries them with backoff); the
 # store raises Redis failures as `StoreUnavailable`, an `Unavailable`.
 _RETRIED = (Unavailable,)
-# The log field name of each step argument, by step name.
-_LOG_IDS: dict[str, tuple[str, ...]] = {}
-
-
-def flow_step(name: str, *, log_ids: tuple[str, ...] = ()) -> Callable[[FlowStep], FlowStep]:
-    """Register a function as the step named ``name``."""
-
-    def register(fn: FlowStep) -> FlowStep:
-        if name in FLOW_STEPS and FLOW_STEPS[name] is not fn:
-            raise ValueError(f"flow step {name!r} is registered twice")
-        FLOW_STEPS[name] = fn
-        _LOG_IDS[name] = log_ids
-        return fn
-
-    return register
-
-
-def together_step(name: str) -> Callable[[TogetherStep], TogetherStep]:
-    """Register the form of step ``name`` that runs many of it at once."""
-
-    def register(fn: TogetherStep) -> TogetherStep:
-        if name in FLOW_STEPS_TOGETHER and FLOW_STEPS_TOGETHER[name] is not fn:
-            raise ValueError(f"flow step {name!r} has two forms for many")
-        FLOW_STEPS_TOGETHER[name] = fn
-        return fn
-
-    return register
 
 
 def run_step(services: Services, name: str, *args: str) -> None:
     """Run a registered step (the worker's task body) with its ids bound for logging."""
     from switchboard.shared.flows import pending
 
-    ids = dict(zip(_LOG_IDS.get(name, ()), args, strict=False))
+    ids = log_fields(name, args)
     started = pending.pending_score(services, name, args)
     with log_context(step=name, **ids):
         log.debug("flow step %s", name)
@@ -107,7 +71,7 @@ def run_step_inline(
     it from there (`run_of`) instead of the store, and takes the hashes its end step read
     for it (`read_hash`). ``taken``: the task executes the runs the step starts, as far
     as it has room (`RunsTakenHere`). Errors propagate to the caller."""
-    ids = dict(zip(_LOG_IDS.get(name, ()), args, strict=False))
+    ids = log_fields(name, args)
     with log_context(step=name, **ids):
         log.debug("flow step %s (inline)", name)
         FLOW_STEPS[name](inline_services(services, following=following, taken=taken), *args)

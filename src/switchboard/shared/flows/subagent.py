@@ -30,18 +30,13 @@ from switchboard.shared.delivery import Target, enqueue_delivery, queue_delivery
 from switchboard.shared.delivery.targets import target_from_entry, target_from_key
 from switchboard.shared.errors import Unavailable
 from switchboard.shared.flows import collect
-from switchboard.shared.flows.steps import (
-    flow_step,
-    following,
-    read_at_end,
-    read_hash,
-    together_step,
-)
+from switchboard.shared.flows.steps import following, read_at_end, read_hash
 from switchboard.shared.flows.subagent_archive import archive_session
 from switchboard.shared.flows.subagent_parent import start_private_turn
 from switchboard.shared.flows.yield_wake import append_announce, current_run, queue_announce
 from switchboard.shared.runtime.transcript import latest_tool_result_text
 from switchboard.shared.services import Services
+from switchboard.shared.step_registry import flow_step, together_step
 from switchboard.shared.store import Pipeline
 from switchboard.shared.store.runs import RunRecord, now_ms
 from switchboard.shared.store.sessions import SessionEntry

@@ -29,9 +29,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from switchboard.shared import keys as sk
-from switchboard.shared.flows.steps import flow_step
 from switchboard.shared.gateway.agent import RunRequest, SendBlocked, start_run
 from switchboard.shared.services import Services
+from switchboard.shared.step_registry import flow_step
 from switchboard.shared.store import Pipeline
 from switchboard.shared.store.runs import RunRecord, now_ms
 from switchboard.shared.store.yields import WakeTake, YieldStore

@@ -1,4 +1,5 @@
-"""Gateway methods over session entries: list, resolve, patch, delete, and chat.history."""
+"""Gateway methods over session entries: list, resolve, patch, delete, chat.history and
+deliveries.list (``flows.get`` and ``flows.list`` live with the flows, `flows.a2a_flow`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from typing import Any
 from switchboard.shared import keys as sk
 from switchboard.shared.delivery import deliveries_for
 from switchboard.shared.errors import Conflict, InvalidInput, NotFound
-from switchboard.shared.flows.a2a_flow import flows_for, get_flow
 from switchboard.shared.gateway.resolve import key_options, resolve_label, resolve_session_ref
 from switchboard.shared.runtime.models import validate_model_ref
 from switchboard.shared.services import Services
@@ -205,21 +205,6 @@ def _control_only(message: Mapping[str, Any]) -> bool:
         return False
     text = "".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
     return bool(_CONTROL_ONLY.match(text))
-
-
-def flows_get_method(svc: Services, params: Mapping[str, Any]) -> dict[str, Any]:
-    """Gateway `flows.get`: a reply-back flow's rounds and announce outcome."""
-    flow = get_flow(svc, params["flowId"])
-    if flow is None:
-        raise NotFound(f"unknown flowId: {params['flowId']}", field="flowId")
-    return flow
-
-
-def flows_list_method(svc: Services, params: Mapping[str, Any]) -> dict[str, Any]:
-    """Gateway `flows.list`: the newest reply-back flows a session requested or was sent."""
-    key = resolve_session_ref(svc, params.get("sessionKey"))
-    flows = flows_for(svc, key, limit=int(params.get("limit") or 20))
-    return {"sessionKey": key, "count": len(flows), "flows": flows}
 
 
 def deliveries_list_method(svc: Services, params: Mapping[str, Any]) -> dict[str, Any]:
