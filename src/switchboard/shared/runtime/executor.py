@@ -304,9 +304,7 @@ async def _run_agent(
 ) -> RunResult:
     agent_id = sk.agent_id_of(rec.session_key)
     model_ref = rec.model or svc.config.model_for(agent_id)
-    model = resolve_model(
-        model_ref, svc.config.models.providers, fast_paths=svc.settings.fast_paths
-    )
+    model = resolve_model(model_ref, svc.config.models.providers)
     ctx = _tool_context(svc, rec, claim.session)
     if claim.history is None:
         claim = replace(claim, history=svc.store.transcripts.tail(rec.session_key, HISTORY_LIMIT))
