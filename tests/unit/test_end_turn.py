@@ -18,13 +18,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import DeferredToolRequests
 
-from switchboard.shared.runtime.agent_loop import (
-    TURN_NOT_ENDED,
-    EndTurn,
-    RunResult,
-    TurnEnded,
-    run_model_loop,
-)
+from switchboard.shared.runtime.agent_loop import EndTurn, RunResult, TurnEnded, run_model_loop
+from switchboard.shared.runtime.toolset import TURN_NOT_ENDED, SpecToolset
 from switchboard.shared.tools.registry import ToolContext, ToolSpec, WaitFor
 
 pytestmark = pytest.mark.unit
@@ -73,7 +68,7 @@ def _run(script: Scripted) -> RunResult:
     return asyncio.run(
         run_model_loop(
             script.model,
-            specs=SPECS,
+            tools=SpecToolset(SPECS),
             ctx=CTX,
             history=[ModelRequest(parts=[UserPromptPart("go")])],
             instructions=None,

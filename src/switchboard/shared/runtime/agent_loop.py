@@ -1,96 +1,52 @@
-"""One agent run's model loop, on pydantic-ai's direct model API.
+"""One agent run's model loop, on pydantic-ai's `Agent`.
 
 A run asks the model, executes the tool calls of its answer, asks again with the results,
-and ends at the first answer without tool calls. It is built on pydantic-ai's public
-model layer (`pydantic_ai.direct.model_request`, its message parts and tool definitions),
-not on `Agent.run`: the model clients, the message format, the transcripts and the retry
-feedback the model sees are pydantic-ai's, but the run costs one request per step instead
-of an agent graph per run. Measured on the echo model: `Agent.run` costs about 5 ms of CPU
-per run here, a `model_request` 0.2 ms; a session send runs two agent runs (the target's
-turn and its announce step), a batch spawn one per child.
+and ends at the first answer without tool calls: pydantic-ai's `Agent` with
+``output_type=[str, DeferredToolRequests]``, driven node by node (`Agent.iter`). The model,
+the instructions and the tools (a toolset, `toolset.SpecToolset`) are given per run; the
+agent holds none of them, so one agent serves every run of the process.
 
-Matches `Agent.run(output_type=[str, DeferredToolRequests])` where the product relies on it:
-
-- an answer with text and no tool calls ends the run with that text;
-- an unknown tool, or arguments that are not a JSON object, go back to the model as a
-  retried tool return (`outcome='retried'`) and a tool that keeps failing so ends the run
-  with pydantic-ai's `UnexpectedModelBehavior`; an empty answer gets pydantic-ai's
-  "Please return text or call a tool." feedback;
-- a tool that must wait (`WaitFor`) defers its call: once the answer's other calls are
-  executed the run ends with `DeferredToolRequests`, and a later run resumes with the results
-  (`tool_results`), which join the trailing request of the history as pydantic-ai does;
-- at most `REQUEST_LIMIT` model requests per run (pydantic-ai's default limit).
-
-A tool may end the turn (`EndTurn`, raised by `sessions_yield`): once the answer's other
-calls are executed, the run ends with `TurnEnded` (the call's result is its tool return)
-instead of asking the model again. A deferred call in the same answer wins: the run parks,
-and the ending call's return says the turn could not end (`TURN_NOT_ENDED`).
-
-Tool calls of one answer run one after another, in the order the model made them, off the
-run's event loop (`off_loop`): a handler is blocking code, and the loop's other runs go on
-meanwhile.
+- Unknown tools, arguments that are not a JSON object and empty answers go back to the
+  model as pydantic-ai's retry feedback; past the retries the run fails, as it does past
+  `REQUEST_LIMIT` requests.
+- A tool that must wait (`WaitFor`) defers its call: once the answer's other calls are
+  executed the run ends with `DeferredToolRequests`, and a later run resumes with the
+  results (``tool_results``, pydantic-ai's `DeferredToolResults`), which join the request
+  that holds the other calls' returns.
+- A tool may end the turn (`EndTurn`, raised by `sessions_yield`): once the answer's other
+  calls are executed, the run ends with `TurnEnded` (the call's result is its tool return)
+  instead of asking the model again. A deferred call in the same answer wins: the run
+  parks, and the ending call's return says the turn could not end (`TURN_NOT_ENDED`).
+- ``before_tools`` runs before each answer's tool calls (the executor's attempt fence).
+- Each model request waits for a slot of its loop (`model_slots`) and has its ``chat``
+  span (tracing on).
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
-from pydantic_ai.direct import model_request
-from pydantic_ai.exceptions import UnexpectedModelBehavior, UsageLimitExceeded, UserError
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelRequest,
-    ModelRequestPart,
-    RetryFeedbackCause,
-    RetryFeedbackPart,
-    RetryInfo,
-    ToolCallPart,
-    ToolRetryCause,
-    ToolReturnPart,
-)
-from pydantic_ai.models import Model, ModelRequestParameters
-from pydantic_ai.tools import DeferredToolRequests, ToolDefinition
-from pydantic_ai.usage import RunUsage
+from pydantic_ai import Agent, RunContext
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import UserError
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolReturnPart
+from pydantic_ai.models import Model
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
+from pydantic_ai.toolsets import AbstractToolset
+from pydantic_ai.usage import RunUsage, UsageLimits
 
 from switchboard import telemetry
-from switchboard.shared.errors import StoreUnavailable, SwitchboardError
 from switchboard.shared.runtime.models import model_slots
 from switchboard.shared.runtime.off_loop import off_loop
-from switchboard.shared.services import ToolContext, ToolSpec, WaitFor
+from switchboard.shared.runtime.toolset import TURN_NOT_ENDED, DeferralOf, EndTurn, ToolRun
+from switchboard.shared.services import ToolContext
 
-__all__ = ["MAX_RETRIES", "REQUEST_LIMIT", "EndTurn", "RunResult", "TurnEnded", "run_model_loop"]
+__all__ = ["REQUEST_LIMIT", "EndTurn", "RunResult", "TurnEnded", "run_model_loop"]
 
-# pydantic-ai's defaults: requests per run, and retries per tool (and for an empty answer).
+# pydantic-ai's default: model requests per run.
 REQUEST_LIMIT = 50
-MAX_RETRIES = 1
-_NO_OUTPUT = "Please return text or call a tool."
-
-_ARGS = TypeAdapter(dict[str, Any])
-# The return of a call that asked to end the turn when another call of its answer waits.
-TURN_NOT_ENDED = {
-    "status": "error",
-    "error": "the turn cannot end while another call of the same answer waits for its result",
-}
-
-
-class EndTurn(Exception):
-    """Raised by a tool handler to end the run after this answer's calls.
-
-    ``result`` is the call's tool return; ``session_fields`` are written on the session
-    in the step that ends the run."""
-
-    def __init__(
-        self, result: Mapping[str, Any], *, session_fields: Mapping[str, Any] | None = None
-    ) -> None:
-        super().__init__(result.get("status"))
-        self.result = dict(result)
-        self.session_fields = dict(session_fields or {})
 
 
 @dataclass(frozen=True)
@@ -115,14 +71,33 @@ class RunResult:
         return self.messages
 
 
-# What a call that must wait leaves for parking: WaitFor → the call's metadata.
-DeferralOf = Callable[[WaitFor], dict[str, Any]]
+@dataclass
+class _ModelSlots(AbstractCapability[Any]):
+    """Each model request waits for a slot of its loop (`model_slots`) and has its
+    ``chat`` span (tracing on)."""
+
+    async def wrap_model_request(
+        self, ctx: RunContext[Any], *, request_context: Any, handler: Any
+    ) -> ModelResponse:
+        async with model_slots():
+            with telemetry.model_call(request_context.model) as call:
+                response: ModelResponse = await handler(request_context)
+                call.usage(response.usage)
+        return response
+
+
+_AGENT: Agent[ToolRun, str | DeferredToolRequests] = Agent(
+    output_type=[str, DeferredToolRequests],
+    deps_type=ToolRun,
+    capabilities=[_ModelSlots()],
+    name="switchboard",
+)
 
 
 async def run_model_loop(
     model: Model,
     *,
-    specs: Sequence[ToolSpec],
+    tools: AbstractToolset[ToolRun],
     ctx: ToolContext,
     history: Sequence[ModelMessage],
     instructions: str | None,
@@ -130,219 +105,64 @@ async def run_model_loop(
     tool_results: Sequence[ToolReturnPart] = (),
     before_tools: Callable[[], None] | None = None,
 ) -> RunResult:
-    """Run the model on ``history`` with these tools until it answers without tool calls.
+    """Run the model on ``history`` with ``tools`` (a toolset) until it answers without
+    tool calls.
 
     ``tool_results`` resume a run that deferred calls: they answer those calls first.
-    ``before_tools`` is called before each answer's tool calls execute (it raises to stop
-    the run there: the executor's attempt fence)."""
-    tools = _toolbox(specs)
-    messages = list(history)
-    new: list[ModelMessage] = []
-    if tool_results:
-        resumed = ModelRequest(parts=list(tool_results), instructions=instructions)
-        new.append(resumed)
-        if messages and isinstance(messages[-1], ModelRequest):
-            last = messages[-1]
-            messages[-1] = replace(last, parts=[*last.parts, *tool_results])
-        else:
-            messages.append(resumed)
-    if not messages:
+    ``before_tools`` is called (off the loop) before each answer's tool calls execute (it
+    raises to stop the run there: the executor's attempt fence)."""
+    if not history:
         raise UserError("the run has no message to answer")
-    usage = RunUsage()
-    retries: dict[str, int] = {}
-    for _ in range(REQUEST_LIMIT):
-        messages[-1] = _with_instructions(messages[-1], instructions)
-        async with model_slots():
-            with telemetry.model_call(model) as call:  # a `chat` span when tracing is on
-                response = await model_request(
-                    model, messages, model_request_parameters=tools.params, instrument=False
-                )
-                call.usage(response.usage)
-        usage.incr(response.usage)
-        usage.requests += 1
-        messages.append(response)
-        new.append(response)
-        calls = response.tool_calls
-        if not calls:
-            if response.text:
-                return RunResult(output=response.text, messages=new, usage=usage)
-            request = ModelRequest(parts=[_no_output_feedback(retries)], instructions=instructions)
-        else:
-            # Off the loop: a handler is blocking code (store round trips, a registered
-            # tool's own work) and would hold up every other run of the process meanwhile.
-            parts, deferred, ended = await off_loop(
-                partial(_call_tools, tools, ctx, calls, retries, defer, usage, before_tools)
-            )
-            if deferred.calls or ended is not None:
-                if parts:
-                    new.append(ModelRequest(parts=parts))
-                if deferred.calls:
-                    return RunResult(output=deferred, messages=new, usage=usage)
-                assert ended is not None
-                output = TurnEnded(response.text or None, ended.result, ended.session_fields)
-                return RunResult(output=output, messages=new, usage=usage)
-            request = ModelRequest(parts=parts, instructions=instructions)
-        messages.append(request)
-        new.append(request)
-    raise UsageLimitExceeded(f"The next request would exceed the request_limit of {REQUEST_LIMIT}")
+    run = ToolRun(ctx, defer)
+    answers = DeferredToolResults(calls={r.tool_call_id: r.content for r in tool_results})
+    async with _AGENT.iter(
+        None,
+        model=model,
+        deps=run,
+        message_history=history,
+        deferred_tool_results=answers if tool_results else None,
+        instructions=instructions,
+        toolsets=[tools],
+        usage_limits=UsageLimits(request_limit=REQUEST_LIMIT),
+    ) as agent_run:
+        node = agent_run.next_node
+        answered = bool(tool_results)  # the first answer's calls have their results
+        while not Agent.is_end_node(node):
+            if Agent.is_call_tools_node(node) and node.model_response.tool_calls:
+                if before_tools is not None and not answered:
+                    await off_loop(before_tools)
+                answered = False
+            node = await agent_run.next(node)
+            if run.ended is not None and Agent.is_model_request_node(node):
+                # The turn ends: the returns of the answer's calls are its last message.
+                messages = [*agent_run.new_messages(), node.request]
+                ended = TurnEnded(_said(messages), run.ended.result, run.ended.session_fields)
+                return RunResult(output=ended, messages=messages, usage=agent_run.usage)
+        result = agent_run.result
+        assert result is not None
+        messages = result.new_messages()
+        if run.ending and isinstance(result.output, DeferredToolRequests):
+            messages = [_not_ended(m, run.ending) for m in messages]
+        return RunResult(output=result.output, messages=messages, usage=result.usage)
 
 
-def _with_instructions(message: ModelMessage, instructions: str | None) -> ModelMessage:
-    if not isinstance(message, ModelRequest) or message.instructions == instructions:
+def _said(messages: Sequence[ModelMessage]) -> str | None:
+    """The text of the last answer among ``messages`` (None: it had none)."""
+    for message in reversed(messages):
+        if isinstance(message, ModelResponse):
+            return message.text or None
+    return None
+
+
+def _not_ended(message: ModelMessage, ending: set[str]) -> ModelMessage:
+    """``message`` with the returns of the calls in ``ending`` saying the turn did not end
+    (parking wins: the turn goes on once the run resumes)."""
+    if not isinstance(message, ModelRequest):
         return message
-    return replace(message, instructions=instructions)
-
-
-def _no_output_feedback(retries: dict[str, int]) -> RetryFeedbackPart:
-    attempt = retries.get("", 0) + 1
-    if attempt > MAX_RETRIES:
-        raise UnexpectedModelBehavior(
-            f"Exceeded maximum retries ({MAX_RETRIES}) for output validation"
-        )
-    retries[""] = attempt
-    info: RetryInfo[RetryFeedbackCause] = RetryInfo(
-        "no_output", attempt=attempt, max_retries=MAX_RETRIES
-    )
-    return RetryFeedbackPart(content=_NO_OUTPUT, retry=info)
-
-
-def _call_tools(
-    tools: _Toolbox,
-    ctx: ToolContext,
-    calls: Sequence[ToolCallPart],
-    retries: dict[str, int],
-    defer: DeferralOf,
-    usage: RunUsage,
-    before_tools: Callable[[], None] | None = None,
-) -> tuple[list[ModelRequestPart], DeferredToolRequests, EndTurn | None]:
-    """Execute an answer's calls (``before_tools`` first): their returns, the calls that
-    must wait, and the end of the turn a call asked for (the first one)."""
-    if before_tools is not None:
-        before_tools()
-    parts: list[ModelRequestPart] = []
-    deferred = DeferredToolRequests()
-    ended: EndTurn | None = None
-    ending: set[str] = set()
-    for call in calls:
-        spec = tools.specs.get(call.tool_name)
-        if spec is None:
-            text = f"Unknown tool name: {call.tool_name!r}. {tools.available}"
-            parts.append(_retried(call, text, "unknown_tool", retries))
-            continue
-        try:
-            arguments = _arguments(call)
-        except ValidationError as exc:
-            content = [
-                {**error, "loc": list(error["loc"])}  # as pydantic-ai sends it: a JSON list
-                for error in exc.errors(include_url=False, include_context=False)
-            ]
-            parts.append(_retried(call, content, "validation_error", retries))
-            continue
-        usage.tool_calls += 1
-        try:
-            result: Any = spec.handler(ctx, arguments)
-        except WaitFor as wait:
-            deferred.calls.append(call)
-            deferred.metadata[call.tool_call_id] = defer(wait)
-            deferred.validated_args[call.tool_call_id] = arguments
-            continue
-        except EndTurn as end:
-            ended = ended or end
-            ending.add(call.tool_call_id)
-            result = end.result
-        except StoreUnavailable:
-            raise  # the store is away: retried, not an outcome
-        except SwitchboardError as exc:
-            result = {"status": "error", "tool": spec.name, "error": exc.message}
-        parts.append(
-            ToolReturnPart(tool_name=call.tool_name, content=result, tool_call_id=call.tool_call_id)
-        )
-    if ended is not None and deferred.calls:  # parking wins: the turn goes on once resumed
-        parts = [_not_ended(p, ending) for p in parts]
-        ended = None
-    return parts, deferred, ended
-
-
-def _not_ended(part: ModelRequestPart, ending: set[str]) -> ModelRequestPart:
-    """The return of a call in ``ending`` says the turn did not end; others as they are."""
-    if not isinstance(part, ToolReturnPart) or part.tool_call_id not in ending:
-        return part
-    return ToolReturnPart(
-        tool_name=part.tool_name, content=dict(TURN_NOT_ENDED), tool_call_id=part.tool_call_id
-    )
-
-
-def _arguments(call: ToolCallPart) -> dict[str, Any]:
-    """The call's arguments as a JSON object (a `ValidationError` names what is wrong)."""
-    args = call.args
-    if args is None or args == "":
-        return {}
-    if isinstance(args, str):
-        return _ARGS.validate_json(args)
-    return _ARGS.validate_python(args)
-
-
-def _retried(
-    call: ToolCallPart,
-    content: str | list[dict[str, Any]],
-    cause: ToolRetryCause,
-    retries: dict[str, int],
-) -> ToolReturnPart:
-    """The call's answer asking the model to try again, or the end of the run past the limit."""
-    attempt = retries.get(call.tool_name, 0) + 1
-    if attempt > MAX_RETRIES:
-        raise UnexpectedModelBehavior(
-            f"Tool {call.tool_name!r} exceeded max retries count of {MAX_RETRIES}"
-        )
-    retries[call.tool_name] = attempt
-    return ToolReturnPart(
-        tool_name=call.tool_name,
-        content=content,
-        tool_call_id=call.tool_call_id,
-        outcome="retried",
-        retry=RetryInfo(cause, attempt=attempt, max_retries=MAX_RETRIES),
-    )
-
-
-@dataclass(frozen=True)
-class _Toolbox:
-    """A set of tools as the model sees them, built once per set."""
-
-    specs: Mapping[str, ToolSpec]
-    params: ModelRequestParameters
-    available: str
-
-
-_TOOLBOXES: OrderedDict[tuple[int, ...], tuple[tuple[ToolSpec, ...], _Toolbox]] = OrderedDict()
-_TOOLBOXES_SIZE = 64
-_toolboxes_lock = threading.Lock()
-
-
-def _toolbox(specs: Sequence[ToolSpec]) -> _Toolbox:
-    key = tuple(id(s) for s in specs)
-    with _toolboxes_lock:
-        hit = _TOOLBOXES.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], specs, strict=True)):
-            _TOOLBOXES.move_to_end(key)
-            return hit[1]
-    names = ", ".join(repr(n) for n in sorted(s.name for s in specs))
-    box = _Toolbox(
-        specs={s.name: s for s in specs},
-        params=ModelRequestParameters(
-            function_tools=[
-                ToolDefinition(
-                    name=s.name,
-                    description=s.description,
-                    parameters_json_schema=dict(s.parameters),
-                )
-                for s in specs
-            ],
-            allow_text_output=True,
-        ),
-        available=f"Available tools: {names}" if names else "No tools available.",
-    )
-    with _toolboxes_lock:
-        _TOOLBOXES[key] = (tuple(specs), box)
-        while len(_TOOLBOXES) > _TOOLBOXES_SIZE:
-            _TOOLBOXES.popitem(last=False)
-    return box
+    parts = [
+        ToolReturnPart(p.tool_name, dict(TURN_NOT_ENDED), p.tool_call_id, timestamp=p.timestamp)
+        if isinstance(p, ToolReturnPart) and p.tool_call_id in ending
+        else p
+        for p in message.parts
+    ]
+    return replace(message, parts=parts)
