@@ -103,11 +103,13 @@ def test_the_run_ends_after_the_answer_with_the_calls_result_as_its_return() -> 
 
 
 def test_a_turn_ended_without_text_has_no_reply() -> None:
+    """An answer that is only the ending call ends the turn with no text."""
     result = _run(Scripted([ToolCallPart("end", {}, tool_call_id="c1")]))
     assert isinstance(result.output, TurnEnded) and result.output.text is None
 
 
 def test_a_deferred_call_in_the_same_answer_parks_the_run_instead() -> None:
+    """Parking wins, and the ending call's return says the turn did not end."""
     script = Scripted(
         [ToolCallPart("end", {}, tool_call_id="c1"), ToolCallPart("wait", {}, tool_call_id="c2")]
     )
