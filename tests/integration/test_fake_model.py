@@ -19,9 +19,7 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
 from switchboard.shared.config import ProviderConfig
-from switchboard.shared.runtime import openai_body
 from switchboard.shared.runtime.models import clear_model_cache, resolve_model
-from switchboard.shared.runtime.openai_body import plain_body
 from switchboard.shared.runtime.transcript import to_model_messages, to_transcript
 from switchboard_testkit.fake_model import REQUEST_LOG_SIZE, FakeModelServer
 
@@ -100,34 +98,6 @@ def test_plain_reply_echoes_the_user_message(
     (body,) = fake_model.requests()
     assert body["model"] == "fake-model"
     assert body["messages"][-1] == {"role": "user", "content": "hello there"}
-
-
-def test_chat_requests_skip_the_sdks_type_walk_and_send_the_same_body(
-    fake_model: FakeModelServer, providers: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The client's requests take the body shortcut, and the server gets what the SDK's own
-    transform makes of the same call."""
-    assert openai_body.install_shortcut()  # as a worker's first OpenAI model does
-    answered: list[bool] = []
-
-    def spy(data: Any, expected_type: Any) -> Any:
-        body = plain_body(data, expected_type)
-        answered.append(body is not None)
-        return body
-
-    monkeypatch.setattr(openai_body, "plain_body", spy)
-    calls: list[dict[str, Any]] = []
-    result = run(run_agent(make_agent(providers, calls), '/tool add {"a": 2, "b": 3}'))
-    assert calls == [{"a": 2, "b": 3}]
-    assert answered == [True, True]  # the tool call, then the reply after it
-    sent = fake_model.requests()
-    assert "tools" in sent[0] and sent[1]["messages"][-1]["role"] == "tool"
-    fake_model.reset()
-    clear_model_cache()  # a client of its own for the new event loop
-    monkeypatch.setattr(openai_body, "plain_body", lambda data, expected_type: None)
-    again = run(run_agent(make_agent(providers), '/tool add {"a": 2, "b": 3}'))
-    assert again.output == result.output
-    assert fake_model.requests() == sent
 
 
 def test_scripted_tool_call_runs_the_tool_then_replies(

@@ -1,38 +1,31 @@
-"""The run's model loop against pydantic-ai's `Agent.run`, on the same scripted model answers.
-
-Each case scripts a model's answers, runs them once through `run_model_loop` and once
-through an `Agent(output_type=[str, DeferredToolRequests])` with the same tools, and
-compares what the model was sent at every step, the run's output, its new messages and its
-usage. Where pydantic-ai itself fails (arguments that are a JSON array), the loop's answer
-is checked on its own.
-"""
+"""The run's model loop (`run_model_loop`) on scripted model answers: what the model is
+sent, what the tools do, and what the run ends with."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
 from typing import Any, cast
 
 import pytest
-from pydantic_ai import Agent, RunContext
-from pydantic_ai.exceptions import CallDeferred, UnexpectedModelBehavior, UserError
+from pydantic_ai.exceptions import UnexpectedModelBehavior, UsageLimitExceeded, UserError
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
+    RetryFeedbackPart,
     TextPart,
-    ThinkingPart,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, Tool
+from pydantic_ai.tools import DeferredToolRequests
 
-from switchboard.shared.errors import InvalidInput
-from switchboard.shared.runtime import agent_loop
-from switchboard.shared.runtime.agent_loop import RunResult, run_model_loop
+from switchboard.shared.errors import InvalidInput, StoreUnavailable
+from switchboard.shared.runtime import models
+from switchboard.shared.runtime.agent_loop import REQUEST_LIMIT, RunResult, run_model_loop
+from switchboard.shared.runtime.toolset import SpecToolset, toolset_for
 from switchboard.shared.tools.registry import ToolContext, ToolSpec, WaitFor
 
 pytestmark = pytest.mark.unit
@@ -40,9 +33,11 @@ pytestmark = pytest.mark.unit
 SCHEMA = {"type": "object", "properties": {"x": {"type": "integer"}}}
 INSTRUCTIONS = "be brief"
 CTX = ToolContext(services=cast(Any, None), session_key="agent:main:main", agent_id="main")
+CALLED: list[str] = []
 
 
 def _echo(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    CALLED.append("echo")
     return {"got": args}
 
 
@@ -51,13 +46,19 @@ def _refuse(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _wait(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    CALLED.append("wait")
     raise WaitFor("run-1", 30, {"why": "waiting"})
+
+
+def _store_away(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    raise StoreUnavailable("redis is away")
 
 
 SPECS = [
     ToolSpec("echo", "Echo the arguments.", SCHEMA, _echo),
     ToolSpec("refuse", "Always refuses.", SCHEMA, _refuse),
     ToolSpec("wait", "Waits on another run.", SCHEMA, _wait),
+    ToolSpec("store_away", "The store is away.", SCHEMA, _store_away),
 ]
 
 
@@ -75,54 +76,23 @@ class Scripted:
         self.tools.append([t.name for t in info.function_tools])
         return ModelResponse(parts=self.answers.pop(0))
 
-
-def _agent() -> Agent[ToolContext, Any]:
-    def tool(spec: ToolSpec) -> Tool[ToolContext]:
-        def call(run_ctx: RunContext[ToolContext], **arguments: Any) -> Any:
-            try:
-                return spec.handler(run_ctx.deps, arguments)
-            except WaitFor as wait:
-                raise CallDeferred(metadata={"targetRunId": wait.target_run_id}) from None
-            except InvalidInput as exc:
-                return {"status": "error", "tool": spec.name, "error": exc.message}
-
-        return Tool.from_schema(
-            call, name=spec.name, description=spec.description, json_schema=SCHEMA, takes_ctx=True
-        )
-
-    return Agent(output_type=[str, DeferredToolRequests], tools=[tool(s) for s in SPECS])
-
-
-def _shape(messages: Sequence[ModelMessage]) -> list[Any]:
-    """Messages without ids or timestamps: what the model reads."""
-    out: list[Any] = []
-    for m in messages:
-        parts: list[tuple[Any, ...]] = []
-        for p in m.parts:
-            if isinstance(p, ToolReturnPart):
-                parts.append(("return", p.tool_name, p.tool_call_id, p.content, p.outcome))
-            elif isinstance(p, ToolCallPart):
-                parts.append(("call", p.tool_name, p.tool_call_id, p.args))
-            elif isinstance(p, UserPromptPart | TextPart | ThinkingPart):
-                parts.append((p.part_kind, p.content))
-            else:
-                parts.append((p.part_kind, getattr(p, "content", None)))
-        instructions = m.instructions if isinstance(m, ModelRequest) else None
-        out.append((m.kind, instructions, parts))
-    return out
+    def last_parts(self, request: int = -1) -> list[Any]:
+        """The parts of the last message of the ``request``-th request the model was sent."""
+        return list(self.sent[request][-1].parts)
 
 
 def _history() -> list[ModelMessage]:
     return [ModelRequest(parts=[UserPromptPart("go")])]
 
 
-def _ours(script: Scripted, history: list[ModelMessage], **kw: Any) -> RunResult:
+def _run(script: Scripted, history: list[ModelMessage] | None = None, **kw: Any) -> RunResult:
+    CALLED.clear()
+    kw.setdefault("tools", SpecToolset(SPECS))
     return asyncio.run(
         run_model_loop(
             script.model,
-            specs=SPECS,
             ctx=CTX,
-            history=history,
+            history=_history() if history is None else history,
             instructions=INSTRUCTIONS,
             defer=lambda wait: {"targetRunId": wait.target_run_id},
             **kw,
@@ -130,141 +100,184 @@ def _ours(script: Scripted, history: list[ModelMessage], **kw: Any) -> RunResult
     )
 
 
-def _theirs(script: Scripted, history: list[ModelMessage], **kw: Any) -> Any:
-    return asyncio.run(
-        _agent().run(
-            None,
-            model=script.model,
-            deps=CTX,
-            message_history=history,
-            instructions=INSTRUCTIONS,
-            **kw,
-        )
-    )
-
-
-def _both(*answers: list[Any]) -> tuple[Scripted, RunResult, Scripted, Any]:
-    ours, theirs = Scripted(*answers), Scripted(*answers)
-    return ours, _ours(ours, _history()), theirs, _theirs(theirs, _history())
-
-
-def _same_run(ours: Scripted, mine: RunResult, theirs: Scripted, result: Any) -> None:
-    assert [_shape(sent) for sent in ours.sent] == [_shape(sent) for sent in theirs.sent]
-    assert ours.tools == theirs.tools == [["echo", "refuse", "wait"]] * len(ours.sent)
-    assert mine.output == result.output
-    assert _shape(mine.new_messages()) == _shape(result.new_messages())
-    assert (mine.usage.input_tokens, mine.usage.output_tokens, mine.usage.requests) == (
-        result.usage.input_tokens,
-        result.usage.output_tokens,
-        result.usage.requests,
-    )
-
-
-def test_a_text_answer_ends_the_run() -> None:
-    _same_run(*_both([TextPart("hi")]))
-
-
-def test_tool_calls_run_and_their_results_go_back() -> None:
-    ours, mine, theirs, result = _both(
-        [ToolCallPart("echo", {"x": 1}, tool_call_id="c1"), ToolCallPart("refuse", "{}", "c2")],
-        [TextPart("done")],
-    )
-    _same_run(ours, mine, theirs, result)
-    [request] = [m for m in mine.new_messages() if isinstance(m, ModelRequest)]
-    assert [getattr(p, "content", None) for p in request.parts] == [
-        {"got": {"x": 1}},
-        {"status": "error", "tool": "refuse", "error": "x must be small"},
+def _returns(message: ModelMessage) -> list[tuple[str, Any, str]]:
+    return [
+        (p.tool_call_id, p.content, p.outcome)
+        for p in message.parts
+        if isinstance(p, ToolReturnPart)
     ]
 
 
-def test_text_beside_tool_calls_does_not_end_the_run() -> None:
-    _same_run(
-        *_both(
-            [TextPart("let me look"), ToolCallPart("echo", {"x": 2}, tool_call_id="c1")],
-            [TextPart("done")],
-        )
+def test_a_text_answer_ends_the_run_with_that_text() -> None:
+    """One request, sent with the instructions and the tools; its text is the output."""
+    script = Scripted([TextPart("hi")])
+    result = _run(script)
+    assert result.output == "hi"
+    assert script.tools == [["echo", "refuse", "wait", "store_away"]]
+    request = script.sent[0][-1]
+    assert isinstance(request, ModelRequest) and request.instructions == INSTRUCTIONS
+    assert [m.kind for m in result.new_messages()] == ["response"]
+    assert (result.usage.requests, result.usage.output_tokens > 0) == (1, True)
+
+
+def test_tool_calls_run_in_order_and_their_results_go_back() -> None:
+    """An error a tool raises is its return, for the model to read."""
+    script = Scripted(
+        [
+            ToolCallPart("echo", {"x": 1}, tool_call_id="c1"),
+            ToolCallPart("refuse", "{}", tool_call_id="c2"),
+        ],
+        [TextPart("done")],
     )
+    result = _run(script)
+    assert result.output == "done"
+    assert _returns(script.sent[1][-1]) == [
+        ("c1", {"got": {"x": 1}}, "success"),
+        ("c2", {"status": "error", "tool": "refuse", "error": "x must be small"}, "success"),
+    ]
+    assert [m.kind for m in result.new_messages()] == ["response", "request", "response"]
+    assert (result.usage.requests, result.usage.tool_calls) == (2, 2)
+
+
+def test_text_beside_tool_calls_does_not_end_the_run() -> None:
+    """The model is asked again with the results."""
+    script = Scripted(
+        [TextPart("let me look"), ToolCallPart("echo", {"x": 2}, tool_call_id="c1")],
+        [TextPart("done")],
+    )
+    assert _run(script).output == "done"
+    assert len(script.sent) == 2
 
 
 def test_an_unknown_tool_is_told_so_and_the_model_goes_on() -> None:
-    ours, mine, theirs, result = _both(
-        [ToolCallPart("nope", {}, tool_call_id="c1")], [TextPart("done")]
-    )
-    _same_run(ours, mine, theirs, result)
-    retried = ours.sent[1][-1].parts[0]
+    """The call's return names the tools there are, as a retry."""
+    script = Scripted([ToolCallPart("nope", {}, tool_call_id="c1")], [TextPart("done")])
+    assert _run(script).output == "done"
+    [retried] = script.last_parts(1)
     assert isinstance(retried, ToolReturnPart) and retried.outcome == "retried"
-    assert retried.content == "Unknown tool name: 'nope'. Available tools: 'echo', 'refuse', 'wait'"
+    assert "nope" in str(retried.content) and "'echo'" in str(retried.content)
+    assert CALLED == []
 
 
-def test_arguments_that_are_not_json_get_one_retry() -> None:
-    _same_run(*_both([ToolCallPart("echo", '{"x": 1,', tool_call_id="c1")], [TextPart("done")]))
-
-
-def test_an_empty_answer_gets_pydantic_ais_feedback() -> None:
-    _same_run(*_both([], [TextPart("done")]))
-
-
-def test_a_tool_failing_past_its_retries_ends_the_run_with_pydantic_ais_error() -> None:
-    answers = [[ToolCallPart("echo", "not json", tool_call_id=f"c{i}")] for i in range(3)]
-    with pytest.raises(UnexpectedModelBehavior) as theirs:
-        _theirs(Scripted(*answers), _history())
-    with pytest.raises(UnexpectedModelBehavior) as ours:
-        _ours(Scripted(*answers), _history())
-    assert str(theirs.value).startswith(str(ours.value))
-    assert str(ours.value) == "Tool 'echo' exceeded max retries count of 1"
-
-
-def test_arguments_that_are_a_json_array_get_a_retry_naming_the_problem() -> None:
-    """pydantic-ai's agent fails here with a TypeError; the loop asks the model again."""
-    script = Scripted([ToolCallPart("echo", "[1, 2]", tool_call_id="c1")], [TextPart("done")])
-    result = _ours(script, _history())
+@pytest.mark.parametrize("args", ['{"x": 1,', "[1, 2]", '{"x": "many"}'])
+def test_arguments_that_are_not_a_json_object_get_a_retry(args: str) -> None:
+    """Arguments are checked as a JSON object (a tool's handler checks its own fields)."""
+    script = Scripted([ToolCallPart("echo", args, tool_call_id="c1")], [TextPart("done")])
+    result = _run(script)
     assert result.output == "done"
-    retried = script.sent[1][-1].parts[0]
+    if args == '{"x": "many"}':
+        assert CALLED == ["echo"]  # an object: the handler decides
+        return
+    [retried] = script.last_parts(1)
     assert isinstance(retried, ToolReturnPart) and retried.outcome == "retried"
-    assert cast(list[dict[str, Any]], retried.content)[0]["type"] == "dict_type"
+    assert CALLED == []
 
 
-def test_a_waiting_call_defers_after_the_others_run_and_resumes_like_the_agent() -> None:
-    answer = [ToolCallPart("echo", {"x": 1}, tool_call_id="c1"), ToolCallPart("wait", {}, "c2")]
-    ours, mine, theirs, result = _both(answer)
-    _same_run(ours, mine, theirs, result)
-    assert isinstance(mine.output, DeferredToolRequests)
-    assert [c.tool_call_id for c in mine.output.calls] == ["c2"]
-    assert mine.output.metadata == {"c2": {"targetRunId": "run-1"}}
+def test_a_tool_failing_past_its_retries_ends_the_run() -> None:
+    """Two bad calls in a row (one retry allowed) fail the run."""
+    answers = [[ToolCallPart("echo", "not json", tool_call_id=f"c{i}")] for i in range(3)]
+    with pytest.raises(UnexpectedModelBehavior, match="exceeded max retries"):
+        _run(Scripted(*answers))
 
-    # Resume both from the same history with the waited-for result.
-    history = [*_history(), *mine.new_messages()]
+
+def test_an_empty_answer_is_asked_again() -> None:
+    """The model is told to return text or call a tool."""
+    script = Scripted([], [TextPart("done")])
+    result = _run(script)
+    assert result.output == "done"
+    [feedback] = [p for m in result.new_messages() if isinstance(m, ModelRequest) for p in m.parts]
+    assert isinstance(feedback, RetryFeedbackPart)
+    assert "return text or call a tool" in str(script.last_parts(1)[0].content)
+
+
+def test_a_waiting_call_defers_after_the_others_run_and_resumes() -> None:
+    """The run ends with the waiting call and its parking metadata; the other call's return
+    is kept, and the waited-for result joins it when the run resumes."""
+    script = Scripted(
+        [ToolCallPart("wait", {}, tool_call_id="c1"), ToolCallPart("echo", {"x": 1}, "c2")]
+    )
+    result = _run(script)
+    assert CALLED == ["wait", "echo"]
+    assert isinstance(result.output, DeferredToolRequests)
+    assert [c.tool_call_id for c in result.output.calls] == ["c1"]
+    assert result.output.metadata == {"c1": {"targetRunId": "run-1"}}
+    assert [_returns(m) for m in result.new_messages() if isinstance(m, ModelRequest)] == [
+        [("c2", {"got": {"x": 1}}, "success")]
+    ]
+
+    history = [*_history(), *result.new_messages()]
     reply = {"status": "ok", "reply": "pong"}
-    ours2, theirs2 = Scripted([TextPart("after")]), Scripted([TextPart("after")])
-    resumed = _ours(
-        ours2,
+    resumed_script = Scripted([TextPart("after")])
+    resumed = _run(
+        resumed_script,
         history,
-        tool_results=[ToolReturnPart(tool_name="wait", content=reply, tool_call_id="c2")],
+        tool_results=[ToolReturnPart(tool_name="wait", content=reply, tool_call_id="c1")],
     )
-    agent_resumed = _theirs(
-        theirs2, history, deferred_tool_results=DeferredToolResults(calls={"c2": reply})
-    )
-    _same_run(ours2, resumed, theirs2, agent_resumed)
-    # The waited-for result joins the request that holds the other call's result.
-    assert [getattr(p, "tool_call_id", None) for p in ours2.sent[0][-1].parts] == ["c1", "c2"]
+    assert resumed.output == "after"
+    assert CALLED == []  # no call runs twice
+    assert sorted(_returns(resumed_script.sent[0][-1])) == [
+        ("c1", reply, "success"),
+        ("c2", {"got": {"x": 1}}, "success"),
+    ]
+    assert [_returns(m) for m in resumed.new_messages() if isinstance(m, ModelRequest)] == [
+        [("c1", reply, "success")]
+    ]
 
 
-def test_the_request_limit_ends_a_run_that_never_stops_calling_tools(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(agent_loop, "REQUEST_LIMIT", 3)
-    answers = [[ToolCallPart("echo", {"x": i}, tool_call_id=f"c{i}")] for i in range(5)]
+def test_before_tools_runs_before_each_answers_calls_and_can_stop_the_run() -> None:
+    """Once per answer with calls (not for a text answer); what it raises ends the run
+    before any tool runs."""
+    seen: list[list[str]] = []
+    script = Scripted(
+        [ToolCallPart("echo", {}, tool_call_id="c1")],
+        [ToolCallPart("echo", {}, tool_call_id="c2")],
+        [TextPart("done")],
+    )
+    assert _run(script, before_tools=lambda: seen.append(list(CALLED))).output == "done"
+    assert seen == [[], ["echo"]]
+
+    def fence() -> None:
+        raise RuntimeError("superseded")
+
+    with pytest.raises(RuntimeError, match="superseded"):
+        _run(Scripted([ToolCallPart("echo", {}, tool_call_id="c1")]), before_tools=fence)
+    assert CALLED == []
+
+
+def test_a_store_outage_in_a_tool_ends_the_run_as_it_is() -> None:
+    """`StoreUnavailable` is not a tool outcome: it propagates (the run is retried)."""
+    with pytest.raises(StoreUnavailable):
+        _run(Scripted([ToolCallPart("store_away", {}, tool_call_id="c1")]))
+
+
+def test_the_request_limit_ends_a_run_that_never_stops_calling_tools() -> None:
+    """At most `REQUEST_LIMIT` model requests per run."""
+    answers = [[ToolCallPart("echo", {"x": i}, tool_call_id=f"c{i}")] for i in range(60)]
     script = Scripted(*answers)
-    with pytest.raises(Exception, match="request_limit of 3"):
-        _ours(script, _history())
-    assert len(script.sent) == 3
+    with pytest.raises(UsageLimitExceeded, match=f"request_limit of {REQUEST_LIMIT}"):
+        _run(script)
+    assert len(script.sent) == REQUEST_LIMIT
 
 
 def test_a_run_with_nothing_to_answer_is_refused_before_any_request() -> None:
+    """An empty history is a usage error, and the model is not asked."""
     script = Scripted([TextPart("never")])
     with pytest.raises(UserError, match="no message to answer"):
-        _ours(script, [])
+        _run(script, [])
     assert script.sent == []
+
+
+def test_each_model_request_holds_a_slot_of_its_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request waits for one of its loop's `model_slots` and holds it while it runs."""
+    monkeypatch.setattr(models, "MODEL_SLOTS_PER_LOOP", 1)
+    held: list[bool] = []
+
+    async def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        held.append(models.model_slots().locked())
+        return ModelResponse(parts=[TextPart("hi")])
+
+    assert _run(cast(Any, type("S", (), {"model": FunctionModel(answer)}))).output == "hi"
+    assert held == [True]
 
 
 def test_a_tool_call_runs_off_the_loop_so_its_other_runs_go_on() -> None:
@@ -290,13 +303,13 @@ def test_a_tool_call_runs_off_the_loop_so_its_other_runs_go_on() -> None:
     script = Scripted(
         [ToolCallPart("block", {"x": 1}, tool_call_id="c1")], [TextPart("after the call")]
     )
-    specs = [ToolSpec("block", "Blocks until released.", SCHEMA, blocking)]
+    tools = SpecToolset([ToolSpec("block", "Blocks until released.", SCHEMA, blocking)])
 
     async def both() -> RunResult:
         run = asyncio.ensure_future(
             run_model_loop(
                 script.model,
-                specs=specs,
+                tools=tools,
                 ctx=CTX,
                 history=_history(),
                 instructions=None,
@@ -309,3 +322,9 @@ def test_a_tool_call_runs_off_the_loop_so_its_other_runs_go_on() -> None:
     result = asyncio.run(both())
     assert result.output == "after the call"
     assert ticks_during_call and ticks_during_call[0] >= 1, "the loop stood still during the call"
+
+
+def test_a_tool_set_is_built_once() -> None:
+    """The same specs give the same toolset; other specs another one."""
+    assert toolset_for(SPECS) is toolset_for(list(SPECS))
+    assert toolset_for(SPECS[:2]) is not toolset_for(SPECS)

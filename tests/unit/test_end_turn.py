@@ -18,13 +18,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import DeferredToolRequests
 
-from switchboard.shared.runtime.agent_loop import (
-    TURN_NOT_ENDED,
-    EndTurn,
-    RunResult,
-    TurnEnded,
-    run_model_loop,
-)
+from switchboard.shared.runtime.agent_loop import EndTurn, RunResult, TurnEnded, run_model_loop
+from switchboard.shared.runtime.toolset import TURN_NOT_ENDED, SpecToolset
 from switchboard.shared.tools.registry import ToolContext, ToolSpec, WaitFor
 
 pytestmark = pytest.mark.unit
@@ -73,7 +68,7 @@ def _run(script: Scripted) -> RunResult:
     return asyncio.run(
         run_model_loop(
             script.model,
-            specs=SPECS,
+            tools=SpecToolset(SPECS),
             ctx=CTX,
             history=[ModelRequest(parts=[UserPromptPart("go")])],
             instructions=None,
@@ -108,11 +103,13 @@ def test_the_run_ends_after_the_answer_with_the_calls_result_as_its_return() -> 
 
 
 def test_a_turn_ended_without_text_has_no_reply() -> None:
+    """An answer that is only the ending call ends the turn with no text."""
     result = _run(Scripted([ToolCallPart("end", {}, tool_call_id="c1")]))
     assert isinstance(result.output, TurnEnded) and result.output.text is None
 
 
 def test_a_deferred_call_in_the_same_answer_parks_the_run_instead() -> None:
+    """Parking wins, and the ending call's return says the turn did not end."""
     script = Scripted(
         [ToolCallPart("end", {}, tool_call_id="c1"), ToolCallPart("wait", {}, tool_call_id="c2")]
     )

@@ -43,6 +43,7 @@ from switchboard.shared.runtime.leases import FENCED, keeper_for
 from switchboard.shared.runtime.models import resolve_model
 from switchboard.shared.runtime.off_loop import off_loop
 from switchboard.shared.runtime.together import Together
+from switchboard.shared.runtime.toolset import toolset_for
 from switchboard.shared.runtime.transcript import to_model_messages, to_transcript
 from switchboard.shared.services import Services, ToolContext, WaitFor
 from switchboard.shared.store import Pipeline, codec
@@ -302,7 +303,7 @@ async def _run_agent(
 ) -> RunResult:
     agent_id = sk.agent_id_of(rec.session_key)
     model_ref = rec.model or svc.config.model_for(agent_id)
-    model = resolve_model(model_ref, svc.config.models.providers, fast_paths=True)
+    model = resolve_model(model_ref, svc.config.models.providers)
     ctx = _tool_context(svc, rec, claim.session)
     if claim.history is None:
         claim = replace(claim, history=svc.store.transcripts.tail(rec.session_key, HISTORY_LIMIT))
@@ -312,7 +313,7 @@ async def _run_agent(
         history = to_model_messages(_with_attachments(rec, _history(claim.history or [])))
     result = await run_model_loop(
         model,
-        specs=svc.tools.offered(ctx, claim.session),
+        tools=toolset_for(svc.tools.offered(ctx, claim.session)),
         ctx=ctx,
         history=history,
         instructions=_instructions(svc, agent_id, rec),

@@ -34,7 +34,6 @@ from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
 
 from switchboard.shared.errors import InvalidInput
-from switchboard.shared.runtime import openai_body, tool_schemas
 from switchboard.shared.runtime.echo import ECHO_MODEL_NAME, echo_model
 
 if TYPE_CHECKING:
@@ -120,14 +119,8 @@ def resolve_model(
     ref: str,
     providers: Mapping[str, ProviderLike],
     env: Mapping[str, str] | None = None,
-    *,
-    fast_paths: bool = False,
 ) -> Model:
-    """Build (or reuse) the model for `ref`; raise `InvalidInput` if it cannot be used.
-
-    With ``fast_paths`` (`Settings.fast_paths`), building the first OpenAI model puts the
-    SDK's body shortcut in place (`openai_body`): only a process that talks to an OpenAI
-    API imports that SDK's request machinery."""
+    """Build (or reuse) the model for `ref`; raise `InvalidInput` if it cannot be used."""
     spec = _model_spec(ref, providers, os.environ if env is None else env)
     loop = _running_loop()
     key = (spec, None if loop is None else id(loop))
@@ -136,7 +129,7 @@ def resolve_model(
         if cached is not None and _deref(cached[1]) is loop:
             _cache.move_to_end(key)
             return cached[0]
-    model = _build(spec, ref, fast_paths)
+    model = _build(spec, ref)
     with _cache_lock:
         _cache[key] = (model, None if loop is None else weakref.ref(loop))
         _cache.move_to_end(key)
@@ -258,14 +251,14 @@ def _configured_spec(
     raise _invalid(ref, f"provider {provider!r} has unsupported api {api!r}")
 
 
-def _build(spec: _ModelSpec, ref: str, fast_paths: bool) -> Model:
+def _build(spec: _ModelSpec, ref: str) -> Model:
     if spec.kind == "echo":
         return echo_model()
     settings = ModelSettings(timeout=HTTP_TIMEOUT_S)
     try:
         if spec.kind == "anthropic":
             return _anthropic_model(spec, settings)
-        return _openai_model(spec, settings, fast_paths)
+        return _openai_model(spec, settings)
     except UserError as exc:  # e.g. a missing API key
         raise _invalid(ref, str(exc)) from exc
 
@@ -280,7 +273,7 @@ def _anthropic_model(spec: _ModelSpec, settings: ModelSettings) -> Model:
     return AnthropicModel(spec.model, provider=provider, settings=settings)
 
 
-def _openai_model(spec: _ModelSpec, settings: ModelSettings, fast_paths: bool) -> Model:
+def _openai_model(spec: _ModelSpec, settings: ModelSettings) -> Model:
     if spec.provider == "openai" and not spec.api_key and not spec.base_url:
         raise UserError("set OPENAI_API_KEY or models.providers.openai.apiKey")
     from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
@@ -288,31 +281,16 @@ def _openai_model(spec: _ModelSpec, settings: ModelSettings, fast_paths: bool) -
     model_class: type[OpenAIChatModel] | type[OpenAIResponsesModel] = (
         OpenAIResponsesModel if spec.kind == "openai-responses" else OpenAIChatModel
     )
-    if fast_paths:
-        openai_body.install_shortcut()  # bodies skip the SDK's per-request type walk
-        model_class = tool_schemas.fitted_once(model_class)  # tool schemas fitted once
-
-    provider = _openai_provider(spec, direct=fast_paths)
-    return model_class(spec.model, provider=provider, settings=settings)
+    return model_class(spec.model, provider=_openai_provider(spec), settings=settings)
 
 
-def _openai_provider(spec: _ModelSpec, direct: bool) -> OpenAIProvider | OpenAICompatibleProvider:
-    """OpenAI itself (or a proxy to it) gets OpenAI's profile; any other server the generic one.
-
-    With ``direct`` (the fast paths on), the client is `openai_direct.DirectAsyncOpenAI`:
-    its chat completions skip the SDK's request machinery; else the SDK's own."""
+def _openai_provider(spec: _ModelSpec) -> OpenAIProvider | OpenAICompatibleProvider:
+    """OpenAI itself (or a proxy to it) gets OpenAI's profile; any other server the generic one."""
     from pydantic_ai.providers.openai import OpenAIProvider
     from pydantic_ai.providers.openai_compatible import OpenAICompatibleProvider
 
     api_key = spec.api_key or "none"  # local servers often need no key, the client demands one
     http = _openai_http_client()
-    if direct:
-        from switchboard.shared.runtime.openai_direct import DirectAsyncOpenAI
-
-        client = DirectAsyncOpenAI(base_url=spec.base_url, api_key=api_key, http_client=http)
-        if spec.provider == "openai":
-            return OpenAIProvider(openai_client=client)
-        return OpenAICompatibleProvider(spec.provider, openai_client=client)
     if spec.provider == "openai":
         return OpenAIProvider(base_url=spec.base_url, api_key=api_key, http_client=http)
     assert spec.base_url is not None  # checked by _configured_spec
