@@ -121,13 +121,12 @@ class Store:
         **options: Any,
     ) -> Store:
         """A store on a new client for ``url`` (`client.connect`; ``options`` as for
-        `Store`): thread-held connections and history read incrementally
-        (`TranscriptWindows`) with ``fast_paths``, redis-py's plain client and every
-        run's history read whole without; acknowledged writes waited for on replicas as
+        `Store`): history read incrementally (`TranscriptWindows`) with ``fast_paths``,
+        every run's history read whole without; acknowledged writes waited for on replicas as
         ``durability`` says; with ``slot_check`` a script or transaction whose keys span
         hash slots is refused on any Redis (`client.CrossSlotError`)."""
         windows = TranscriptWindows() if fast_paths else None
-        client = connect(url, fast_paths=fast_paths, durability=durability, slot_check=slot_check)
+        client = connect(url, durability=durability, slot_check=slot_check)
         after_wait = durability.replicas > 0  # a run's end told once replicas have it
         return cls(client, windows=windows, publish_ends_after_wait=after_wait, **options)
 
