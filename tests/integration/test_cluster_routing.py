@@ -108,7 +108,9 @@ def test_keys_of_sixteen_tags_land_on_every_primary(steady_cluster: RedisCluster
         probe.close()
 
 
-def test_a_pipeline_of_scripts_across_slots_answers_in_order(steady_cluster: RedisClusterGroup) -> None:
+def test_a_pipeline_of_scripts_across_slots_answers_in_order(
+    steady_cluster: RedisClusterGroup,
+) -> None:
     """A pipeline of store scripts and commands across slots answers in order, WAIT per owner."""
     durability = Durability(replicas=1, timeout_ms=5000)
     client = connect(steady_cluster.url, durability=durability)
@@ -138,7 +140,9 @@ def test_a_pipeline_of_scripts_across_slots_answers_in_order(steady_cluster: Red
         client.close()
 
 
-def test_a_transaction_runs_on_its_slot_and_one_spanning_slots_is_refused(steady_cluster: RedisClusterGroup) -> None:
+def test_a_transaction_runs_on_its_slot_and_one_spanning_slots_is_refused(
+    steady_cluster: RedisClusterGroup,
+) -> None:
     """A MULTI on one slot runs on its owner; one spanning two slots raises CrossSlotError."""
     client = connect(steady_cluster.url)
     keys = [f"tx-x:{tag}:a" for tag in TAGS]
@@ -188,7 +192,9 @@ def _assert_loaded_on_every_primary(group: RedisClusterGroup, source: str) -> No
             assert client.script_exists(sha) == [True], node
 
 
-def test_a_script_new_to_the_cluster_is_loaded_on_every_primary(steady_cluster: RedisClusterGroup) -> None:
+def test_a_script_new_to_the_cluster_is_loaded_on_every_primary(
+    steady_cluster: RedisClusterGroup,
+) -> None:
     """A script a node does not know is loaded as redis-py loads it (``SCRIPT LOAD``, one
     argument naming command and subcommand), on every primary: then it runs on the owner
     of any key's slot. (A replica promoted in a failover knows no script either.)"""

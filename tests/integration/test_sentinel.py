@@ -17,7 +17,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,8 +71,7 @@ def steady_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSent
 def test_store_round_trips_through_the_sentinel_url(
     steady_group: RedisSentinelGroup, fast_paths: bool
 ) -> None:
-    """The store's sync client (held connections or pooled), its probe client and its
-    async client all reach the primary the sentinels name, and read their own writes."""
+    """The store's sync client, its probe client and its async client all reach the primary the sentinels name, and read their own writes."""
     store = Store.from_url(steady_group.url, fast_paths=fast_paths)
     try:
         store.ping()
@@ -348,33 +346,3 @@ def _run_failover(cluster: Cluster, group: RedisSentinelGroup) -> None:
     assert worker.alive() and beat.alive() and api.alive()
     with redis.Redis(port=group.replicas[0].port) as promoted:
         assert promoted.info("replication")["role"] == "master"
-
-
-@pytest.mark.integration
-def test_closed_clients_stop_following_the_primary(steady_group: RedisSentinelGroup) -> None:
-    """Every store client on a sentinel URL follows its primary from a thread that asks the
-    sentinels twice a second; closing the client ends that thread (the sentinels' own
-    command counts cannot tell: sentinels ask each other all the time)."""
-    name = f"sentinel-primary-{steady_group.master_name}"
-    before = set(threading.enumerate())
-
-    def followers() -> list[threading.Thread]:
-        return [t for t in threading.enumerate() if t.name == name and t not in before]
-
-    async def async_client_round_trip() -> None:
-        client = connect_async(steady_group.url, socket_timeout=3)
-        await client.ping()
-        assert len(followers()) == 4
-        await client.aclose()
-
-    stores = [Store.from_url(steady_group.url, fast_paths=fast) for fast in (True, False)]
-    probe = connect_plain(steady_group.url, socket_timeout=3)
-    for store in stores:
-        store.ping()
-    probe.ping()
-    assert len(followers()) == 3  # one per client: its pool
-    asyncio.run(async_client_round_trip())
-    for store in stores:
-        store.close()
-    probe.close()
-    wait_until(lambda: not followers(), 3, "every follower thread to end", 0.05, followers)

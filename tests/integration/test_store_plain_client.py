@@ -1,5 +1,5 @@
-"""With the fast paths off (SWITCHBOARD_FAST_PATHS=off) the store runs on redis-py's plain
-client, and the product works the same on it."""
+"""The store runs on redis-py's plain client (here with SWITCHBOARD_FAST_PATHS=off too),
+and the product works the same on it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import redis
 from switchboard.shared.config import Settings
 from switchboard.shared.services import Services
 from switchboard.shared.store.client import StoreRedis
-from switchboard.shared.store.thread_held import ThreadHeldRedis
 
 pytestmark = pytest.mark.integration
 
@@ -25,10 +24,9 @@ def settings(settings: Settings) -> Settings:
 
 
 def test_the_store_is_redis_pys_plain_client(services: Services) -> None:
-    """The store's client is redis-py's own on a blocking pool, not the thread-held one."""
+    """The store's client is redis-py's own on a blocking pool."""
     client = services.store.redis
     assert type(client) is StoreRedis
-    assert not isinstance(client, ThreadHeldRedis)
     assert isinstance(client.connection_pool, redis.BlockingConnectionPool)
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from switchboard.shared.errors import StoreUnavailable, Unavailable
 from switchboard.shared.store import Store
-from switchboard.shared.store.client import HeldStoreRedis, StoreRedis
+from switchboard.shared.store.client import StoreRedis
 from switchboard.shared.store.durability import ACKNOWLEDGED_SCRIPTS, Durability, NotReplicated
 from switchboard.shared.store.lua_scripts import load as load_lua
 from switchboard.shared.store.lua_scripts import script_names
@@ -94,7 +94,7 @@ def test_acknowledged_writes_wait_for_the_replica_and_others_do_not(
     durability = Durability(1, 5000)
     store = Store.from_url(primary.url, fast_paths=fast_paths, durability=durability)
     try:
-        assert isinstance(store.redis, HeldStoreRedis if fast_paths else StoreRedis)
+        assert isinstance(store.redis, StoreRedis)
         key = f"agent:main:wait-{fast_paths}"
         before = _waits(primary)
         started = store.runs.start(_new_run(1, key), on_create={"chatType": "direct"})

@@ -16,16 +16,19 @@ blocking pool (a caller waits up to 20 s for a free connection instead of failin
 its primary (`sentinel`); a ``redis+cluster://`` (or ``rediss+cluster://``) URL gives
 redis-py's `RedisCluster` with the same rules (`cluster`).
 
-A pipeline that runs the store's scripts does not ask the server first whether it knows
-them (redis-py sends ``SCRIPT EXISTS`` before every such pipeline): the client loads every
-store script once, before its first such pipeline, and again after a pipeline found one
-missing (a restart, a failover, a ``SCRIPT FLUSH``); that pipeline raises
-`StoreUnavailable` (its other commands may have run: the store's steps are retried and
-idempotent). Acknowledged writes (WAIT for replicas) are in `durability`.
+The store's client (`connect`) loads every store script on each connection as it
+connects (redis-py's ``redis_connect_func`` hook, `load_scripts_on_connect`), so its
+pipelines run scripts without asking the server first whether it knows them (redis-py
+sends ``SCRIPT EXISTS`` before every such pipeline): whatever server a connection reaches
+(after a restart, a failover) it reaches with the scripts loaded. A script missing all
+the same (a ``SCRIPT FLUSH`` on a live server) fails its pipeline with `StoreUnavailable`
+(its other commands may have run: the store's steps are retried and idempotent) and
+loads every script again. Acknowledged writes (WAIT for replicas) are in `durability`.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, cast
 
 import redis
@@ -42,7 +45,7 @@ from switchboard.shared.store.cluster import (
 )
 from switchboard.shared.store.driver import DRIVER_INFO
 from switchboard.shared.store.durability import NO_WAIT, Durability, acknowledged_call
-from switchboard.shared.store.lua_scripts import all_shas, all_sources
+from switchboard.shared.store.lua_scripts import all_shas, all_sources, load_on
 from switchboard.shared.store.redis_errors import PASSED_THROUGH as _PASSED_THROUGH
 from switchboard.shared.store.redis_errors import unavailable as unavailable
 from switchboard.shared.store.sentinel import (
@@ -79,11 +82,10 @@ class StorePipeline(redis.client.Pipeline):
         return self
 
     def load_scripts(self) -> None:
-        """The store's scripts are loaded by the client (see the module); any other script
-        is checked and loaded as redis-py does."""
-        if not self.store.scripts_ready:
-            self.store.load_store_scripts()
-        if any(script.sha not in all_shas() for script in self.scripts):
+        """Nothing to ask for the store's scripts on a client whose connections load them
+        (see the module); any other script is checked and loaded as redis-py does."""
+        mine = self.store.scripts_on_connect
+        if not mine or any(script.sha not in all_shas() for script in self.scripts):
             super().load_scripts()  # type: ignore[no-untyped-call]
 
     def execute(self, raise_on_error: bool = True) -> list[Any]:
@@ -105,7 +107,7 @@ class StorePipeline(redis.client.Pipeline):
                         raise reply
             return replies
         except NoScriptError as exc:
-            self.store.scripts_ready = False  # loaded again before the next pipeline
+            self.store.load_store_scripts()
             raise unavailable(exc) from exc
         except _PASSED_THROUGH:
             raise
@@ -123,8 +125,8 @@ class StoreRedis(redis.Redis):
 
     durability: Durability = NO_WAIT
     slot_check = False
-    # Every store script is loaded on the server, as far as this client knows.
-    scripts_ready = False
+    # Its connections load every store script as they connect (`load_scripts_on_connect`).
+    scripts_on_connect = False
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         """Run one command; a Redis error is raised as `StoreUnavailable`. An acknowledged
@@ -148,21 +150,26 @@ class StoreRedis(redis.Redis):
         return pipe
 
     def load_store_scripts(self) -> None:
-        """Load every store script on the server (one round trip)."""
+        """Load every store script on the server (one round trip); a failure is left to
+        the next command to meet."""
         pipe = redis.client.Pipeline(self.connection_pool, self.response_callbacks, False, None)
         for source in all_sources():
             pipe.script_load(source)
-        try:
+        with contextlib.suppress(redis.RedisError):
             pipe.execute()
-        except redis.RedisError as exc:
-            raise unavailable(exc) from exc
-        self.scripts_ready = True
 
     def checked(self, replies: list[Any]) -> list[Any]:
-        """``replies`` as they are, noting a script the server lacked (loaded again)."""
+        """``replies`` as they are; a script the server lacked is loaded again."""
         if any(isinstance(reply, NoScriptError) for reply in replies):
-            self.scripts_ready = False
+            self.load_store_scripts()
         return replies
+
+
+def load_scripts_on_connect(conn: redis.connection.AbstractConnection) -> None:
+    """redis-py's connect handshake, then every store script loaded on the connection's
+    server (one round trip)."""
+    conn.on_connect()  # type: ignore[no-untyped-call]
+    load_on(conn)
 
 
 # The store's pool: keepalive and health checks, and a wait for a free connection.
@@ -185,15 +192,17 @@ def connect(url: str, *, durability: Durability = NO_WAIT, slot_check: bool = Fa
     parsed = parse_redis_url(url)
     if isinstance(parsed, ClusterUrl):
         return as_redis(cluster_client(parsed, dict(_POOL_OPTIONS), durability=durability))
+    pool_options = {**_POOL_OPTIONS, "redis_connect_func": load_scripts_on_connect}
     if parsed is None:
-        options = plain_url_options(url, dict(_POOL_OPTIONS))
+        options = plain_url_options(url, pool_options)
         pool: redis.ConnectionPool = redis.BlockingConnectionPool.from_url(url, **options)
     else:
-        options = {**parsed.connection_kwargs(), **_POOL_OPTIONS, "is_master": True}
+        options = {**parsed.connection_kwargs(), **pool_options, "is_master": True}
         pool = SentinelBlockingPool(parsed.master, sentinels(parsed), **options)
     client = cast(StoreRedis, StoreRedis.from_pool(pool))
     client.durability = durability
     client.slot_check = slot_check
+    client.scripts_on_connect = True
     return client
 
 

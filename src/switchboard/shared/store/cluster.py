@@ -13,10 +13,11 @@ carry different hash tags, so they may be in any slot on any shard. What is adde
 - a script's keys, and a transaction's, must be in one slot (`CrossSlotError`, before
   anything is sent);
 - a pipeline's scripts go out as ``EVALSHA`` (redis-py's cluster pipeline queues it and
-  routes it by its first key); the store's scripts are loaded on every primary (``SCRIPT
-  LOAD`` goes to all of them) before the client's first pipeline that runs one, and again
-  after a pipeline found one missing (a promoted replica knows none); that pipeline raises
-  `StoreUnavailable`, its step is retried;
+  routes it by its first key); every connection to a node loads the store's scripts as
+  it connects (redis-py's ``redis_connect_func`` hook), so a promoted replica, which knows
+  none, has them before its first command; a script missing all the same (a ``SCRIPT
+  FLUSH``) fails its pipeline with `StoreUnavailable` and is loaded on every primary
+  (``SCRIPT LOAD`` goes to all of them);
 - with `Durability` on, an acknowledged write is followed by WAIT on the node it went to,
   in the same pipeline: redis-py sends a node's commands on one connection, in order;
 - the sync client finds the cluster at its first command, not when made, so a cluster
@@ -43,11 +44,11 @@ from redis.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.exceptions import NoScriptError, RedisClusterException
 from redis.retry import Retry
 
+from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store.durability import NO_WAIT, Durability, acknowledged_call
-from switchboard.shared.store.lua_scripts import all_sources
+from switchboard.shared.store.lua_scripts import all_sources, load_on
 from switchboard.shared.store.redis_errors import PASSED_THROUGH, unavailable
 from switchboard.shared.store.slots import (
-    SCRIPT_COMMANDS,
     check_one_slot,
     check_script,
     command_keys,
@@ -70,8 +71,6 @@ class ClusterStoreRedis(RedisCluster):
     """The store's sync client on a Redis Cluster (see the module)."""
 
     durability: Durability = NO_WAIT
-    # Every store script is loaded on every primary, as far as this client knows.
-    scripts_ready = False
 
     def __init__(self, durability: Durability = NO_WAIT, **kwargs: Any) -> None:
         # redis-py's constructor asks the seeds for the slot map: it runs at first use
@@ -146,10 +145,11 @@ class ClusterStoreRedis(RedisCluster):
         return self.get_redis_connection(self.get_node_from_key(key))  # type: ignore[no-untyped-call]
 
     def load_store_scripts(self) -> None:
-        """Load every store script on every primary."""
-        for source in all_sources():
-            self.script_load(source)
-        self.scripts_ready = True
+        """Load every store script on every primary; a failure is left to the next
+        command to meet."""
+        with contextlib.suppress(StoreUnavailable):
+            for source in all_sources():
+                self.script_load(source)
 
     def close(self) -> None:
         """Close every node's connections (nothing before the cluster was found)."""
@@ -169,7 +169,6 @@ class ClusterStorePipeline(ClusterPipeline):
         self.transactional = bool(transaction)
         self._keys: list[Any] = []  # a transaction's
         self._acknowledged: list[Any] = []  # the first key of each acknowledged write
-        self._scripts = False
 
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         """Queue a command (a script's keys checked, an acknowledged write noted)."""
@@ -178,17 +177,14 @@ class ClusterStorePipeline(ClusterPipeline):
             self._keys.extend(command_keys(args))
         elif self.store.durability.acknowledged(args):
             self._acknowledged.append(command_keys(args)[0])
-        self._scripts = self._scripts or str(args[0]).upper() in SCRIPT_COMMANDS
         return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
 
     def execute(self, raise_on_error: bool = True) -> list[Any]:
         """Send the queued commands (and WAIT); a Redis error is `StoreUnavailable`."""
-        keys, acknowledged, scripts = self._keys, self._acknowledged, self._scripts
-        self._keys, self._acknowledged, self._scripts = [], [], False
+        keys, acknowledged = self._keys, self._acknowledged
+        self._keys, self._acknowledged = [], []
         try:
             check_one_slot("transaction", keys)
-            if scripts and not self.store.scripts_ready:
-                self.store.load_store_scripts()
         except BaseException:
             self.reset()  # type: ignore[no-untyped-call]
             raise
@@ -204,10 +200,10 @@ class ClusterStorePipeline(ClusterPipeline):
                         if isinstance(reply, Exception):
                             raise reply
             if any(isinstance(reply, NoScriptError) for reply in replies):
-                self.store.scripts_ready = False
+                self.store.load_store_scripts()
             return replies
         except NoScriptError as exc:
-            self.store.scripts_ready = False  # loaded again before the next pipeline
+            self.store.load_store_scripts()
             raise unavailable(exc) from exc
         except PASSED_THROUGH:
             raise
@@ -260,7 +256,7 @@ def cluster_client(
     seeds = [ClusterNode(host, port) for host, port in parsed.nodes]  # type: ignore[no-untyped-call]
     if "timeout" in options:
         options = {**options, "connection_pool_class": redis.BlockingConnectionPool}
-    kwargs = _cluster_kwargs(parsed, options)
+    kwargs = {**_cluster_kwargs(parsed, options), "redis_connect_func": load_on}
     retry = Retry(_backoff(), RETRIES)
     return ClusterStoreRedis(durability, startup_nodes=seeds, retry=retry, **kwargs)
 

@@ -162,6 +162,16 @@ def all_shas() -> frozenset[str]:
     return frozenset(hashlib.sha1(source.encode()).hexdigest() for source in all_sources())
 
 
+def load_on(conn: Any) -> None:
+    """Load every store script on the server of the redis-py connection ``conn``, just
+    connected (pipelined: one round trip)."""
+    sources = all_sources()
+    for source in sources:
+        conn.send_command("SCRIPT", "LOAD", source)
+    for _ in sources:
+        conn.read_response()
+
+
 def script_names() -> list[str]:
     """The scripts there are (files directly under ``lua/``), sorted."""
     root = resources.files(__package__).joinpath(_LUA_DIR)
