@@ -49,9 +49,10 @@ def _owner(group: RedisClusterGroup) -> RedisClusterNode:
 def test_store_steps_run_on_the_slot_owner(
     steady_cluster: RedisClusterGroup, fast_paths: bool
 ) -> None:
-    """Scripts, a pipeline of scripts and a transaction run through the cluster URL; every key lands on the slot's primary, none
-    elsewhere; the probe and async clients read them there. With acknowledged writes on
-    (SWITCHBOARD_REDIS_WAIT_REPLICAS=1) WAIT confirms them on the owner's replica."""
+    """Scripts, a pipeline of scripts and a transaction run through the cluster URL; every
+    key lands on the slot's primary, none elsewhere; the probe and async clients read them
+    there. With acknowledged writes on (SWITCHBOARD_REDIS_WAIT_REPLICAS=1) WAIT confirms
+    them on the owner's replica."""
     prefix = PREFIX.replace("}", f"-{fast_paths}}}")
     durability = Durability(replicas=1, timeout_ms=5000)
     store = Store.from_url(

@@ -2,8 +2,9 @@
 to ``{15}`` spread over three private primaries (a replica each), and every command,
 pipeline, transaction, scan and subscription reaches the primary that owns its key's
 slot, for the sync client, the plain probe client and the api's async client (redis-py's
-`RedisCluster`, sync and async, with the store's rules). Then one shard is failed over (planned, and a kill -9): the clients follow
-without a restart, and the other shards answer meanwhile.
+`RedisCluster`, sync and async, with the store's rules). Then one shard is failed over
+(planned, and a kill -9): the clients follow without a restart, and the other shards
+answer meanwhile.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def test_keys_of_sixteen_tags_land_on_every_primary(steady_cluster: RedisCluster
         for n, key in enumerate(keys):
             client.set(key, n)
         assert stats.command_calls().since(before).get("set") == len(keys)
-        _assert_each_on_its_owner(steady_cluster, f"land-x:*", keys)
+        _assert_each_on_its_owner(steady_cluster, "land-x:*", keys)
         assert [probe.get(key) for key in keys] == [str(n).encode() for n in range(len(keys))]
     finally:
         client.close()
@@ -153,13 +154,13 @@ def test_a_transaction_runs_on_its_slot_and_one_spanning_slots_is_refused(
             pipe.incr(key)
             pipe.incr(key.replace(":a", ":b"))
             assert pipe.execute()[1:] == [1, 1]  # (SET: redis-py answers its raw OK here)
-        _assert_each_on_its_owner(steady_cluster, f"tx-x:*:a", keys)
+        _assert_each_on_its_owner(steady_cluster, "tx-x:*:a", keys)
         pipe = client.pipeline(transaction=True)
-        pipe.set(f"tx-x:spanning:{{0}}", 1)
-        pipe.set(f"tx-x:spanning:{{1}}", 1)
+        pipe.set("tx-x:spanning:{0}", 1)
+        pipe.set("tx-x:spanning:{1}", 1)
         with pytest.raises(CrossSlotError, match="spans 2 hash slots"):
             pipe.execute()
-        assert list(client.scan_iter(match=f"tx-x:spanning:*")) == []
+        assert list(client.scan_iter(match="tx-x:spanning:*")) == []
     finally:
         client.close()
 

@@ -71,7 +71,8 @@ def steady_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSent
 def test_store_round_trips_through_the_sentinel_url(
     steady_group: RedisSentinelGroup, fast_paths: bool
 ) -> None:
-    """The store's sync client, its probe client and its async client all reach the primary the sentinels name, and read their own writes."""
+    """The store's sync client, its probe client and its async client all reach the
+    primary the sentinels name, and read their own writes."""
     store = Store.from_url(steady_group.url, fast_paths=fast_paths)
     try:
         store.ping()
