@@ -157,6 +157,34 @@ def test_every_client_reconnects_a_connection_the_server_closed(tmp_path: Path) 
             admin.close()
 
 
+def test_the_async_client_on_resp3_reconnects_a_connection_the_server_closed(
+    tmp_path: Path,
+) -> None:
+    """With RESP3 (redis-py's maintenance notifications on), the api's async client still
+    answers on a new connection after the server closed its pooled ones: redis-py's async
+    pool once handed them out as live (redis/redis-py#4128), which the store worked around
+    by turning the notifications off; fixed upstream, the workaround is gone."""
+    with RedisServer(tmp_path, appendonly=False) as server:
+        admin = redis.Redis.from_url(server.url)
+
+        async def rounds() -> None:
+            api = connect_async(server.url, protocol=3)
+            try:
+                for n in range(3):
+                    await asyncio.gather(*(api.set(f"r3:{i}", n) for i in range(8)))
+                    assert admin.client_kill_filter(_type="normal", skipme=True) >= 1
+                    await asyncio.sleep(0.2)  # the loop sees them closed
+                    got = await asyncio.gather(*(api.get(f"r3:{i}") for i in range(8)))
+                    assert got == [str(n).encode()] * 8
+            finally:
+                await api.aclose()
+
+        try:
+            asyncio.run(rounds())
+        finally:
+            admin.close()
+
+
 # ---- scripts in pipelines ------------------------------------------------------------------
 
 

@@ -36,7 +36,6 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
-from redis.maint_notifications import MaintNotificationsConfig
 
 from switchboard.shared.store.cluster import (
     ClusterStoreRedis,
@@ -280,22 +279,13 @@ class AsyncStoreRedis(aioredis.Redis):
 # whose commands its async `RedisCluster` offers alike (`as_redis`).
 AsyncStoreClient = aioredis.Redis
 
-# What every async pool is made with.
-#
-# Workaround for redis/redis-py#4128: redis-py's async pool hands out a pooled connection
-# the server has closed (a Redis restart or failover, its ``timeout``, a proxy) as if it
-# were live, so the command on it fails, while its maintenance notifications are on (the
-# default with RESP3); off, the pool reconnects it first. They serve managed Redis's
-# planned maintenance, which the store follows as any failover.
-# tests/integration/test_redis_py_workarounds.py fails once upstream fixes it.
-#
-# Every async pool is a blocking one with the sync pool's size and wait (`_POOL_OPTIONS`):
-# redis-py's default async pool holds 100 connections and fails the 101st command under
-# way at once ("Too many connections"), so an api serving a few hundred waits at once
-# answered some of them 503 with Redis idle. A task now waits for a free connection.
+# What every async pool is made with: a blocking one with the sync pool's size and wait
+# (`_POOL_OPTIONS`): redis-py's default async pool holds 100 connections and fails the
+# 101st command under way at once ("Too many connections"), so an api serving a few
+# hundred waits at once answered some of them 503 with Redis idle. A task now waits for a
+# free connection.
 _ASYNC_POOL_OPTIONS: dict[str, Any] = {
     "driver_info": DRIVER_INFO,
-    "maint_notifications_config": MaintNotificationsConfig(enabled=False),
     "max_connections": _POOL_OPTIONS["max_connections"],
     "timeout": _POOL_OPTIONS["timeout"],
 }
