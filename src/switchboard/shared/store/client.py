@@ -53,10 +53,7 @@ from switchboard.shared.store.sentinel import (
     async_sentinels,
     sentinels,
 )
-from switchboard.shared.store.slots import CrossSlotError as CrossSlotError
-from switchboard.shared.store.slots import check_one_slot as check_one_slot
-from switchboard.shared.store.slots import check_script
-from switchboard.shared.store.slots import command_keys as command_keys
+from switchboard.shared.store.slots import check_one_slot, check_script, command_keys
 from switchboard.shared.store.urls import ClusterUrl, parse_redis_url, plain_url_options
 
 
