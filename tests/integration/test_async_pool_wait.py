@@ -92,14 +92,14 @@ def test_connections_connecting_together_ask_the_sentinels_once(
     async def lookups() -> int:
         client = connect_async(sentinel_group.url, socket_timeout=10)
         manager = client.connection_pool.sentinel_manager
-        ask, asked = manager._ask_every_sentinel, 0
+        ask, asked = manager.ask_every_sentinel, 0
 
         async def counted(service_name: str) -> tuple[str, int]:
             nonlocal asked
             asked += 1
             return await ask(service_name)
 
-        manager._ask_every_sentinel = counted
+        manager.ask_every_sentinel = counted
         try:
             await asyncio.gather(*(client.get("pool-wait") for _ in range(300)))
         finally:

@@ -1,9 +1,9 @@
 """State on a Redis Cluster (``redis+cluster://``): three private primaries, a replica each.
 
 With one slot group the store's keys share one hash slot (the key prefix is the hash tag),
-so its router sends every command to the primary that owns it: scripts, pipelines and
-transactions run as on one Redis, with every fast path; a planned ``CLUSTER FAILOVER`` of
-that slot's primary is followed by the sync and async clients. With the default slot
+so redis-py's cluster client sends every command to the primary that owns it: scripts,
+pipelines and transactions run as on one Redis; a planned ``CLUSTER FAILOVER`` of that
+slot's primary is followed by the sync and async clients. With the default slot
 groups the state spreads over every primary: a kill -9 of one of them under load, with a
 real api, worker and beat, loses nothing (every acknowledged run ends ok exactly once, the
 api answers 200 or 503 with Retry-After meanwhile, never a 500). Keys of many slots in the
@@ -45,19 +45,14 @@ def _owner(group: RedisClusterGroup) -> RedisClusterNode:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("fast_paths", [True, False], ids=["fast", "plain"])
-def test_store_steps_run_on_the_slot_owner(
-    steady_cluster: RedisClusterGroup, fast_paths: bool
-) -> None:
-    """Scripts, a pipeline of scripts (which redis-py's cluster client refuses) and a
-    transaction run through the cluster URL; every key lands on the slot's primary, none
-    elsewhere; the probe and async clients read them there. With acknowledged writes on
-    (SWITCHBOARD_REDIS_WAIT_REPLICAS=1) WAIT confirms them on the owner's replica."""
-    prefix = PREFIX.replace("}", f"-{fast_paths}}}")
+def test_store_steps_run_on_the_slot_owner(steady_cluster: RedisClusterGroup) -> None:
+    """Scripts, a pipeline of scripts and a transaction run through the cluster URL; every
+    key lands on the slot's primary, none elsewhere; the probe and async clients read them
+    there. With acknowledged writes on (SWITCHBOARD_REDIS_WAIT_REPLICAS=1) WAIT confirms
+    them on the owner's replica."""
+    prefix = PREFIX
     durability = Durability(replicas=1, timeout_ms=5000)
-    store = Store.from_url(
-        steady_cluster.url, fast_paths=fast_paths, prefix=prefix, durability=durability
-    )
+    store = Store.from_url(steady_cluster.url, prefix=prefix, durability=durability)
     try:
         session_id, created = store.sessions.ensure("agent:main:hook:cluster")
         assert created
@@ -107,14 +102,13 @@ def test_store_steps_run_on_the_slot_owner(
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("fast_paths", [True, False], ids=["fast", "plain"])
 def test_planned_failover_moves_every_connection_to_the_new_owner(
-    cluster_group: RedisClusterGroup, fast_paths: bool
+    cluster_group: RedisClusterGroup,
 ) -> None:
     """``CLUSTER FAILOVER`` on the owner's replica: the old primary becomes a replica and
     answers the store's connections MOVED; they reconnect to the new owner, and every
     later write lands there."""
-    store = Store.from_url(cluster_group.url, fast_paths=fast_paths, prefix=PREFIX)
+    store = Store.from_url(cluster_group.url, prefix=PREFIX)
     key = f"{PREFIX}probe"
     try:
         store.redis.set(key, "before")
@@ -246,40 +240,3 @@ def test_kill_of_a_primary_under_load_loses_nothing(
         cluster.stop_all()
         cluster.services.store.close()
         broker.stop()
-
-
-@pytest.mark.integration
-def test_closed_clients_stop_checking_the_owner(cluster_group: RedisClusterGroup) -> None:
-    """Every store client on a cluster URL follows the primaries (ROLE to each twice a
-    second, the slot's owner among them); once closed it checks nothing more (a cluster of
-    the test's own)."""
-    owner = cluster_group.primary_for(PREFIX)
-
-    def roles() -> int:
-        with owner.client() as client:
-            stats: dict[str, Any] = client.info("commandstats")
-        return int(stats.get("cmdstat_role", {}).get("calls", 0))
-
-    async def async_client_round_trip() -> None:
-        client = connect_async(cluster_group.url, socket_timeout=3)
-        await client.ping()
-        await asyncio.sleep(1.2)  # its follower's first checks
-        await client.aclose()
-
-    stores = [
-        Store.from_url(cluster_group.url, fast_paths=fast, prefix=PREFIX) for fast in (True, False)
-    ]
-    probe = connect_plain(cluster_group.url, socket_timeout=3)
-    for store in stores:
-        store.ping()
-    probe.ping()
-    before = roles()
-    asyncio.run(async_client_round_trip())
-    assert roles() - before >= 3 * 2  # three sync followers and the async one, ~2/s each
-    for store in stores:
-        store.close()
-    probe.close()
-    time.sleep(0.5)  # an async follower's check under way ends
-    closed = roles()
-    time.sleep(2)  # four checks of each, were they still following
-    assert roles() == closed

@@ -1,9 +1,10 @@
 """The store's clients on a Redis Cluster route by hash slot: keys under the tags ``{0}``
 to ``{15}`` spread over three private primaries (a replica each), and every command,
 pipeline, transaction, scan and subscription reaches the primary that owns its key's
-slot, for the sync client (fast paths on and off), the plain probe client and the api's
-async client. Then one shard is failed over (planned, and a kill -9): the clients follow
-without a restart, and the other shards answer meanwhile.
+slot, for the sync client, the plain probe client and the api's async client (redis-py's
+`RedisCluster`, sync and async, with the store's rules). Then one shard is failed over
+(planned, and a kill -9): the clients follow without a restart, and the other shards
+answer meanwhile.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ pytestmark = pytest.mark.integration
 
 # Sixteen hash tags; the even split of the slots puts some on each of the three primaries.
 TAGS = [f"{{{n}}}" for n in range(16)]
-FAST_AND_PLAIN = pytest.mark.parametrize("fast_paths", [True, False], ids=["fast", "plain"])
 
 
 def _primaries(group: RedisClusterGroup) -> list[RedisClusterNode]:
@@ -91,35 +91,31 @@ def _eventually(write: Callable[[], Any], done: Callable[[], bool], timeout_s: f
         time.sleep(0.05)
 
 
-@FAST_AND_PLAIN
-def test_keys_of_sixteen_tags_land_on_every_primary(
-    steady_cluster: RedisClusterGroup, fast_paths: bool
-) -> None:
+def test_keys_of_sixteen_tags_land_on_every_primary(steady_cluster: RedisClusterGroup) -> None:
     """Keys of sixteen tags land each on its slot's primary; reads and INFO sums span them all."""
-    client = connect(steady_cluster.url, fast_paths=fast_paths)
+    client = connect(steady_cluster.url)
     probe = connect_plain(steady_cluster.url, socket_timeout=3)
-    keys = [f"land-{fast_paths}:{tag}" for tag in TAGS]
+    keys = [f"land-x:{tag}" for tag in TAGS]
     try:
         stats = Store(client).stats
         before = stats.command_calls()
         for n, key in enumerate(keys):
             client.set(key, n)
         assert stats.command_calls().since(before).get("set") == len(keys)
-        _assert_each_on_its_owner(steady_cluster, f"land-{fast_paths}:*", keys)
+        _assert_each_on_its_owner(steady_cluster, "land-x:*", keys)
         assert [probe.get(key) for key in keys] == [str(n).encode() for n in range(len(keys))]
     finally:
         client.close()
         probe.close()
 
 
-@FAST_AND_PLAIN
 def test_a_pipeline_of_scripts_across_slots_answers_in_order(
-    steady_cluster: RedisClusterGroup, fast_paths: bool
+    steady_cluster: RedisClusterGroup,
 ) -> None:
     """A pipeline of store scripts and commands across slots answers in order, WAIT per owner."""
     durability = Durability(replicas=1, timeout_ms=5000)
-    client = connect(steady_cluster.url, fast_paths=fast_paths, durability=durability)
-    stores = [Store(client, prefix=f"pipe-{fast_paths}:{tag}:") for tag in TAGS]
+    client = connect(steady_cluster.url, durability=durability)
+    stores = [Store(client, prefix=f"pipe-x:{tag}:") for tag in TAGS]
     key = "agent:main:hook:routed"
     owners = {steady_cluster.primary_for(s.ks.session(key)).port for s in stores}
     waits_before = {n.port: _commands(n).get("wait", 0) for n in _primaries(steady_cluster)}
@@ -140,32 +136,31 @@ def test_a_pipeline_of_scripts_across_slots_answers_in_order(
             waited = _commands(node).get("wait", 0) - waits_before.get(node.port, 0)
             assert (waited > 0) == (node.port in owners), node
         sessions = [store.ks.session(key) for store in stores]
-        _assert_each_on_its_owner(steady_cluster, f"pipe-{fast_paths}:*:s:{key}", sessions)
+        _assert_each_on_its_owner(steady_cluster, f"pipe-x:*:s:{key}", sessions)
     finally:
         client.close()
 
 
-@FAST_AND_PLAIN
 def test_a_transaction_runs_on_its_slot_and_one_spanning_slots_is_refused(
-    steady_cluster: RedisClusterGroup, fast_paths: bool
+    steady_cluster: RedisClusterGroup,
 ) -> None:
     """A MULTI on one slot runs on its owner; one spanning two slots raises CrossSlotError."""
-    client = connect(steady_cluster.url, fast_paths=fast_paths)
-    keys = [f"tx-{fast_paths}:{tag}:a" for tag in TAGS]
+    client = connect(steady_cluster.url)
+    keys = [f"tx-x:{tag}:a" for tag in TAGS]
     try:
         for key in keys:
             pipe = client.pipeline(transaction=True)
             pipe.set(key, 0)
             pipe.incr(key)
             pipe.incr(key.replace(":a", ":b"))
-            assert pipe.execute() == [True, 1, 1]
-        _assert_each_on_its_owner(steady_cluster, f"tx-{fast_paths}:*:a", keys)
+            assert pipe.execute()[1:] == [1, 1]  # (SET: redis-py answers its raw OK here)
+        _assert_each_on_its_owner(steady_cluster, "tx-x:*:a", keys)
         pipe = client.pipeline(transaction=True)
-        pipe.set(f"tx-{fast_paths}:spanning:{{0}}", 1)
-        pipe.set(f"tx-{fast_paths}:spanning:{{1}}", 1)
+        pipe.set("tx-x:spanning:{0}", 1)
+        pipe.set("tx-x:spanning:{1}", 1)
         with pytest.raises(CrossSlotError, match="spans 2 hash slots"):
             pipe.execute()
-        assert list(client.scan_iter(match=f"tx-{fast_paths}:spanning:*")) == []
+        assert list(client.scan_iter(match="tx-x:spanning:*")) == []
     finally:
         client.close()
 
@@ -198,14 +193,13 @@ def _assert_loaded_on_every_primary(group: RedisClusterGroup, source: str) -> No
             assert client.script_exists(sha) == [True], node
 
 
-@FAST_AND_PLAIN
 def test_a_script_new_to_the_cluster_is_loaded_on_every_primary(
-    steady_cluster: RedisClusterGroup, fast_paths: bool
+    steady_cluster: RedisClusterGroup,
 ) -> None:
     """A script a node does not know is loaded as redis-py loads it (``SCRIPT LOAD``, one
     argument naming command and subcommand), on every primary: then it runs on the owner
     of any key's slot. (A replica promoted in a failover knows no script either.)"""
-    client = connect(steady_cluster.url, fast_paths=fast_paths)
+    client = connect(steady_cluster.url)
     source = _fresh_script()
     keys = [f"fresh:{tag}" for tag in TAGS]
     try:
@@ -289,11 +283,12 @@ def test_the_async_client_routes_reads_writes_scripts_and_a_subscription(
 def test_a_planned_failover_is_followed_by_the_sync_and_async_clients(
     cluster_group: RedisClusterGroup,
 ) -> None:
-    """A planned failover is followed by the sync and async clients; the demoted node is cut off."""
+    """A planned failover is followed by the sync and async clients (a thread's idle
+    connection to the old owner included), and every later write lands on the new owner."""
     keys = sorted((f"planned:{tag}" for tag in TAGS), key=key_slot)
     old = cluster_group.primary_for(keys[0])  # the owner of the lowest slots: slot 0's
     moved = [key for key in keys if cluster_group.primary_for(key) is old]
-    clients = [connect(cluster_group.url, fast_paths=fast) for fast in (True, False)]
+    clients = [connect(cluster_group.url), connect_plain(cluster_group.url, socket_timeout=5)]
     idle_thread = ThreadPoolExecutor(1)  # holds a connection to the old owner, unused after
     async_client = connect_async(cluster_group.url, socket_timeout=5)
     loop = asyncio.new_event_loop()
@@ -318,9 +313,6 @@ def test_a_planned_failover_is_followed_by_the_sync_and_async_clients(
             for key in keys:
                 write(key, f"final {n}")
         subscriber = loop.run_until_complete(_heard_again(async_client, subscriber, clients[1]))
-        time.sleep(1)  # the followers' checks after the switch
-        kept = _store_connections(old)
-        assert kept == [], f"a client kept connections to the demoted node: {kept}"
         _assert_each_on_its_owner(cluster_group, "planned:*", keys)
     finally:
         idle_thread.shutdown()
@@ -386,14 +378,13 @@ def test_a_killed_primary_answers_unavailable_then_its_promoted_replica_serves(
 def test_the_first_command_after_a_failover_reaches_the_promoted_primary(
     cluster_group: RedisClusterGroup, failover: str
 ) -> None:
-    """With nothing following the primaries, a command for a moved slot still succeeds the
-    first time after the failover: the old owner ran none of it (its connect refused, or
-    it answered MOVED), so it is sent once more on the map read again, for the sync
-    clients (fast paths on and off) and the api's async client."""
+    """A command for a moved slot succeeds the first time after the failover: the old
+    owner ran none of it (its connect refused, or it answered MOVED), so redis-py sends it
+    once more on the map read again, for the sync clients and the api's async client."""
     keys = sorted((f"resent:{tag}" for tag in TAGS), key=key_slot)
     old = cluster_group.primary_for(keys[0])
     moved = [key for key in keys if cluster_group.primary_for(key) is old]
-    clients = [connect(cluster_group.url, fast_paths=fast) for fast in (True, False)]
+    clients = [connect(cluster_group.url), connect_plain(cluster_group.url, socket_timeout=5)]
     async_client = connect_async(cluster_group.url, socket_timeout=5)
     loop = asyncio.new_event_loop()
     writers: list[Callable[[str, str], Any]] = [c.set for c in clients]
@@ -401,9 +392,6 @@ def test_the_first_command_after_a_failover_reaches_the_promoted_primary(
     try:
         for write in writers:
             write(moved[0], "before")  # each holds its map and a connection to the old owner
-        for client in (*clients, async_client):
-            assert client.following is not None
-            client.following.stop(join_s=5)  # only a command's own failure shows the move
         if failover == "kill":
             cluster_group.kill(old)
             new = cluster_group.wait_promoted(old, timeout_s=30)
@@ -430,7 +418,7 @@ def test_a_cluster_down_at_start_fails_commands_not_the_start() -> None:
     try:
         with pytest.raises(StoreUnavailable) as raised:
             client.ping()
-        assert "no node of the cluster" in str(raised.value.__cause__)
+        assert "Redis Cluster cannot be connected" in str(raised.value.__cause__)
         with pytest.raises(StoreUnavailable):
             client.pipeline(transaction=False).get("k").execute()
     finally:
@@ -441,7 +429,7 @@ def test_a_cluster_down_at_start_fails_commands_not_the_start() -> None:
         try:
             with pytest.raises(StoreUnavailable) as raised:
                 await async_client.get("k")
-            assert "no node of the cluster" in str(raised.value.__cause__)
+            assert "Redis Cluster cannot be connected" in str(raised.value.__cause__)
         finally:
             await async_client.aclose()
 
@@ -455,33 +443,22 @@ def _closed_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def test_an_idle_client_sends_nothing_but_its_role_checks(
-    cluster_group: RedisClusterGroup,
-) -> None:
-    """An idle client sends each primary only a ROLE twice a second, and nothing before its use."""
+def test_an_idle_client_sends_nothing(cluster_group: RedisClusterGroup) -> None:
+    """A client that has found the cluster and used every primary sends nothing while idle."""
     client = connect(cluster_group.url)
     try:
-        before = {n.port: _commands(n) for n in cluster_group.nodes}
-        time.sleep(1.2)  # a never used client's follower has nothing to check
-        unused = {n.port: _delta(_commands(n), before[n.port]) for n in cluster_group.nodes}
-        for tag in TAGS:  # a node client on every primary
+        for tag in TAGS:  # a connection to every primary
             client.get(f"idle:{tag}")
-        time.sleep(1.2)  # the follower's first checks
         before = {n.port: _commands(n) for n in cluster_group.nodes}
-        time.sleep(3)  # about six more checks
+        time.sleep(2)
         after = {n.port: _commands(n) for n in cluster_group.nodes}
     finally:
         client.close()
     primaries = {n.port for n in _primaries(cluster_group)}
     for node in cluster_group.nodes:
         primary = node.port in primaries
-        idle = _from_clients(unused[node.port], primary=primary)
-        assert idle == {}, (node, unused[node.port])
         sent = _from_clients(_delta(after[node.port], before[node.port]), primary=primary)
-        if primary:
-            assert set(sent) == {"role"} and sent["role"] >= 4, (node, sent)
-        else:
-            assert sent == {}, (node, sent)
+        assert sent == {}, (node, sent)
 
 
 def _from_clients(calls: dict[str, int], *, primary: bool) -> dict[str, int]:

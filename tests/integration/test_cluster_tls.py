@@ -37,7 +37,7 @@ def test_the_store_reaches_the_owner_over_tls_and_follows_a_failover(
     tls_cluster: RedisClusterGroup,
 ) -> None:
     """Scripts in a pipeline (the store's steps) run on the owner over TLS, for the sync
-    client with the fast paths on and off and for the async client; after a planned
+    client and for the async client; after a planned
     ``CLUSTER FAILOVER`` every one of them writes on the new owner."""
     url = tls_cluster.url
     assert url.startswith("rediss+cluster://")

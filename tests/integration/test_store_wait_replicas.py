@@ -21,7 +21,7 @@ import pytest
 
 from switchboard.shared.errors import StoreUnavailable, Unavailable
 from switchboard.shared.store import Store
-from switchboard.shared.store.client import HeldStoreRedis, StoreRedis
+from switchboard.shared.store.client import StoreRedis
 from switchboard.shared.store.durability import ACKNOWLEDGED_SCRIPTS, Durability, NotReplicated
 from switchboard.shared.store.lua_scripts import load as load_lua
 from switchboard.shared.store.lua_scripts import script_names
@@ -82,9 +82,8 @@ def _new_run(n: int, session: str) -> NewRun:
     return NewRun(run_id=f"wait-run-{n}", session_key=session, message=message, timeout_s=60)
 
 
-@pytest.mark.parametrize("fast_paths", [True, False], ids=["fast", "plain"])
 def test_acknowledged_writes_wait_for_the_replica_and_others_do_not(
-    replicated: tuple[RedisServer, RedisServer], fast_paths: bool
+    replicated: tuple[RedisServer, RedisServer],
 ) -> None:
     primary, replica = replicated
     with primary.client() as admin:
@@ -92,10 +91,10 @@ def test_acknowledged_writes_wait_for_the_replica_and_others_do_not(
         for name in ACKNOWLEDGED_SCRIPTS:  # loaded: no first call answered NOSCRIPT
             admin.script_load(load_lua(name).source)
     durability = Durability(1, 5000)
-    store = Store.from_url(primary.url, fast_paths=fast_paths, durability=durability)
+    store = Store.from_url(primary.url, durability=durability)
     try:
-        assert isinstance(store.redis, HeldStoreRedis if fast_paths else StoreRedis)
-        key = f"agent:main:wait-{fast_paths}"
+        assert isinstance(store.redis, StoreRedis)
+        key = "agent:main:wait"
         before = _waits(primary)
         started = store.runs.start(_new_run(1, key), on_create={"chatType": "direct"})
         assert started.took_lane
@@ -110,12 +109,12 @@ def test_acknowledged_writes_wait_for_the_replica_and_others_do_not(
         seq = store.transcripts.append(key, {"role": "user", "content": "note"}, now_ms())
         assert seq >= 1
         assert _waits(primary) == before + 3  # an append outside a run
-        store.redis.set(f"plain-{fast_paths}", "1")
+        store.redis.set("plain", "1")
         assert _waits(primary) == before + 3
 
         # A pipeline that queues an accept ends with one WAIT, on its own connection.
         pipe = store.pipeline()
-        pipe.set(f"other-{fast_paths}", "1")
+        pipe.set("other", "1")
         store.runs.start_in(pipe, _new_run(2, key + "-b"), on_create={}, now=now_ms())
         store.runs.start_in(pipe, _new_run(3, key + "-c"), on_create={}, now=now_ms())
         replies = pipe.execute()

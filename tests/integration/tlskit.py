@@ -44,14 +44,12 @@ def skip_without_tls(tls: TlsFiles, where: Path) -> None:
 
 
 class StoreClients:
-    """The store's clients on one URL, as the processes hold them: the sync store with the
-    fast paths on and off, and the api's async client (its own loop); closed on leaving."""
+    """The store's clients on one URL, as the processes hold them: the sync store and the
+    api's async client (its own loop); closed on leaving."""
 
     def __init__(self, url: str, prefix: str | None = None) -> None:
         self.prefix = prefix
-        self.stores = [
-            Store.from_url(url, fast_paths=fast, prefix=prefix) for fast in (True, False)
-        ]
+        self.stores = [Store.from_url(url, prefix=prefix)]
         self.async_client = connect_async(url, socket_timeout=5)
         self.loop = asyncio.new_event_loop()
 

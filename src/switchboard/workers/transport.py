@@ -32,7 +32,7 @@ from typing import Any
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
-from switchboard.shared.store.sentinel import follow_primary
+from switchboard.shared.store.sentinel import PrimaryWatch, follow_primary
 
 log = logging.getLogger("switchboard.worker")
 
@@ -86,14 +86,22 @@ class SentinelChannel(Channel, kombu_redis.SentinelChannel):
     """kombu's Sentinel channel (its pool asks the sentinels for the primary) with the
     tolerant QoS of `Channel`.
 
-    Its pools are followed like the store's (`follow_primary`): after a failover on
-    purpose, a worker does not keep consuming from, nor an api publish to, the demoted
-    primary until Sentinel reconfigures it (what they wrote there would be lost)."""
+    Its publishing pool follows the primary as the store's do (`follow_primary`, at most
+    every half second, on the thread that publishes): after a failover on purpose, an api
+    or worker does not keep publishing to the demoted primary until Sentinel reconfigures
+    it (what they wrote there would be lost). The consumer's connection moves when
+    Sentinel reconfigures the old primary and closes its clients; until then it drains what
+    was published there."""
 
-    def _sentinel_managed_pool(self, asynchronous: bool = False) -> Any:
-        pool = super()._sentinel_managed_pool(asynchronous)  # type: ignore[no-untyped-call]
-        follow_primary(pool)
-        return pool
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._primary_watch = PrimaryWatch()
+        super().__init__(*args, **kwargs)
+
+    def _create_client(self, asynchronous: bool = False) -> Any:
+        client = super()._create_client(asynchronous)  # type: ignore[no-untyped-call]
+        if not asynchronous and self._primary_watch.take_turn():
+            follow_primary(client.connection_pool, self._primary_watch)
+        return client
 
 
 class SentinelTransport(kombu_redis.SentinelTransport):

@@ -1,6 +1,6 @@
 """A run's history in model form, made once per message instead of once per run.
 
-With its fast paths on, a worker keeps the last messages of the sessions it runs
+A worker keeps the last messages of the sessions it runs
 (`store.windows.TranscriptWindows`): a claim reads from Redis only the messages newer than
 the window it holds, and hands the run the window's entries (`Claim.entries`). Each entry
 keeps in its ``memo`` slot what the runtime derived from its message (`_Memo`): its model

@@ -113,18 +113,17 @@ class Store:
         cls,
         url: str,
         *,
-        fast_paths: bool = True,
         durability: Durability = NO_WAIT,
         slot_check: bool = False,
         **options: Any,
     ) -> Store:
-        """A store on a new client for ``url`` (`client.connect`, thread-held connections
-        with ``fast_paths``; ``options`` as for `Store`), its runs' history read
-        incrementally (`TranscriptWindows`); acknowledged writes waited for on replicas as
-        ``durability`` says; with ``slot_check`` a script or transaction whose keys span
-        hash slots is refused on any Redis (`client.CrossSlotError`)."""
+        """A store on a new client for ``url`` (`client.connect`; ``options`` as for
+        `Store`), its runs' history read incrementally (`TranscriptWindows`);
+        acknowledged writes waited for on replicas as ``durability`` says; with
+        ``slot_check`` a script or transaction whose keys span hash slots is refused on any
+        Redis (`client.CrossSlotError`)."""
         windows = TranscriptWindows()
-        client = connect(url, fast_paths=fast_paths, durability=durability, slot_check=slot_check)
+        client = connect(url, durability=durability, slot_check=slot_check)
         after_wait = durability.replicas > 0  # a run's end told once replicas have it
         return cls(client, windows=windows, publish_ends_after_wait=after_wait, **options)
 

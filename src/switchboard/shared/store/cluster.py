@@ -1,335 +1,358 @@
-"""The store on a Redis Cluster (``redis+cluster://``): where each slot's primary is, the
-connections to each node, and the thread that follows failovers.
+"""The store on a Redis Cluster (``redis+cluster://``, ``rediss+cluster://``): redis-py's
+`RedisCluster` (sync) and ``redis.asyncio`` `RedisCluster` (the api), with the store's
+rules on top.
 
-The store's keys may carry different hash tags, so they may be in any slot on any shard.
-Its cluster clients (`router`) send each command to the primary that owns its key's
-slot, on a store client of that node's own (one pool per node address, made on first
-use: `NodeClients`). This module holds what they share:
+redis-py keeps the slot map (read from the seed nodes the URL lists), sends each command
+to the primary that owns its key's slot, follows MOVED and ASK, and reads the map again
+when a node fails or answers that it moved on (a failover, a resharding); a command that
+failed that way is sent again on the new map, within its retries. The store's keys may
+carry different hash tags, so they may be in any slot on any shard. What is added here:
 
-- `ClusterMap`: which primary owns each of the 16384 slots, as the cluster says. It is
-  read by redis-py's cluster machinery (its `NodesManager`: ``CLUSTER SLOTS`` asked of
-  the seed nodes the URL lists, then of the nodes it learned) at the first command, so a
-  cluster down at start is a failed command like any other, not a failed start; and
-  read again once found stale, at most once per `REFRESH_EVERY_S`.
-- `NodeConnection`: a redis-py connection to one node. The server answering ``MOVED`` or
-  ``ASK`` (the slot moved), ``READONLY`` (the node was demoted) or ``CLUSTERDOWN`` (the
-  cluster is electing) means the map is stale: the connection marks it so, closes and
-  raises `NotRun` (a ``ConnectionError``: the store client raises `StoreUnavailable`). A
-  connect that fails marks the map stale and raises `NotRun` too. Either way the node ran
-  nothing of that command, so the router sends a single command once more when the map,
-  read again, names another owner for its slot (the first command after a failover
-  reaches the promoted primary instead of failing); otherwise callers retry their
-  idempotent steps, routed on the map read again.
-- `follow_cluster`: twice a second each primary the map knows is asked its ``ROLE`` (one
-  command per node; an idle client sends nothing else, and nothing before its first
-  command). When one is no longer a primary or does not answer, the map is read again;
-  and a node that no longer owns any slot has every connection of its pool cut (its
-  sockets shut down, as if the server had closed them), so nothing keeps writing to a
-  demoted node. The thread ends when the client closes.
+- every Redis failure is raised once, as `StoreUnavailable` (``NoScriptError`` and
+  ``WatchError`` pass through, as on one Redis: `client`);
+- a script's keys, and a transaction's, must be in one slot (`CrossSlotError`, before
+  anything is sent);
+- a pipeline's scripts go out as ``EVALSHA`` (redis-py's cluster pipeline queues it and
+  routes it by its first key); every connection to a node loads the store's scripts as
+  it connects (redis-py's ``redis_connect_func`` hook), so a promoted replica, which knows
+  none, has them before its first command; a script missing all the same (a ``SCRIPT
+  FLUSH``) fails its pipeline with `StoreUnavailable` and is loaded on every primary
+  (``SCRIPT LOAD`` goes to all of them);
+- with `Durability` on, an acknowledged write is followed by WAIT on the node it went to,
+  in the same pipeline: redis-py sends a node's commands on one connection, in order;
+- the sync client finds the cluster at its first command, not when made, so a cluster
+  down when a process starts fails commands (`StoreUnavailable`), not the start (redis-py's
+  async client does so by itself);
+- the api's async client waits for a free connection (`TURNS` commands under way at once)
+  instead of failing: redis-py's async cluster opens at most ``max_connections`` per node
+  and raises ``MaxConnectionsError`` past them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import logging
 import threading
-import time
-from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from collections.abc import AsyncIterator
+from typing import Any
 
 import redis
-import redis.asyncio as aioredis
-from redis.cluster import ClusterNode, NodesManager
-from redis.crc import REDIS_CLUSTER_HASH_SLOTS
-from redis.exceptions import AskError, ClusterDownError, ReadOnlyError, RedisClusterException
+import redis.asyncio.cluster as aiocluster
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.cluster import ClusterNode, ClusterPipeline, RedisCluster
+from redis.exceptions import NoScriptError, RedisClusterException
+from redis.retry import Retry
 
-from switchboard.shared.store.follow import Follower
-from switchboard.shared.store.slots import key_slot
+from switchboard.shared.errors import StoreUnavailable
+from switchboard.shared.store.durability import NO_WAIT, Durability, acknowledged_call
+from switchboard.shared.store.lua_scripts import all_sources, load_on
+from switchboard.shared.store.redis_errors import PASSED_THROUGH, unavailable
+from switchboard.shared.store.slots import (
+    check_one_slot,
+    check_script,
+    command_keys,
+)
 from switchboard.shared.store.urls import ClusterUrl
 
-log = logging.getLogger("switchboard.store")
-
-# How often each known primary is asked its ROLE (`follow_cluster`).
-ROLE_CHECK_S = 0.5
-# The least time between two reads of the cluster's map (a stale map is read again then).
-REFRESH_EVERY_S = 0.25
-# How long the cluster's nodes are given to answer where the slots are, and their ROLE.
-DISCOVERY_TIMEOUT_S = 2.0
-# Answers that mean the connection's node no longer serves the slot it was sent for.
-_MOVED_ON = (AskError, ReadOnlyError, ClusterDownError)  # AskError covers MovedError
-
-# A node's (host, port).
-Address = tuple[str, int]
-Client = TypeVar("Client")
+# Commands the api's async client has under way at once; more wait for one to end.
+TURNS = 512
+# How often a command that found its node down (or the cluster electing) is sent again, on
+# the map read again: within about a second, then the caller sees `StoreUnavailable`
+# (redis-py's default retries for several seconds; the store's steps retry themselves).
+RETRIES = 3
+RETRY_BACKOFF_CAP_S = 0.5
+# Errors of redis-py's cluster clients that become `StoreUnavailable` (RedisClusterException
+# is no RedisError: no node answers, a slot no node serves).
+_FAILURES = (redis.RedisError, RedisClusterException)
 
 
-class NotRun(redis.ConnectionError):
-    """The node ran nothing of the command: it could not be connected to, or it answered
-    that it does not serve the command's slot (see the module)."""
+class ClusterStoreRedis(RedisCluster):
+    """The store's sync client on a Redis Cluster (see the module)."""
 
+    durability: Durability = NO_WAIT
 
-class ClusterMap:
-    """Which primary owns each hash slot, as the cluster says (see the module)."""
+    def __init__(self, durability: Durability = NO_WAIT, **kwargs: Any) -> None:
+        # redis-py's constructor asks the seeds for the slot map: it runs at first use
+        # (`start`). Scripts take their SHA on the encoder before that.
+        self.durability = durability
+        self.started = False
+        self._cluster_kwargs = kwargs
+        self._starting = threading.Lock()
+        self._starter: int | None = None  # the thread running the constructor
+        self.encoder = redis.ConnectionPool(**_encoding(kwargs)).get_encoder()
 
-    def __init__(self, parsed: ClusterUrl, *, refresh_every_s: float = REFRESH_EVERY_S) -> None:
-        self.parsed = parsed
-        self.refresh_every_s = refresh_every_s
-        self._lock = threading.Lock()
-        self._manager: NodesManager | None = None
-        self._owners: list[Address | None] | None = None  # by slot; None until first read
-        self._primaries: tuple[Address, ...] = ()
-        self._stale = False
-        self._read_at = float("-inf")  # when the last read ended
-        self._failure = ""  # why the last read failed
+    def __repr__(self) -> str:
+        seeds = [f"{n.host}:{n.port}" for n in self._cluster_kwargs.get("startup_nodes", [])]
+        return f"<{type(self).__name__} seeds={seeds}>"
 
-    @property
-    def needs_reading(self) -> bool:
-        """Whether the map was never read or was found stale (`ensure_read` reads it)."""
-        return self._owners is None or self._stale
-
-    def stale(self) -> None:
-        """Note that a node answered as if the map were stale: the next use reads it again."""
-        self._stale = True
-
-    def ensure_read(self) -> None:
-        """Read the map when never read (``ConnectionError`` when no node answers, or
-        when that was the answer within `refresh_every_s`) or stale (unless read within
-        `refresh_every_s` or being read by another thread; a failure keeps the map as it
-        was, still stale)."""
-        if self._owners is None:
-            self._read(wait=True)
-        elif self._stale:
-            with contextlib.suppress(redis.ConnectionError):
-                self._read(wait=False)
-
-    def read_since(self, began: float) -> None:
-        """Read the map unless it was read (or tried) after ``began`` (a
-        ``time.monotonic()``): what a command that failed since ``began`` is routed on
-        again. Waits for a read another thread is making; a failure keeps the map."""
-        if self._read_at > began:
-            return
-        with contextlib.suppress(redis.ConnectionError), self._lock:
-            if self._read_at <= began:
-                self._read_locked()
-
-    def owner(self, key: Any) -> Address:
-        """The (host, port) of the primary that owns ``key``'s slot, as last read."""
-        owners = self._owners
-        address = owners[key_slot(key)] if owners is not None else None
-        if address is None:
-            raise redis.ConnectionError(f"no primary of the cluster serves the slot of {key!r}")
-        return address
-
-    def primaries(self) -> tuple[Address, ...]:
-        """Every primary that owns a slot (in slot order), as last read; none before."""
-        return self._primaries
-
-    def default(self) -> Address:
-        """The primary keyless commands go to: the owner of the first slot."""
-        if not self._primaries:
-            raise redis.ConnectionError("no primary of the cluster is known")
-        return self._primaries[0]
-
-    def role(self, address: Address) -> str:
-        """What the node at ``address`` says it is (``master``, ``slave``), asked on the
-        discovery client of the node (no retry: a dead node fails at once)."""
-        manager = self._manager
-        node = manager.get_node(host=address[0], port=address[1]) if manager else None
-        if node is None or node.redis_connection is None:
-            raise redis.ConnectionError(f"{address[0]}:{address[1]} is not in the cluster's map")
-        reply: Any = node.redis_connection.execute_command("ROLE")
-        role = reply[0]
-        return role.decode() if isinstance(role, bytes) else str(role)
-
-    def close(self) -> None:
-        """Close the discovery clients' connections."""
-        with self._lock:
-            if self._manager is not None:
-                self._manager.close()
-                self._manager = None
-
-    def _read(self, *, wait: bool) -> None:
-        if not self._lock.acquire(blocking=wait):
-            return  # another thread reads it now
-        try:
-            if time.monotonic() - self._read_at < self.refresh_every_s:
-                if self._owners is None:  # the first read failed a moment ago
-                    raise redis.ConnectionError(self._failure)
+    def start(self) -> None:
+        """Find the cluster (redis-py's constructor) unless found; `StoreUnavailable`
+        when no node answers."""
+        if self.started or self._starter == threading.get_ident():
+            return  # found, or being found by this thread (the constructor's own commands)
+        with self._starting:
+            if self.started:
                 return
-            self._read_locked()
-        finally:
-            self._lock.release()
+            self._starter = threading.get_ident()
+            try:
+                super().__init__(**self._cluster_kwargs)
+            except _FAILURES as exc:
+                raise unavailable(exc) from exc
+            finally:
+                self._starter = None
+            self.started = True
 
-    def _read_locked(self) -> None:
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        """Run one command on the node(s) redis-py routes it to (see the module)."""
+        self.start()
+        check_script(args)
+        if self.durability.acknowledged(args):
+            return acknowledged_call(self, args, kwargs)
         try:
-            if self._manager is None:
-                self._manager = self._connect()
-            else:
-                self._manager.initialize()
-        except (redis.RedisError, RedisClusterException) as exc:
-            self._failure = f"no node of the cluster says where the slots are: {exc}"
-            raise redis.ConnectionError(self._failure) from exc
-        finally:
-            self._read_at = time.monotonic()
-        self._take(self._manager.slots_cache)
+            return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
+        except PASSED_THROUGH:
+            raise
+        except _FAILURES as exc:
+            raise unavailable(exc) from exc
 
-    def _take(self, slots: dict[int, list[ClusterNode]]) -> None:
-        owners: list[Address | None] = [None] * REDIS_CLUSTER_HASH_SLOTS
-        for slot, nodes in slots.items():
-            if nodes:
-                owners[slot] = (str(nodes[0].host), int(nodes[0].port))
-        self._owners = owners
-        self._primaries = tuple(dict.fromkeys(a for a in owners if a is not None))
-        self._stale = False
-
-    def _connect(self) -> NodesManager:
-        seeds = [ClusterNode(host, port) for host, port in self.parsed.nodes]  # type: ignore[no-untyped-call]
-        return NodesManager(
-            seeds,
-            require_full_coverage=False,
-            socket_timeout=DISCOVERY_TIMEOUT_S,
-            socket_connect_timeout=DISCOVERY_TIMEOUT_S,
-            **self.parsed.client_kwargs(),
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterStorePipeline:
+        """A pipeline with the store's rules (a transaction: keys of one slot)."""
+        self.start()
+        return ClusterStorePipeline(
+            self,
+            nodes_manager=self.nodes_manager,
+            commands_parser=self.commands_parser,
+            startup_nodes=self.nodes_manager.startup_nodes,
+            result_callbacks=self.result_callbacks,
+            cluster_response_callbacks=self.cluster_response_callbacks,
+            reinitialize_steps=self.reinitialize_steps,
+            retry=self.retry,
+            transaction=transaction,
         )
 
+    def pubsub(self, node: Any = None, host: Any = None, port: Any = None, **kwargs: Any) -> Any:
+        """redis-py's cluster subscription (the cluster found first)."""
+        self.start()
+        return super().pubsub(node, host, port, **kwargs)
 
-class NodeConnection(redis.Connection):
-    """A redis-py connection to one node of the cluster (see the module)."""
+    def node_client(self, key: Any | None) -> redis.Redis:
+        """redis-py's client of the primary that owns ``key``'s slot (the default node's
+        for None)."""
+        self.start()
+        if key is None:
+            return self.get_redis_connection(self.get_default_node())  # type: ignore[no-untyped-call]
+        return self.get_redis_connection(self.get_node_from_key(key))  # type: ignore[no-untyped-call]
 
-    def __init__(self, *, cluster_map: ClusterMap, **kwargs: Any) -> None:
-        self.cluster_map = cluster_map
-        super().__init__(**kwargs)  # type: ignore[no-untyped-call]
+    def load_store_scripts(self) -> None:
+        """Load every store script on every primary; a failure is left to the next
+        command to meet."""
+        with contextlib.suppress(StoreUnavailable):
+            for source in all_sources():
+                self.script_load(source)
 
-    def connect(self) -> None:
-        """Connect (and greet) the node; a failure marks the map stale, `NotRun`."""
+    def close(self) -> None:
+        """Close every node's connections (nothing before the cluster was found)."""
+        if self.started:
+            super().close()
+
+
+class ClusterStorePipeline(ClusterPipeline):
+    """A `ClusterStoreRedis` pipeline: redis-py's, with the store's rules (see the module)."""
+
+    # A shortfall raises `NotReplicated` (set for a single refused write).
+    refuse_short = False
+
+    def __init__(self, store: ClusterStoreRedis, *, transaction: Any, **kwargs: Any) -> None:
+        super().__init__(transaction=transaction, **kwargs)
+        self.store = store
+        self.transactional = bool(transaction)
+        self._keys: list[Any] = []  # a transaction's
+        self._acknowledged: list[Any] = []  # the first key of each acknowledged write
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        """Queue a command (a script's keys checked, an acknowledged write noted)."""
+        check_script(args)
+        if self.transactional:
+            self._keys.extend(command_keys(args))
+        elif self.store.durability.acknowledged(args):
+            self._acknowledged.append(command_keys(args)[0])
+        return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        """Send the queued commands (and WAIT); a Redis error is `StoreUnavailable`."""
+        keys, acknowledged = self._keys, self._acknowledged
+        self._keys, self._acknowledged = [], []
         try:
-            super().connect()  # type: ignore[no-untyped-call]
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            self.cluster_map.stale()
-            raise NotRun(f"{self.host}:{self.port} could not be connected to: {exc}") from exc
-
-    def read_response(self, *args: Any, **kwargs: Any) -> Any:
-        """The server's answer; one that says the map is stale closes the connection and
-        raises ``ConnectionError`` (see the module)."""
+            check_one_slot("transaction", keys)
+        except BaseException:
+            self.reset()  # type: ignore[no-untyped-call]
+            raise
+        waits = self._queue_waits(acknowledged)
         try:
-            return super().read_response(*args, **kwargs)
-        except _MOVED_ON as exc:
-            self.cluster_map.stale()
-            self.disconnect()  # type: ignore[no-untyped-call]
-            raise NotRun(f"{self.host}:{self.port} {_moved(exc)}") from exc
+            replies: list[Any] = super().execute(raise_on_error and not waits)
+            if waits:
+                for reply in replies[-waits:]:
+                    self.store.durability.confirmed(_fewest(reply), refuse=self.refuse_short)
+                del replies[-waits:]
+                if raise_on_error:  # a command that failed: its error, as redis-py raises it
+                    for reply in replies:
+                        if isinstance(reply, Exception):
+                            raise reply
+            if any(isinstance(reply, NoScriptError) for reply in replies):
+                self.store.load_store_scripts()
+            return replies
+        except NoScriptError as exc:
+            self.store.load_store_scripts()
+            raise unavailable(exc) from exc
+        except PASSED_THROUGH:
+            raise
+        except _FAILURES as exc:
+            raise unavailable(exc) from exc
+        finally:
+            self.refuse_short = False
 
-
-class AsyncNodeConnection(aioredis.Connection):
-    """`NodeConnection` for the api's event loop."""
-
-    def __init__(self, *, cluster_map: ClusterMap, **kwargs: Any) -> None:
-        self.cluster_map = cluster_map
-        super().__init__(**kwargs)
-
-    async def connect(self) -> None:
-        """As `NodeConnection.connect`."""
+    def _queue_waits(self, keys: list[Any]) -> int:
+        """Queue WAIT on each node the acknowledged writes (``keys``) go to; how many."""
+        if not keys:
+            return 0
         try:
-            await super().connect()  # type: ignore[no-untyped-call]
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            self.cluster_map.stale()
-            raise NotRun(f"{self.host}:{self.port} could not be connected to: {exc}") from exc
+            found = [self.store.get_node_from_key(k) for k in keys]  # type: ignore[no-untyped-call]
+        except _FAILURES as exc:
+            self.reset()  # type: ignore[no-untyped-call]
+            raise unavailable(exc) from exc
+        nodes = {node.name: node for node in found}
+        for node in nodes.values():
+            wait = self.store.durability.wait_args()
+            super().execute_command(*wait, target_nodes=node)  # type: ignore[no-untyped-call]
+        return len(nodes)
 
-    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
-        """As `NodeConnection.read_response`."""
+
+def _fewest(reply: Any) -> Any:
+    """WAIT's reply, or the fewest replicas of several nodes' replies."""
+    return min(reply.values()) if isinstance(reply, dict) else reply
+
+
+def _encoding(options: dict[str, Any]) -> dict[str, Any]:
+    names = ("encoding", "encoding_errors", "decode_responses")
+    return {name: options[name] for name in names if name in options}
+
+
+def _cluster_kwargs(parsed: ClusterUrl, options: dict[str, Any]) -> dict[str, Any]:
+    """What redis-py's cluster clients are made with: the URL's seeds, credentials and TLS
+    options, a map that may lack slots (mid-failover), and ``options``."""
+    return {"require_full_coverage": False, **parsed.client_kwargs(), **options}
+
+
+def _backoff() -> ExponentialWithJitterBackoff:
+    return ExponentialWithJitterBackoff(base=0.01, cap=RETRY_BACKOFF_CAP_S)
+
+
+def cluster_client(
+    parsed: ClusterUrl, options: dict[str, Any], *, durability: Durability = NO_WAIT
+) -> ClusterStoreRedis:
+    """The store's sync client on the cluster ``parsed`` names: each node on a blocking
+    pool made with ``options`` when they name a wait (``timeout``)."""
+    seeds = [ClusterNode(host, port) for host, port in parsed.nodes]  # type: ignore[no-untyped-call]
+    if "timeout" in options:
+        options = {**options, "connection_pool_class": redis.BlockingConnectionPool}
+    kwargs = {**_cluster_kwargs(parsed, options), "redis_connect_func": load_on}
+    retry = Retry(_backoff(), RETRIES)
+    return ClusterStoreRedis(durability, startup_nodes=seeds, retry=retry, **kwargs)
+
+
+class AsyncClusterStoreRedis(aiocluster.RedisCluster):
+    """The api's async store client on a Redis Cluster (see the module)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_connections=2 * TURNS, **kwargs)
+        self._turns: asyncio.Semaphore | None = None
+        self._turns_loop: asyncio.AbstractEventLoop | None = None
+        self._holding: set[asyncio.Task[Any]] = set()
+
+    @contextlib.asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        """Hold one of `TURNS` (a task that holds one already takes no other)."""
+        task = asyncio.current_task()
+        if task is None or task in self._holding:
+            yield
+            return
+        loop = asyncio.get_running_loop()
+        if self._turns is None or self._turns_loop is not loop:
+            self._turns, self._turns_loop = asyncio.Semaphore(TURNS), loop
+        async with self._turns:
+            self._holding.add(task)
+            try:
+                yield
+            finally:
+                self._holding.discard(task)
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        """Run one command (see the module); a Redis error is `StoreUnavailable`."""
+        check_script(args)
+        async with self.turn():
+            try:
+                return await super().execute_command(*args, **kwargs)
+            except PASSED_THROUGH:
+                raise
+            except _FAILURES as exc:
+                raise unavailable(exc) from exc
+
+    def pipeline(
+        self, transaction: Any = None, shard_hint: Any = None
+    ) -> AsyncClusterStorePipeline:
+        """A pipeline whose errors are `StoreUnavailable` (a transaction: keys of one slot)."""
+        return AsyncClusterStorePipeline(self, transaction)  # type: ignore[abstract]
+
+
+class AsyncClusterStorePipeline(aiocluster.ClusterPipeline):
+    """`ClusterStorePipeline`'s error and slot rules for the api's event loop."""
+
+    def __init__(self, client: AsyncClusterStoreRedis, transaction: Any = None) -> None:
+        super().__init__(client, transaction)
+        self.store = client
+        self.transactional = bool(transaction)
+        self._keys: list[Any] = []
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        """Queue a command (a script's keys checked)."""
+        check_script(args)
+        if self.transactional:
+            self._keys.extend(command_keys(args))
+        return super().execute_command(*args, **kwargs)
+
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> Any:
+        """Send the queued commands; a Redis error is raised as `StoreUnavailable`."""
+        keys, self._keys = self._keys, []
         try:
-            return await super().read_response(*args, **kwargs)
-        except _MOVED_ON as exc:
-            self.cluster_map.stale()
-            await self.disconnect()
-            raise NotRun(f"{self.host}:{self.port} {_moved(exc)}") from exc
+            check_one_slot("transaction", keys)
+        except BaseException:
+            await self.reset()  # type: ignore[no-untyped-call]
+            raise
+        async with self.store.turn():
+            try:
+                return await super().execute(raise_on_error, allow_redirections)
+            except PASSED_THROUGH:
+                raise
+            except _FAILURES as exc:
+                raise unavailable(exc) from exc
 
 
-class SSLNodeConnection(NodeConnection, redis.SSLConnection):
-    """`NodeConnection` over TLS (``rediss+cluster://``)."""
+def async_cluster_client(parsed: ClusterUrl, options: dict[str, Any]) -> AsyncClusterStoreRedis:
+    """The api's async client on the cluster ``parsed`` names, made with ``options``."""
+    seeds = [aiocluster.ClusterNode(host, port) for host, port in parsed.nodes]
+    options = {k: v for k, v in options.items() if k not in ("timeout", "max_connections")}
+    retry = AsyncRetry(_backoff(), RETRIES)
+    kwargs = _cluster_kwargs(parsed, options)
+    return AsyncClusterStoreRedis(startup_nodes=seeds, retry=retry, **kwargs)
 
 
-class AsyncSSLNodeConnection(AsyncNodeConnection, aioredis.SSLConnection):
-    """`AsyncNodeConnection` over TLS (``rediss+cluster://``)."""
-
-
-def _moved(exc: Exception) -> str:
-    return f"no longer serves the slot the command was sent for ({type(exc).__name__}: {exc})"
-
-
-class NodeClients(Generic[Client]):
-    """A store client per primary, made on first use by ``make(host, port)`` (one pool per
-    node address), found by key through the cluster's map."""
-
-    def __init__(self, cluster_map: ClusterMap, make: Callable[[str, int], Client]) -> None:
-        self.map = cluster_map
-        self._make = make
-        self._lock = threading.Lock()
-        self._clients: dict[Address, Client] = {}
-
-    def for_key(self, key: Any | None) -> Client:
-        """The client of the primary that owns ``key``'s slot, or of the default primary
-        for None (the map as last read: `ClusterMap.ensure_read` first)."""
-        return self.at(self.map.default() if key is None else self.map.owner(key))
-
-    def primaries(self) -> list[Client]:
-        """A client for every primary the map knows."""
-        return [self.at(address) for address in self.map.primaries()]
-
-    def at(self, address: Address) -> Client:
-        """The client of the node at ``address`` (made now if it is the first use)."""
-        client = self._clients.get(address)
-        if client is None:
-            with self._lock:
-                client = self._clients.get(address)
-                if client is None:
-                    client = self._clients[address] = self._make(*address)
-        return client
-
-    def made(self) -> dict[Address, Client]:
-        """Every client made so far, by node address."""
-        with self._lock:
-            return dict(self._clients)
-
-
-def follow_cluster(
-    nodes: NodeClients[Any], cut: Callable[[Any], None], every_s: float = ROLE_CHECK_S
-) -> Follower:
-    """Check the primaries of ``nodes``' map every ``every_s`` (a `Follower`, which the
-    router owning them stops when closed): read the map again when one is no longer a
-    primary or does not answer, and ``cut(pool)`` the connections of every node that no
-    longer owns a slot. The map's discovery clients are closed when it ends."""
-    check = _PrimariesCheck(cut)
-    return Follower(nodes, check, every_s=every_s, name="cluster-primaries", on_end=nodes.map.close)
-
-
-class _PrimariesCheck:
-    """One check of `follow_cluster`: every known primary's ROLE, then the connections
-    of each node client whose node owns no slot now are cut (every check, so a node
-    demoted before the first check is cut too; a pool with none left is cut of nothing)."""
-
-    def __init__(self, cut: Callable[[Any], None]) -> None:
-        self.cut = cut
-        self.demoted: frozenset[Address] = frozenset()  # logged already
-
-    def __call__(self, nodes: NodeClients[Any]) -> None:
-        cluster_map = nodes.map
-        if not all(_is_primary(cluster_map, a) for a in cluster_map.primaries()):
-            cluster_map.stale()
-            cluster_map.ensure_read()
-        owning = frozenset(cluster_map.primaries())
-        demoted = frozenset(address for address in nodes.made() if address not in owning)
-        for address in demoted - self.demoted:
-            log.warning(
-                "Redis Cluster node %s:%s no longer owns a slot; cutting its connections",
-                *address,
-            )
-        for address in demoted:
-            self.cut(nodes.at(address).connection_pool)
-        self.demoted = demoted
-
-
-def _is_primary(cluster_map: ClusterMap, address: Address) -> bool:
+def info_of_primaries(client: redis.Redis, section: str) -> list[dict[str, Any]]:
+    """``INFO section`` of every primary behind ``client`` (one Redis: its own)."""
+    if not isinstance(client, ClusterStoreRedis):
+        return [client.info(section)]
+    client.start()
     try:
-        return cluster_map.role(address) == "master"
-    except redis.RedisError:
-        return False
+        return [client.get_redis_connection(n).info(section) for n in client.get_primaries()]
+    except _FAILURES as exc:
+        raise unavailable(exc) from exc

@@ -30,8 +30,11 @@ import threading
 import time
 from typing import Any
 
+from redis.exceptions import NoScriptError
+
 from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.store.lua_scripts import load as load_lua
+from switchboard.shared.store.redis_errors import unavailable
 
 log = logging.getLogger("switchboard.store")
 
@@ -122,6 +125,21 @@ class Durability:
                 self.timeout_ms,
                 shown,
             )
+
+
+def acknowledged_call(client: Any, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+    """Run the acknowledged write ``args`` on the store client ``client`` with WAIT after
+    it, in one round trip (a non-transactional pipeline); a shortfall of an accept is
+    refused (`NotReplicated`)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.refuse_short = client.durability.refuses(args)
+    pipe.execute_command(*args, **options)
+    reply = pipe.execute(raise_on_error=False)[0]
+    if isinstance(reply, NoScriptError):
+        raise reply  # redis-py's `Script` loads it and runs it again
+    if isinstance(reply, Exception):
+        raise unavailable(reply) from reply
+    return reply
 
 
 # The store's clients unless told otherwise: no WAIT.

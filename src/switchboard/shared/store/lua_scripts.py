@@ -24,6 +24,7 @@ right ones (recent_entries.lua says how); no script builds a key.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -146,6 +147,29 @@ def load(name: str) -> LuaSource:
     keys, args = _header(name, text)
     source = "\n".join(_expand(text, seen=set())) + "\n"
     return LuaSource(name=name, source=source, keys=keys, args=args)
+
+
+@cache
+def all_sources() -> tuple[str, ...]:
+    """Every store script's source, as registered (the same SHA): what a client loads
+    on a server that lacks them."""
+    return tuple(load(name).source for name in script_names())
+
+
+@cache
+def all_shas() -> frozenset[str]:
+    """The SHA1 of every store script (as `Script` takes it)."""
+    return frozenset(hashlib.sha1(source.encode()).hexdigest() for source in all_sources())
+
+
+def load_on(conn: Any) -> None:
+    """Load every store script on the server of the redis-py connection ``conn``, just
+    connected (pipelined: one round trip)."""
+    sources = all_sources()
+    for source in sources:
+        conn.send_command("SCRIPT", "LOAD", source)
+    for _ in sources:
+        conn.read_response()
 
 
 def script_names() -> list[str]:

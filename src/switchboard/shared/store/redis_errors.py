@@ -1,5 +1,5 @@
 """How a redis-py error becomes the store's: one rule for every store client (`client`,
-`router`).
+`cluster`).
 
 Any ``RedisError`` is raised again as `StoreUnavailable` (``from`` it), but for the two
 redis-py's own helpers act on (`PASSED_THROUGH`): ``NoScriptError`` (`Script` loads the

@@ -1,9 +1,8 @@
 """Which keys a Redis command names, and in which hash slot they are.
 
 Read by the slot check (`check_one_slot`: a script or transaction must name keys of one
-slot, as a Redis Cluster demands) and by the cluster router (`routing_key`: the key whose
-slot's primary a command is sent to). A key's slot is Redis Cluster's: CRC16 of the key,
-or of its ``{hash tag}``, modulo 16384 (`key_slot`).
+slot, as a Redis Cluster demands). A key's slot is Redis Cluster's: CRC16 of the key, or
+of its ``{hash tag}``, modulo 16384 (`key_slot`).
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from redis.crc import key_slot as _crc_slot
 class CrossSlotError(RuntimeError):
     """A script or transaction named keys of more than one hash slot: a bug in the store
     (a Redis Cluster refuses it with CROSSSLOT), found on any Redis with the slot check on
-    (``SWITCHBOARD_SLOT_CHECK``) and always by the cluster router's transactions. Not a
+    (``SWITCHBOARD_SLOT_CHECK``) and always by the cluster client. Not a
     `StoreUnavailable`: nothing retries it."""
 
 
@@ -24,16 +23,6 @@ class CrossSlotError(RuntimeError):
 # its first argument, and a script's keys are counted by its third.
 _ALL_KEYS = frozenset({"DEL", "UNLINK", "EXISTS", "TOUCH"})
 SCRIPT_COMMANDS = frozenset({"EVALSHA", "EVAL"})
-# Stream reads name their streams after the word STREAMS.
-_STREAM_READS = frozenset({"XREAD", "XREADGROUP"})
-# Commands that name no key although they take arguments: the router sends them to a
-# primary of its choosing.
-_KEYLESS = frozenset(
-    {
-        *("CLIENT", "CLUSTER", "COMMAND", "CONFIG", "DBSIZE", "ECHO", "FLUSHALL", "FLUSHDB"),
-        *("KEYS", "RANDOMKEY", "ROLE", "SCAN", "TIME"),
-    }
-)
 
 
 def key_slot(key: Any) -> int:
@@ -66,19 +55,10 @@ def check_one_slot(what: str, keys: Any) -> None:
         raise CrossSlotError(f"{what} spans {len(by_slot)} hash slots: {shown}")
 
 
-def routing_key(args: tuple[Any, ...]) -> Any | None:
-    """The key whose slot a command goes to on a cluster: a script's first key, a stream
-    read's first stream, else the first key `command_keys` reads; None for a command that
-    names none (PING, INFO, PUBLISH, WAIT, SCRIPT, SCAN, …)."""
-    name = str(args[0]).upper()
-    if name in _STREAM_READS:
-        words = [_text(arg).upper() for arg in args]
-        at = words.index("STREAMS") + 1 if "STREAMS" in words else len(args)
-        return args[at] if at < len(args) else None
-    if name in _KEYLESS:
-        return None
-    keys = command_keys(args)
-    return keys[0] if keys else None
+def check_script(args: tuple[Any, ...]) -> None:
+    """Raise `CrossSlotError` when the command ``args`` is a script whose keys span slots."""
+    if str(args[0]).upper() in SCRIPT_COMMANDS:
+        check_one_slot(f"script {args[1]}", command_keys(args))
 
 
 def _text(value: Any) -> str:

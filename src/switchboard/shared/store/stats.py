@@ -19,8 +19,8 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import ResponseError
 
+from switchboard.shared.store.cluster import info_of_primaries
 from switchboard.shared.store.keyspace import Keyspace
-from switchboard.shared.store.router import primary_clients
 from switchboard.shared.store.run_records import TERMINAL
 
 # The hash where kombu's Redis transport keeps messages delivered but not yet acked.
@@ -62,7 +62,7 @@ class CommandCalls:
 
 class ServerStats:
     """The Redis servers' own counters (``INFO``): the one server's, or on a cluster every
-    primary's (`router.primary_clients`)."""
+    primary's (`cluster.info_of_primaries`)."""
 
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
@@ -98,7 +98,7 @@ class ServerStats:
 
     def _infos(self, section: str) -> list[dict[str, Any]]:
         """``INFO section`` of every primary."""
-        return [client.info(section) for client in primary_clients(self.redis)]
+        return info_of_primaries(self.redis, section)
 
 
 class ProgressReads:

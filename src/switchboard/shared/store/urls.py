@@ -12,8 +12,9 @@
   to the primary, with the TLS options of ``rediss+cluster://`` below.
 - ``redis+cluster://[[user]:password@]host[:port][,host[:port]…]``: a Redis Cluster,
   found through the nodes listed (seeds: any of its nodes, port 6379 unless given). The
-  store's clients send each command to the primary that owns its key's slot
-  (``store/router.py``); a cluster has database 0 only, so the URL takes no ``/db``.
+  store's clients (redis-py's `RedisCluster`, ``store/cluster.py``) send each command to
+  the primary that owns its key's slot; a cluster has database 0 only, so the URL takes
+  no ``/db``.
 - ``rediss+cluster://…[?ssl_ca_certs=PATH&…]``: the same over TLS (as managed clusters
   offer it), with redis-py's ``ssl_*`` connection options as query parameters
   (`TLS_OPTIONS`): the CA to trust, a client certificate and key, ``ssl_cert_reqs``
