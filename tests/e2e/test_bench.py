@@ -55,7 +55,6 @@ def test_quick_suite_writes_every_scenario(quick_run: tuple[Path, str]) -> None:
         doc = _figures(out, name)
         assert doc["scenario"] == name
         assert doc["quick"] is True
-        assert doc["fastPaths"] is True
         assert isinstance(doc["pass"], bool)
         assert doc["target"]
         assert doc["checks"] and all(doc["checks"].values()), (name, doc["checks"])

@@ -40,6 +40,7 @@ def make_venv(tmp_path: Path, **env: str) -> tuple[str, list[str]]:
     """Run `make venv` in a project holding the real Makefile; (output, recorded calls)."""
     shutil.copy(MAKEFILE, tmp_path / "Makefile")
     (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "constraints.txt").write_text("")
     python = tmp_path / ".venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
     python.write_text(FAKE_PYTHON)
@@ -67,7 +68,7 @@ def test_uv_installs_the_package_from_pips_indexes(tmp_path: Path) -> None:
         "uv pip install --python .venv/bin/python --index-strategy unsafe-best-match"
         " --compile-bytecode --index-url https://mirror.test/simple"
         " --extra-index-url file:///opt/a/simple --extra-index-url file:///opt/b/simple"
-        " --find-links /from/env -e .[dev]"
+        " --find-links /from/env -c constraints.txt -e .[dev]"
     )
     assert calls[-1] == "python -m compileall -q -j 0 src"
     assert not any("-e .[dev]" in call for call in calls if call.startswith("python"))
@@ -78,7 +79,7 @@ def test_plain_pip_installs_when_uv_cannot_be_installed(tmp_path: Path) -> None:
     """No uv from the index: the recipe says so and installs with pip, still succeeding."""
     out, calls = make_venv(tmp_path, NO_UV="1")
     assert calls[-2:] == [
-        "python -m pip install --progress-bar off -e .[dev]",  # pip compiles as it installs
+        "python -m pip install --progress-bar off -c constraints.txt -e .[dev]",  # compiles too
         "python -m compileall -q -j 0 src",
     ]
     assert not any(call.startswith("uv ") for call in calls)

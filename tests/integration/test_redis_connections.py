@@ -9,15 +9,12 @@ import threading
 import pytest
 import redis
 import redis.utils
-from kombu import Connection
 
 from switchboard.api.auth import AuthGate
 from switchboard.shared.store.client import connect
 from switchboard.shared.store.keyspace import Keyspace
 
 pytestmark = pytest.mark.integration
-
-TRANSPORT = "switchboard.workers.transport:Transport"
 
 
 @pytest.fixture
@@ -52,19 +49,6 @@ def test_the_store_pool_opens_many_connections_without_metadata_reads(
         for conn in conns:
             pool.release(conn)
         client.close()
-    assert no_metadata_reads == []
-
-
-def test_the_broker_channel_connects_without_metadata_reads(
-    redis_url: str, no_metadata_reads: list[str]
-) -> None:
-    """The worker's broker connection (the product's kombu transport) too."""
-    with Connection(redis_url, transport=TRANSPORT) as broker:
-        with broker.SimpleQueue("test-redis-connections") as queue:
-            queue.put({"n": 1})
-            message = queue.get(timeout=5)
-            message.ack()
-        assert message.payload == {"n": 1}
     assert no_metadata_reads == []
 
 
