@@ -23,6 +23,10 @@ from switchboard.shared.store.runs import LinkAdvance, LinkRecord, now_ms
 
 # The announce outcome counted for an announce status ("delivering": handed to delivery).
 _ANNOUNCE_OUTCOMES = {"delivering": "delivered"}
+# A session's flows index drops its members past the keep time on the writes of flows
+# whose (random) id ends so, one in 16: an index holds about 16 more expired ids than it
+# would trimmed on every write (readers skip them), for two commands fewer per send.
+_TRIM_ON = "0"
 
 
 @dataclass(frozen=True)
@@ -131,7 +135,7 @@ def new_flow(
         indexes=tuple(svc.store.ks.session_flows(str(key)) for key in sessions),
         member=flow_id,
         score=now,
-        trim_to=now - keep_s * 1000,
+        trim_to=now - keep_s * 1000 if flow_id.endswith(_TRIM_ON) else 0,
     )
 
 

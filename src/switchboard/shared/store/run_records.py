@@ -198,7 +198,8 @@ class LinkRecord:
     """A record created in the step that records the run linking to it (a record and its
     first run: one round trip, not two). ``fields`` are text values; the hash is kept
     ``ttl_s``; ``member`` is added at ``score`` to each of ``indexes`` (sorted sets kept
-    ``ttl_s`` too), whose members scored at or below ``trim_to`` are dropped."""
+    ``ttl_s`` too), whose members scored at or below ``trim_to`` are dropped (0: none
+    this time)."""
 
     fields: Mapping[str, str]
     ttl_s: int

@@ -396,7 +396,8 @@ class RunStore:
         """Queue the record's member on ``indexes``, trimmed and kept as the record."""
         for index in indexes:
             pipe.zadd(index, {rec.member: rec.score})
-            pipe.zremrangebyscore(index, "-inf", rec.trim_to)
+            if rec.trim_to:
+                pipe.zremrangebyscore(index, "-inf", rec.trim_to)
             pipe.expire(index, rec.ttl_s)
 
     def name_link(self, link: tuple[str, str], run_id: str) -> None:

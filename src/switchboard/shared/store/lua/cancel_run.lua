@@ -41,11 +41,14 @@ if redis.call('GET', KEYS[2]) == run_id then
   nxt = lane_handoff(KEYS[2], KEYS[3], KEYS[4], session_key, ARGV[5])
   redis.call('HSET', KEYS[7], 'status', 'cancelled', 'abortedLastRun', '1')
 end
-local waiters = redis.call('SMEMBERS', KEYS[8])
-redis.call('EXPIRE', KEYS[8], ARGV[4])
 local flat = redis.call('HGETALL', run)
 local fields = {}
 for i = 1, #flat, 2 do fields[flat[i]] = flat[i + 1] end
+local waiters = {}
+if fields['waited'] then  -- only a run stamped `waited` has waiters (park_run.lua)
+  waiters = redis.call('SMEMBERS', KEYS[8])
+  redis.call('EXPIRE', KEYS[8], ARGV[4])
+end
 if fields['watch'] == '1' then
   redis.call('PUBLISH', ARGV[6], cjson.encode({runId = run_id, run = fields}))
 end
