@@ -75,7 +75,7 @@ def test_run_ends_answers_only_terminal_runs(redis_client: redis.Redis) -> None:
     assert store.progress.run_ends(["r1", "r2", "r3"]) == {"r1": ("ok", 55)}
 
 
-def test_backlog_counts_queued_unacked_active_and_parked_work(redis_client: redis.Redis) -> None:
+def test_backlog_counts_queued_unacked_and_parked_work(redis_client: redis.Redis) -> None:
     """backlog is 0 on an idle database and counts every kind of pending work, the held
     lanes and pending steps too (what a worker holds with no copy in the broker); its
     command count matches what INFO commandstats sees."""
@@ -83,12 +83,11 @@ def test_backlog_counts_queued_unacked_active_and_parked_work(redis_client: redi
     assert store.progress.backlog(["q1", "q2"]) == 0
     redis_client.rpush("q1", "m1", "m2")
     redis_client.hset("unacked", "tag", "m")
-    redis_client.zadd(store.ks.home.active_runs, {"r1": 1})
     redis_client.zadd(store.ks.home.parked_runs, {"r2": 1})
     redis_client.zadd(store.ks.home.lane_leases, {"agent:main:s": 1})
     redis_client.zadd(store.ks.home.pending_steps, {'["step", "f1"]': 1})
     before = store.stats.command_calls()
-    assert store.progress.backlog(["q1", "q2"]) == 7
+    assert store.progress.backlog(["q1", "q2"]) == 6
     sent = store.stats.command_calls().since(before)
     assert sent == store.progress.backlog_commands(["q1", "q2"])
     assert store.progress.parked_runs() == 1

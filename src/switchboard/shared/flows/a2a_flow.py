@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from switchboard.shared import metrics
 from switchboard.shared.delivery import Target, get_delivery
 from switchboard.shared.flows.steps import read_hash
 from switchboard.shared.services import Services
@@ -178,13 +177,12 @@ def advance(
 ) -> bool:
     """Write ``fields`` if the flow is still at the status (and turn) ``flow`` shows."""
     cas = advancing(svc, flow, fields, expect_turn=expect_turn)
-    counted = ""
-    if fields.get("announceStatus"):
+    if not svc.store.flows.advance(flow.flow_id, cas):
+        return False
+    if fields.get("announceStatus"):  # the announce settled: counted once (metrics)
         outcome = str(fields["announceStatus"])
-        counted = metrics.field_name(
-            metrics.ANNOUNCES, "a2a", _ANNOUNCE_OUTCOMES.get(outcome, outcome)
-        )
-    return svc.store.flows.advance(flow.flow_id, cas, counted=counted)
+        svc.metrics.announced("a2a", _ANNOUNCE_OUTCOMES.get(outcome, outcome))
+    return True
 
 
 def record_once(svc: Services, flow_id: str, name: str, value: str) -> str:

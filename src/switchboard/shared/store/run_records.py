@@ -246,6 +246,8 @@ class Claim:
     entries: tuple[HistoryEntry, ...] | None = None
     # The claim step added the run.started event itself.
     started_published: bool = False
+    # The run's first claim (its first try): the run starts now (counted: `Metrics`).
+    first: bool = False
 
 
 @dataclass(frozen=True)

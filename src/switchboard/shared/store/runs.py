@@ -172,6 +172,7 @@ def _claim_of(run_id: str, res: Any, read: _HistoryRead | None = None) -> Claim 
     if verdict != "ok":
         return f"{verdict}:{as_text(res[1])}"
     session = codec.decode_flat_hash(res[4])
+    run = codec.decode_flat_hash(res[3])
     entries = read.entries(session, res) if read is not None and len(res) > 5 else None
     if entries is not None:
         history = [e.message for e in entries]
@@ -180,11 +181,12 @@ def _claim_of(run_id: str, res: Any, read: _HistoryRead | None = None) -> Claim 
     return Claim(
         attempt=int(as_text(res[1])),
         deadline_at_ms=int(float(as_text(res[2]))),
-        run=RunRecord.from_hash(run_id, codec.decode_flat_hash(res[3])),
+        run=RunRecord.from_hash(run_id, run),
         session=session,
         history=history,
         entries=entries,
         started_published=True,
+        first=run.get("tries") == "1",
     )
 
 
@@ -442,9 +444,7 @@ class RunStore:
             leases=group.lane_leases,
             idempotency=self.ks.idempotency(key, idempotency_key) if idempotency_key else own,
             link=run.link[0] if run.link else own,
-            active=group.active_runs,
             transcript=self.ks.transcript(key),
-            metrics=group.metrics,
             events=group.events,
             record_indexes=indexes,
             session_key=key,
@@ -476,8 +476,7 @@ class RunStore:
 
     def _lane_keys(self, run_id: str, session_key: str) -> dict[str, Any]:
         """The keys a run's claim and its end both touch, as the scripts name them: the run,
-        its session's lane, hash, transcript and updatedAt indexes, the lease and active-run
-        sets and the metrics hash."""
+        its session's lane, hash, transcript and updatedAt indexes, and the lease set."""
         keys = self._session_keys(session_key)
         del keys["sid_index"]
         group = self.ks.beside(session_key)
@@ -486,9 +485,7 @@ class RunStore:
             "run": self.ks.run(run_id),
             "lane": self.ks.lane(session_key),
             "leases": group.lane_leases,
-            "active": group.active_runs,
             "transcript": self.ks.transcript(session_key),
-            "metrics": group.metrics,
         }
 
     def _claim_arg(self, history: int | None, read: _HistoryRead | None = None) -> str:
@@ -928,12 +925,10 @@ class RunStore:
             lane=self.ks.lane(session_key),
             lane_queue=self.ks.lane_queue(session_key),
             leases=group.lane_leases,
-            active=group.active_runs,
             parked=group.parked_runs,
             session=self.ks.session(session_key),
             waiters=self.ks.run_waiters(run_id),
             outbox=group.outbox,
-            metrics=group.metrics,
             events=group.events,
             cancels=group.cancel_requests,
             run_id=run_id,

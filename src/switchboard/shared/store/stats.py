@@ -135,8 +135,8 @@ class ProgressReads:
 
     def backlog(self, queues: Sequence[str], broker: ProgressReads | None = None) -> int:
         """Work not yet done: messages queued on ``queues`` or unacked, lanes held (by a
-        run queued, taken by a worker or running), active and parked runs, flow steps not
-        yet run and outbox entries (0 when everything has settled). Lanes and steps count
+        run queued, taken by a worker or running), parked runs, flow steps not yet run
+        and outbox entries (0 when everything has settled). Lanes and steps count
         the messages a worker holds where the broker keeps no copy of them (ack emulation
         off, `workers.transport`). The queues are read on
         ``broker`` when the broker is another Redis than the state's (one round trip
@@ -155,7 +155,8 @@ class ProgressReads:
         return sum(int(n) for n in pipe.execute())
 
     def unfinished(self) -> int:
-        """Lanes held, active and parked runs, flow steps not yet run, outbox entries."""
+        """Lanes held (a running run holds one), parked runs, flow steps not yet run,
+        outbox entries."""
         pipe = self.redis.pipeline(transaction=False)
         self._unfinished_reads(pipe)
         return sum(int(n) for n in pipe.execute())
@@ -168,11 +169,10 @@ class ProgressReads:
     def _unfinished_reads(self, pipe: Any) -> None:
         for group in self.ks.every_group():
             pipe.zcard(group.lane_leases)
-            pipe.zcard(group.active_runs)
             pipe.zcard(group.pending_steps)
             pipe.zcard(group.outbox)
             pipe.zcard(group.parked_runs)
 
     def backlog_commands(self, queues: Sequence[str]) -> dict[str, int]:
         """The Redis commands one `backlog` sends, per command (to leave out of a count)."""
-        return {"llen": len(queues), "hlen": 1, "zcard": 5 * self.ks.groups}
+        return {"llen": len(queues), "hlen": 1, "zcard": 4 * self.ks.groups}

@@ -1,7 +1,7 @@
 -- claim_run(k, a[, held]): claim a run for execution; it must be in status a.expect and
 -- hold its lane. On the first claim, append the run's user message to the transcript
--- (exactly once), touch the session and count the run as started (metrics). A successful
--- claim adds the run.started event to the events stream in the same step.
+-- (exactly once) and touch the session. A successful claim adds the run.started event
+-- to the events stream in the same step.
 -- The run and its session are each read once and written once (includes/hash_buffer.lua).
 -- held: a step that recorded the run and took its lane just now (start_run.lua) passes
 -- {run = the run's buffer, session = the session's buffer}: neither hash, nor the lane,
@@ -19,13 +19,12 @@
 -- When the only messages in that range are the one this claim appended (the window was
 -- up to date, or the transcript was empty), they are answered without reading the
 -- transcript.
--- k: run lane leases active session transcript idx_all idx_agent idx_kind metrics events
+-- k: run lane leases session transcript idx_all idx_agent idx_kind events
 -- a: run_id session_key now lease_at_ms expect max_attempts timeout_ms (when the run has
 --    no timeoutS of its own) history events_cap after_sid after_seq
 -- @include hash_buffer
 -- @include transcript_append
 -- @include touch
--- @include run_metrics
 local function claim_history(k, a, s, before, appended)
   local from, up_to_date = '-', before == 0
   local out_seq = nil
@@ -84,9 +83,7 @@ local function claim_run(k, a, held)
     deadline = tostring(tonumber(a.now) + timeout_ms)
     hash_set(run, 'startedAt', a.now)
     hash_set(run, 'deadlineAt', deadline)
-    count_run_start(k.metrics)
   end
-  redis.call('ZADD', k.active, deadline, a.run_id)
   if not held then redis.call('ZADD', k.leases, a.lease_at_ms, a.session_key) end
   local s = held and held.session or hash_open(k.session)
   hash_set(s, 'status', 'running')
