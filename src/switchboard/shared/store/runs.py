@@ -670,7 +670,7 @@ class RunStore:
         )
         args, reads = self._finish_args(run_id, session_key, attempt, end)
         res = self._lua["finish_run"](**args)
-        return self._finished(run_id, session_key, reads, res)
+        return self._finished(run_id, session_key, reads, res, args["messages"])
 
     def queue_finish(
         self, pipe: Pipeline, run_id: str, session_key: str, attempt: int, end: RunEnd
@@ -686,7 +686,7 @@ class RunStore:
             reply = replies[at]
             if isinstance(reply, Exception):
                 raise unavailable(reply) from reply
-            return self._finished(run_id, session_key, reads, reply)
+            return self._finished(run_id, session_key, reads, reply, args["messages"])
 
         return read
 
@@ -737,17 +737,27 @@ class RunStore:
         }
         return args, reads
 
-    def _finished(self, run_id: str, session_key: str, reads: str | None, res: Any) -> FinishResult:
-        """What finish_run.lua answered."""
+    def _finished(
+        self,
+        run_id: str,
+        session_key: str,
+        reads: str | None,
+        res: Any,
+        appended: Sequence[str],
+    ) -> FinishResult:
+        """What finish_run.lua answered (``appended``: the messages it wrote, as stored)."""
         if as_text(res[0]) != "ok":
             return FinishResult(applied=False)
+        session = codec.decode_flat_hash(res[3])
+        if self.windows is not None and appended:
+            self._extend_window(session_key, session, appended)
         ended = codec.decode_flat_hash(res[2])
         if self.publish_ends_after_wait and ended.get("watch") == "1":
             self._publish_end(run_id, ended)
         run = RunRecord.from_hash(run_id, ended)
         if reads:
             run.read_at_end = {
-                self.ks.session(session_key): codec.decode_flat_hash(res[3]),
+                self.ks.session(session_key): session,
                 reads: codec.decode_flat_hash(res[4]),
             }
         return FinishResult(
@@ -756,6 +766,22 @@ class RunStore:
             waiters=tuple(as_text(w) for w in res[5:]),
             run=run,
         )
+
+    def _extend_window(
+        self, session_key: str, session: Mapping[str, str], appended: Sequence[str]
+    ) -> None:
+        """Add the messages an end step wrote to the process's copy of the session's
+        transcript (`TranscriptWindows.extend`): numbered up to the session's counter as
+        the step left it."""
+        assert self.windows is not None
+        last = int(session.get("seq") or 0)
+        first = last - len(appended) + 1
+        rows = [
+            HistoryEntry(seq, m, len(text.encode()))
+            for seq, text in enumerate(appended, start=first)
+            for m in decode_entries([(f"{seq}-0", {"m": text})])
+        ]
+        self.windows.extend(session_key, str(session.get("sessionId") or ""), rows)
 
     def _publish_end(self, run_id: str, ended: Mapping[str, str]) -> None:
         """Publish a watched run's end (as finish_run.lua does) after its WAIT; if Redis

@@ -7,8 +7,10 @@
 -- a waiting api reads it again; an end nobody waits for costs no message. With channel
 -- '' nothing is published (the caller publishes after its WAIT for replicas). An event
 -- (event_type and JSON event_data, '' for none) is added to the events stream.
--- With read_follow_up '1', the session hash and the `follow_up` hash (what the run's
--- follow-up step reads first) are answered too, so the step reads neither again.
+-- The session hash as the step left it is answered (the caller's copy of the transcript
+-- goes on from its sessionId and seq: store/windows.py); with read_follow_up '1', the
+-- `follow_up` hash (what the run's follow-up step reads first) too, so the step reads
+-- neither again.
 -- The lane handoff names the next run only as a value (LPOP of the lane queue): its
 -- hash is not touched here, so no key is learnt inside the script.
 -- A cancel request for the run (`cancels`, see cancel_run.lua) is done with once it
@@ -61,10 +63,7 @@ end
 if ARGV[11] ~= '' then
   redis.call('XADD', KEYS[12], 'MAXLEN', '~', ARGV[13], '*', 'type', ARGV[11], 'data', ARGV[12])
 end
-local out = {'ok', nxt, hash_flat(run), {}, {}}
-if ARGV[14] ~= '' then
-  out[4] = hash_flat(s)
-  out[5] = redis.call('HGETALL', KEYS[13])
-end
+local out = {'ok', nxt, hash_flat(run), hash_flat(s), {}}
+if ARGV[14] ~= '' then out[5] = redis.call('HGETALL', KEYS[13]) end
 for _, w in ipairs(waiters) do table.insert(out, w) end
 return out

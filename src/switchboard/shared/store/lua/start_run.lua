@@ -1,7 +1,7 @@
 -- Start a run in one step: create the session entry if missing and touch it (as
 -- ensure_session); map the idempotency key to the run unless it already names one (then
--- record nothing); record the run and take the lane or queue behind the holder (as
--- submit_run).
+-- record nothing; with an advance that applies, no key is needed nor written); record the
+-- run and take the lane or queue behind the holder (as submit_run).
 -- A record written with the run, at the `link` hash (the store does not know what it
 -- is; a caller's own record that must exist exactly when the run does):
 --   link_field: name the run (or the one the idempotency key names) in this field of
@@ -83,7 +83,9 @@ if not s.exists then
 end
 touch_in(s, KEYS[3], KEYS[4], KEYS[5], session_key, now)
 local sid = s.f.sessionId or false  -- a session made elsewhere may have none yet
-if ARGV[8] ~= '' and not redis.call('SET', KEYS[10], run_id, 'NX', 'EX', ARGV[8]) then
+-- A start whose advance applied needs no idempotency key: its compare-and-set lets one
+-- copy of the step through, so the key is not written.
+if ARGV[8] ~= '' and not adv and not redis.call('SET', KEYS[10], run_id, 'NX', 'EX', ARGV[8]) then
   local existing = redis.call('GET', KEYS[10]) or run_id
   write_link(existing)
   hash_flush(s)
