@@ -91,3 +91,21 @@ def test_backlog_counts_queued_unacked_and_parked_work(redis_client: redis.Redis
     sent = store.stats.command_calls().since(before)
     assert sent == store.progress.backlog_commands(["q1", "q2"])
     assert store.progress.parked_runs() == 1
+
+
+def test_monitoring_sees_each_command_and_what_a_script_ran(redis_client: redis.Redis) -> None:
+    """MONITOR through the store: a plain command with its client, a script call followed
+    by the commands it ran (client ``lua``), nothing after the block ends."""
+    store = Store(redis_client, prefix="t:")
+    with store.stats.monitor() as watching:
+        redis_client.set("t:m", "1")
+        store.runs.release_lane("agent:main:m", "r1")  # a script: GET of the lane
+        watching.wait_quiet(0.2)
+    seen = watching.commands()
+    redis_client.set("t:after", "1")
+    names = [(c.client == "lua", c.name) for c in seen]
+    at = names.index((True, "get"))  # after the script's EVALSHA (a first one loads it)
+    assert names[at - 1] == (False, "evalsha")
+    assert (False, "set") in names[:at]
+    assert all(c.client.startswith("127.0.0.1:") for c in seen if c.client != "lua")
+    assert not any("t:after" in c.command for c in watching.commands())
