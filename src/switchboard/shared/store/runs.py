@@ -475,8 +475,9 @@ class RunStore:
         }
 
     def _lane_keys(self, run_id: str, session_key: str) -> dict[str, Any]:
-        """The keys a run's claim and its end both touch, as the scripts name them: the run,
-        its session's lane, hash, transcript and updatedAt indexes, and the lease set."""
+        """The keys a run's end touches on its session's side, as finish_run.lua names
+        them: the run, its session's lane, hash, transcript and updatedAt indexes, and the
+        lease set."""
         keys = self._session_keys(session_key)
         del keys["sid_index"]
         group = self.ks.beside(session_key)
@@ -540,7 +541,11 @@ class RunStore:
         now = now_ms()
         return self._lua["claim_run"](
             client=client,
-            **self._lane_keys(run_id, session_key),
+            run=self.ks.run(run_id),
+            lane=self.ks.lane(session_key),
+            leases=self.ks.beside(session_key).lane_leases,
+            session=self.ks.session(session_key),
+            transcript=self.ks.transcript(session_key),
             events=self.ks.beside(session_key).events,
             run_id=run_id,
             session_key=session_key,

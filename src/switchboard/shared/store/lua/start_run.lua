@@ -99,8 +99,7 @@ if redis.call('SET', lane, run_id, 'NX') then
     local c = cjson.decode(ARGV[11])
     local claim = claim_run(
       {run = run_key, lane = lane, leases = leases, session = session,
-       transcript = KEYS[12], idx_all = KEYS[3], idx_agent = KEYS[4], idx_kind = KEYS[5],
-       events = KEYS[13]},
+       transcript = KEYS[12], events = KEYS[13]},
       {run_id = run_id, session_key = session_key, now = now, lease_at_ms = lease_at_ms,
        expect = 'queued', max_attempts = c.max_attempts, timeout_ms = c.timeout_ms,
        history = c.history, events_cap = c.events_cap, after_sid = c.after_sid or '',

@@ -1,7 +1,8 @@
 -- claim_run(k, a[, held]): claim a run for execution; it must be in status a.expect and
 -- hold its lane. On the first claim, append the run's user message to the transcript
--- (exactly once) and touch the session. A successful claim adds the run.started event
--- to the events stream in the same step.
+-- (exactly once). A successful claim adds the run.started event to the events stream in
+-- the same step. The session is not touched (its updatedAt and indexes): the run's start
+-- touched it as the message arrived, and its end touches it again.
 -- The run and its session are each read once and written once (includes/hash_buffer.lua).
 -- held: a step that recorded the run and took its lane just now (start_run.lua) passes
 -- {run = the run's buffer, session = the session's buffer}: neither hash, nor the lane,
@@ -19,12 +20,11 @@
 -- When the only messages in that range are the one this claim appended (the window was
 -- up to date, or the transcript was empty), they are answered without reading the
 -- transcript.
--- k: run lane leases session transcript idx_all idx_agent idx_kind events
+-- k: run lane leases session transcript events
 -- a: run_id session_key now lease_at_ms expect max_attempts timeout_ms (when the run has
 --    no timeoutS of its own) history events_cap after_sid after_seq
 -- @include hash_buffer
 -- @include transcript_append
--- @include touch
 local function claim_history(k, a, s, before, appended)
   local from, up_to_date = '-', before == 0
   local out_seq = nil
@@ -97,7 +97,6 @@ local function claim_run(k, a, held)
       hash_set(run, 'userSeq', int_text(seq))
       appended = {{int_text(seq) .. '-0', {'m', msg}}}
     end
-    touch_in(s, k.idx_all, k.idx_agent, k.idx_kind, a.session_key, a.now)
   end
   hash_flush(run)
   hash_flush(s)
