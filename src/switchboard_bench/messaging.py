@@ -32,6 +32,7 @@ from celery import Celery
 from rich.progress import Progress
 
 from switchboard_bench.anchor import NOOP, AnchorShape
+from switchboard_bench.command_steps import step_costs
 from switchboard_bench.costs import CostMeter, Costs
 from switchboard_bench.harness import (
     ONE_AGENT_STACK,
@@ -243,6 +244,8 @@ def _round_trip_costs(
                 steps["fresh"](100_000 + i)
             st.wait_idle()
         out["sendWait"] = costs.summary(n, unit="send+wait into a fresh session")
+        if st.cluster is None:  # which step runs them: a few more sends, watched
+            out["sendWait"]["steps"] = step_costs(st, lambda i: steps["fresh"](200_000 + i))
         for shape in st.anchors():
             costs = Costs()
             with CostMeter(st, (shape.process, "redis")).measure(costs):

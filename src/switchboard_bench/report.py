@@ -22,6 +22,7 @@ from typing import Any
 import psutil
 
 from switchboard import __version__
+from switchboard_bench.command_steps import steps_markdown
 
 
 @dataclass
@@ -218,6 +219,7 @@ def results_markdown(docs: Sequence[dict[str, Any]]) -> str:
                 f"| {c.get('scriptCalls', '—')} | {c.get('cpuSPer1000', '—')} | {top} "
                 f"| {scenario} |"
             )
+    lines += steps_markdown(docs)
     if costs:
         lines += [
             "",

@@ -1,5 +1,5 @@
 """What tests read of the store's raw keys across its slot groups (`Keyspace.every_group`):
-the events of every group's stream, a counter summed over every group's metrics hash."""
+the events of every group's stream."""
 
 from __future__ import annotations
 
@@ -23,14 +23,6 @@ def events(store: Store, event_type: str | None = None) -> list[dict[str, Any]]:
             if event_type is None or decoded["type"] == event_type:
                 found.append({"type": decoded["type"], **codec.loads(decoded["data"])})
     return found
-
-
-def metric(store: Store, field: str) -> int:
-    """A counter, summed over every group's metrics hash (0 when never counted)."""
-    pipe = store.redis.pipeline(transaction=False)
-    for group in store.ks.every_group():
-        pipe.hget(group.metrics, field)
-    return sum(int(as_text(v) or 0) for v in pipe.execute())
 
 
 def index_members(store: Store, index: str) -> list[str]:

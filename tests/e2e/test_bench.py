@@ -129,6 +129,12 @@ def test_per_run_costs_count_redis_commands_and_cpu(quick_run: tuple[Path, str])
     assert run["cpuSPer1000"] > 0
     send_wait = _figures(out, "latency")["costs"]["sendWait"]
     assert send_wait["redisCommands"] > 0 and send_wait["units"] > 0
+    # Which step runs them: every step of a send has its share, the scripts named.
+    steps = send_wait["steps"]["steps"]
+    for step in ("submit", "message", "claim", "end", "announce", "delivery"):
+        assert steps[step]["redisCommands"] > 0, step
+    assert "finish_run" in steps["end"]["by"] and "start_run" in steps["announce"]["by"]
+    assert "| submit |" in (out / "README.md").read_text()
 
 
 @pytest.mark.timeout(900)

@@ -91,6 +91,29 @@ def test_a_claim_reads_only_what_is_newer_than_the_window(redis_url: str) -> Non
     assert all(e.weight > ENTRY_OVERHEAD for e in second.entries)  # weighed as stored
 
 
+def test_an_end_extends_the_window_so_the_next_claim_reads_no_transcript(
+    redis_url: str,
+) -> None:
+    """The messages a run's end wrote join the process's window: the next run's claim
+    answers them and its own new message without reading the transcript, and its history
+    is the plain path's."""
+    store, key = _store(redis_url), "agent:main:hc-extend"
+    store.sessions.ensure(key)
+    _fill(store, key, 4, "a")
+    msg = {"role": "user", "content": "run e1", "timestamp": 2}
+    store.runs.submit(NewRun(run_id="hc-e1", session_key=key, message=msg, timeout_s=30))
+    claim = store.runs.claim("hc-e1", key, history=10)
+    assert isinstance(claim, Claim)
+    said = {"role": "assistant", "content": [{"type": "text", "text": "said"}]}
+    store.runs.finish("hc-e1", key, claim.attempt, status="ok", reply="said", messages=[said])
+    assert store.runs.windows.base(key, 10).seq == 6  # type: ignore[union-attr]
+    before = store.stats.command_calls()
+    second = _claim(store, key, "hc-e2", 10)
+    assert "xrevrange" not in store.stats.command_calls().since(before)
+    assert _texts(second) == _plain(store, key, 10)
+    assert second.entries is not None and [e.seq for e in second.entries] == list(range(1, 8))
+
+
 def test_a_session_deleted_and_created_again_is_read_whole(redis_url: str) -> None:
     """The window of the old session names its sessionId: the new session (further on than
     the old one got) is read whole, never joined to the old window."""

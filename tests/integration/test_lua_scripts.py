@@ -19,11 +19,12 @@ def test_header_names_keys_and_args_in_order() -> None:
 
 
 def test_includes_expand_once_and_before_use() -> None:
-    """link_advance includes set_fields; a script naming both gets each function once."""
-    source = load("advance_link").source
-    assert source.count("local function set_fields") == 1
-    assert source.count("local function link_advance") == 1
-    assert source.index("function set_fields") < source.index("function link_advance")
+    """touch, transcript_append and claim_run each include hash_buffer; a script naming
+    them all gets each function once, the included one first."""
+    source = load("start_run").source
+    assert source.count("local function hash_open") == 1
+    assert source.count("local function touch_in") == 1
+    assert source.index("function hash_open") < source.index("function touch_in")
     assert "@include" not in source
 
 

@@ -1,10 +1,14 @@
-"""`GET /metrics` end to end: runs, a reply-back flow and a spawn on a real worker, then a
-scrape of the real api parsed with prometheus_client's own parser."""
+"""Metrics end to end, parsed with prometheus_client's own parser: runs, a reply-back flow and
+a spawn on a real worker, then a scrape of the real api (api and worker in this process,
+sharing their services: the api's /metrics shows both's counts); and real api and worker
+processes, each serving its own counts (the worker on SWITCHBOARD_METRICS_PORT), or every
+process of the host through prometheus_client's multiprocess mode."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,6 +20,7 @@ from switchboard.shared.delivery import records
 from switchboard.shared.flows.a2a_flow import get_flow
 from switchboard.shared.services import Services
 from switchboard_testkit.calls import invoke, wait_until
+from switchboard_testkit.up import free_port
 from switchboard_testkit.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.integration
@@ -39,8 +44,13 @@ def scrape(client: httpx.Client) -> Samples:
     resp = client.get("/metrics")
     assert resp.status_code == 200, resp.text
     assert resp.headers["content-type"].startswith("text/plain; version=0.0.4")
+    return parsed(resp.text)
+
+
+def parsed(text: str) -> Samples:
+    """The samples of a Prometheus text page."""
     out: Samples = {}
-    for family in text_string_to_metric_families(resp.text):
+    for family in text_string_to_metric_families(text):
         for sample in family.samples:
             out[(sample.name, frozenset(sample.labels.items()))] = sample.value
     return out
@@ -189,3 +199,59 @@ def test_parked_waits_are_a_gauge(
     assert value(samples, bucket, le="5.0") - under_1s == 2
     assert value(samples, bucket, le="+Inf") - under_1s == 2
     assert 3.5 < value(samples, "switchboard_run_duration_seconds_sum") < 10
+
+
+def _one_run(url: str) -> None:
+    """A run in the main session over HTTP, waited for to end ok."""
+    with httpx.Client(base_url=url, headers={"Authorization": "Bearer t"}, timeout=60) as http:
+        started = http.post("/rpc", json={"method": "agent", "params": {"message": "hi"}})
+        run_id = started.json()["runId"]
+        params = {"runId": run_id, "timeoutMs": 30_000}
+        waited = http.post("/rpc", json={"method": "agent.wait", "params": params})
+        assert waited.json()["status"] == "ok", waited.text
+
+
+def test_a_worker_process_serves_its_own_counts(switchboard_procs: Any) -> None:
+    """The worker that ran a run counts it on its metrics port; the api, which did not,
+    counts none, and serves the gauges."""
+    port = free_port()
+    switchboard_procs.env["SWITCHBOARD_METRICS_PORT"] = str(port)
+    with switchboard_procs.serving(beat=False) as (url, _):
+        _one_run(url)
+        worker = wait_until(
+            lambda: (
+                (s := parsed(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text))
+                and value(s, "switchboard_runs_ended_total", status="ok") == 1
+                and s
+            ),
+            "the worker's count",
+        )
+        assert value(worker, "switchboard_runs_started_total") == 1
+        assert value(worker, "switchboard_run_duration_seconds_count") == 1
+        with httpx.Client(base_url=url, headers={"Authorization": "Bearer t"}) as http:
+            api = scrape(http)
+    assert value(api, "switchboard_runs_started_total") == 0
+    assert ("switchboard_active_runs", frozenset()) in api
+
+
+def test_multiprocess_mode_sums_every_process_of_the_host(
+    switchboard_procs: Any, tmp_path: Path
+) -> None:
+    """With PROMETHEUS_MULTIPROC_DIR (as `switchboard up` sets it), the api's /metrics
+    shows what the worker process counted."""
+    shared = tmp_path / "prometheus"
+    shared.mkdir()
+    switchboard_procs.env["PROMETHEUS_MULTIPROC_DIR"] = str(shared)
+    with switchboard_procs.serving(beat=False) as (url, _):
+        _one_run(url)
+        with httpx.Client(base_url=url, headers={"Authorization": "Bearer t"}) as http:
+            samples = wait_until(
+                lambda: (
+                    (s := scrape(http))
+                    and value(s, "switchboard_runs_ended_total", status="ok") == 1
+                    and s
+                ),
+                "the host's count",
+            )
+    assert value(samples, "switchboard_runs_started_total") == 1
+    assert value(samples, "switchboard_runs_terminal_total", state="succeeded") == 1

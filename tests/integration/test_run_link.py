@@ -4,6 +4,7 @@ outbox entries at once."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -310,17 +311,35 @@ def test_a_refused_start_writes_no_link_record(services: Services) -> None:
     assert services.store.redis.exists(services.store.ks.session_flows("agent:main:main")) == 0
 
 
-def test_the_link_record_trims_old_index_entries(services: Services) -> None:
-    """(i) Index members scored at or below the record's trim score are dropped."""
+@pytest.mark.parametrize("trims", [True, False])
+def test_the_link_record_trims_old_index_entries(services: Services, trims: bool) -> None:
+    """(i) Index members scored at or below the record's trim score are dropped by a
+    record that trims (trim_to > 0), kept by one that does not (trim_to 0)."""
     from switchboard.shared.flows.a2a_flow import new_flow
 
     target = "agent:main:link-i"
     index = services.store.ks.session_flows(target)
     flow_id, record = new_flow(services, **_flow_args(target))
-    services.store.redis.zadd(index, {"old-flow": record.trim_to, "newer": record.trim_to + 1})
+    cut = record.score - record.ttl_s * 1000
+    record = replace(record, trim_to=cut if trims else 0)
+    services.store.redis.zadd(index, {"old-flow": cut, "newer": cut + 1})
     _start_linked(services, target, flow_id, record)
     members = {as_text(m) for m in services.store.redis.zrange(index, 0, -1)}
-    assert members == {"newer", flow_id}
+    assert members == ({"newer", flow_id} if trims else {"old-flow", "newer", flow_id})
+    assert 0 < services.store.redis.ttl(index) <= record.ttl_s
+
+
+def test_one_flow_in_16_trims_its_indexes(services: Services) -> None:
+    """(i) A new flow's record trims its indexes when its id ends in 0 (one in 16)."""
+    from switchboard.shared.flows.a2a_flow import new_flow
+
+    seen = set()
+    while len(seen) < 2:  # till both kinds came (one in 16 trims)
+        flow_id, record = new_flow(services, **_flow_args("agent:main:link-j"))
+        assert (record.trim_to > 0) == flow_id.endswith("0")
+        if record.trim_to:
+            assert record.trim_to == record.score - record.ttl_s * 1000
+        seen.add(record.trim_to > 0)
 
 
 # ---- Flow.with_fields against advance ------------------------------------------------------

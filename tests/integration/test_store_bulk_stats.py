@@ -77,7 +77,7 @@ def test_run_ends_answers_only_terminal_runs(redis_client: redis.Redis) -> None:
     assert store.progress.run_ends(["r1", "r2", "r3"]) == {"r1": ("ok", 55)}
 
 
-def test_backlog_counts_queued_unacked_active_and_parked_work(redis_client: redis.Redis) -> None:
+def test_backlog_counts_queued_unacked_and_parked_work(redis_client: redis.Redis) -> None:
     """backlog is 0 on an idle database and counts every kind of pending work, the held
     lanes and pending steps too (what a worker holds with no copy in the broker); its
     command count matches what INFO commandstats sees."""
@@ -85,12 +85,29 @@ def test_backlog_counts_queued_unacked_active_and_parked_work(redis_client: redi
     assert store.progress.backlog(["q1", "q2"]) == 0
     redis_client.rpush("q1", "m1", "m2")
     redis_client.hset("unacked", "tag", "m")
-    redis_client.zadd(store.ks.home.active_runs, {"r1": 1})
     redis_client.zadd(store.ks.home.parked_runs, {"r2": 1})
     redis_client.zadd(store.ks.home.lane_leases, {"agent:main:s": 1})
     redis_client.zadd(store.ks.home.pending_steps, {'["step", "f1"]': 1})
     before = store.stats.command_calls()
-    assert store.progress.backlog(["q1", "q2"]) == 7
+    assert store.progress.backlog(["q1", "q2"]) == 6
     sent = store.stats.command_calls().since(before)
     assert sent == store.progress.backlog_commands(["q1", "q2"])
     assert store.progress.parked_runs() == 1
+
+
+def test_monitoring_sees_each_command_and_what_a_script_ran(redis_client: redis.Redis) -> None:
+    """MONITOR through the store: a plain command with its client, a script call followed
+    by the commands it ran (client ``lua``), nothing after the block ends."""
+    store = Store(redis_client, prefix="t:")
+    with store.stats.monitor() as watching:
+        redis_client.set("t:m", "1")
+        store.runs.release_lane("agent:main:m", "r1")  # a script: GET of the lane
+        watching.wait_quiet(0.2)
+    seen = watching.commands()
+    redis_client.set("t:after", "1")
+    names = [(c.client == "lua", c.name) for c in seen]
+    at = names.index((True, "get"))  # after the script's EVALSHA (a first one loads it)
+    assert names[at - 1] == (False, "evalsha")
+    assert (False, "set") in names[:at]
+    assert all(c.client.startswith("127.0.0.1:") for c in seen if c.client != "lua")
+    assert not any("t:after" in c.command for c in watching.commands())

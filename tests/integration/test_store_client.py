@@ -49,7 +49,7 @@ def test_a_store_command_against_a_down_redis_raises_store_unavailable(dead_stor
     """A read, a pipeline and a ping all raise the store's error, from redis-py's."""
     for call in (
         lambda: dead_store.sessions.get("agent:main:main"),
-        dead_store.counters.snapshot,
+        dead_store.gauges.read,
         dead_store.ping,
     ):
         with pytest.raises(StoreUnavailable) as raised:
@@ -59,8 +59,7 @@ def test_a_store_command_against_a_down_redis_raises_store_unavailable(dead_stor
 
 
 def test_best_effort_writes_swallow_an_outage(dead_store: Store) -> None:
-    """A counter and an event are observations: with Redis down they are dropped quietly."""
-    dead_store.counters.add("runs_started")
+    """An event is an observation: with Redis down it is dropped quietly."""
     assert dead_store.events.publish("run.started", {"runId": "r"}) is None
 
 

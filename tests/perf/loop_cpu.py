@@ -3,7 +3,7 @@
 Not a test: a measurement to compare two checkouts on the same machine, alternated.
 
     python tests/perf/loop_cpu.py echo text 2000 100
-    python -m switchboard.testing.fake_model --port 18781 --latency-ms 50 &
+    python -m switchboard_testkit.fake_model --port 18781 --latency-ms 50 &
     python tests/perf/loop_cpu.py http tool 2000 200 http://127.0.0.1:18781/v1
 
 ``echo`` runs on `builtin/echo`, ``http`` through the OpenAI client against an

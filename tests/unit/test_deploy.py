@@ -27,7 +27,7 @@ import yaml
 from typer.testing import CliRunner
 
 from switchboard.cli import app
-from switchboard.shared.config import parse_config, reset_caches
+from switchboard.shared.config import Settings, parse_config, reset_caches
 from switchboard.workers.app import RUNS_QUEUE, VISIBILITY_TIMEOUT_S
 
 pytestmark = pytest.mark.unit
@@ -606,6 +606,25 @@ def test_k8s_deployments_have_the_required_shape() -> None:
     beat = deployments["beat"]["spec"]
     assert beat["replicas"] == 1 and beat["strategy"]["type"] == "Recreate"
     assert deployments["flower"]["spec"]["replicas"] == 1
+
+
+def test_k8s_pods_that_count_are_annotated_for_scraping() -> None:
+    """Each worker serves its own metrics on the port its pod is annotated with (set as
+    SWITCHBOARD_METRICS_PORT, on every interface); each api on its /metrics port."""
+    deployments = objects("Deployment")
+    for name, port in (("worker", None), ("api", 8780)):
+        notes = deployments[name]["spec"]["template"]["metadata"]["annotations"]
+        assert notes["prometheus.io/scrape"] == "true" and notes["prometheus.io/path"] == "/metrics"
+        if port is not None:
+            assert notes["prometheus.io/port"] == str(port)
+    worker = deployments["worker"]
+    [container] = pod_spec(worker)["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    annotated = worker["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"]
+    assert env["SWITCHBOARD_METRICS_PORT"] == annotated
+    assert env["SWITCHBOARD_HOST"] == "0.0.0.0"
+    assert {"name": "metrics", "containerPort": int(annotated)} in container["ports"]
+    assert Settings(metrics_port=int(annotated)).metrics_port == int(annotated)
 
 
 def test_k8s_redis_is_a_durable_statefulset_with_a_headless_service() -> None:

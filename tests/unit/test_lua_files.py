@@ -7,7 +7,6 @@ from importlib import resources
 
 import pytest
 
-from switchboard.shared import metrics
 from switchboard.shared.store.lua_scripts import load, script_names
 
 pytestmark = pytest.mark.unit
@@ -114,19 +113,3 @@ def test_a_script_reads_only_the_positions_its_header_names(name: str) -> None:
             continue
         used = [int(n) for n in re.findall(rf"\b{table}\[(\d+)\]", _code(src.source))]
         assert max(used, default=0) <= len(names), f"{name}.lua reads {table}[{max(used)}]"
-
-
-def test_run_metrics_buckets_and_counters_match_metrics_py() -> None:
-    """run_metrics.lua counts into the fields and histogram buckets metrics.py reads."""
-    text = _lua_files()["includes/run_metrics.lua"]
-    listed = re.search(r"RUN_DURATION_BUCKETS_MS = \{([^}]*)\}", text)
-    assert listed is not None
-    assert tuple(int(b) for b in listed.group(1).split(",")) == metrics.RUN_DURATION_BUCKETS_MS
-    for counter in (
-        metrics.RUNS_STARTED,
-        f"{metrics.RUNS_ENDED}:",
-        f"{metrics.RUN_DURATION_LE}:",
-        metrics.RUN_DURATION_SUM_MS,
-        metrics.RUN_DURATION_COUNT,
-    ):
-        assert f"'{counter}'" in text or f"'{counter}' .." in text, counter

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sys
 from dataclasses import dataclass
@@ -92,6 +93,7 @@ def _run_stack(
     settings: Settings, data_dir: Path, host: str | None, port: int | None, scale: _Scale
 ) -> int:
     """Start Redis (unless configured), api, worker and beat; supervise them until stopped."""
+    from switchboard.shared.metrics import MULTIPROC_DIR_ENV
     from switchboard.supervisor.processes import ProcessGroup, run_until_interrupted
     from switchboard.supervisor.runfile import StackInfo, remove_stack, write_stack
 
@@ -114,6 +116,8 @@ def _run_stack(
     }
     if settings.config:
         env["SWITCHBOARD_CONFIG"] = str(Path(settings.config).resolve())
+    if MULTIPROC_DIR_ENV not in os.environ:
+        env[MULTIPROC_DIR_ENV] = str(_metrics_dir(data_dir))
     group = ProcessGroup(redis_server=redis_server, console=console)
     _add_processes(group, env, scale, bind_host, bind_port)
     stack = StackInfo(
@@ -141,6 +145,16 @@ def _run_stack(
         return run_until_interrupted(group)
     finally:
         remove_stack(data_dir, stack.pid)
+
+
+def _metrics_dir(data_dir: Path) -> Path:
+    """Where the stack's processes keep their Prometheus counters (prometheus_client's
+    multiprocess mode: a scrape of any api sums every process of the stack), emptied at
+    each start as prometheus_client requires."""
+    path = data_dir / "metrics"
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir()
+    return path
 
 
 def _check_port(host: str, port: int) -> None:

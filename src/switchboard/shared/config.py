@@ -705,6 +705,9 @@ class Settings(BaseSettings):
     # Runs one worker process keeps in flight on its event loops (`switchboard worker
     # --max-in-flight`); at the limit it takes no more messages until runs end.
     worker_max_in_flight: int = Field(default=10_000, ge=1)
+    # The port a worker serves its Prometheus metrics on (`/metrics`, on `host`; unset:
+    # none). An api serves its own on its `/metrics` route.
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
     # Failed bearer-token checks allowed per client IP within the window before the api
     # answers 429 to that IP until the window ends (counted in Redis, shared by every api).
     auth_max_failures: int = Field(default=20, ge=1, le=1_000_000)

@@ -1,84 +1,134 @@
-"""Cluster-wide counters in one Redis hash (``Keyspace.metrics``), read by the api's ``/metrics``.
+"""The Prometheus counters of one process (prometheus_client), added where the work is done.
 
-Every api and worker process adds to the same hash, so a scrape of any api sees the whole
-cluster. Run counters are added inside the run scripts (``store/lua/includes/run_metrics.lua``:
-a run's start in its claim, its end, status and duration in ``finish_run.lua``), so they
-cost no extra round trip. Flow counters (reply-back rounds, announces, deliveries) are one
-``HINCRBY`` after the state change they count succeeded, so a step that runs twice counts
-once.
+Each api and worker process counts what it did itself, in memory: the runs it claimed and
+ended, the reply-back rounds it started, the announces and deliveries it settled. Nothing
+is counted in Redis, so a run's steps pay no command for it. Prometheus scrapes every process
+and sums them (``sum by (status) (rate(switchboard_runs_ended_total[5m]))``): the
+cluster-wide view is Prometheus's. An api serves its process's counters on ``/metrics``,
+with the gauges read from Redis at scrape time (`api.metrics`); a worker serves its own on
+``SWITCHBOARD_METRICS_PORT`` (`serve`). The processes of one host can answer as one:
+with prometheus_client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``, which
+``switchboard up`` sets), a scrape of any of them sums every process of the host.
 
-Hash fields: ``<counter>`` or ``<counter>:<label>[:<label>]``; the run duration histogram
-keeps one non-cumulative count per bucket (``run_duration_le:<ms>`` or ``:+Inf``) plus
-``run_duration_sum_ms`` and ``run_duration_count``.
+A counter is added once the state change it counts was made (the step's script answered
+that it moved), so a step that runs twice counts once.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+import os
 
-if TYPE_CHECKING:
-    from switchboard.shared.services import Services
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.multiprocess import MultiProcessCollector
 
-log = logging.getLogger("switchboard.metrics")
+from switchboard.shared.store.run_records import LEDGER_TERMINAL, RunRecord, ledger_state
 
-RUNS_STARTED = "runs_started"
-RUNS_ENDED = "runs_ended"  # :<status>
-RUN_DURATION_LE = "run_duration_le"  # :<upper bound ms> | :+Inf (non-cumulative)
-RUN_DURATION_SUM_MS = "run_duration_sum_ms"
-RUN_DURATION_COUNT = "run_duration_count"
-A2A_ROUNDS = "a2a_rounds"
-ANNOUNCES = "announces"  # :<kind>:<outcome>
-DELIVERIES = "deliveries"  # :<outcome>
-
-# Upper bounds of the run duration histogram (ms), from claim to end (parked time included).
-RUN_DURATION_BUCKETS_MS: tuple[int, ...] = (
-    100,
-    250,
-    500,
-    1_000,
-    2_500,
-    5_000,
-    10_000,
-    30_000,
-    60_000,
-    120_000,
-    300_000,
-    600_000,
-    1_800_000,
-    3_600_000,
+# Upper bounds of the run duration histogram (s), from the first claim to the end (parked
+# time included).
+RUN_DURATION_BUCKETS_S: tuple[float, ...] = (
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    1800.0,
+    3600.0,
 )
 
-
-def field_name(counter: str, *labels: str) -> str:
-    """The hash field of a counter with its labels (``deliveries:failed``)."""
-    return ":".join((counter, *labels))
+# The environment variable that puts prometheus_client in multiprocess mode (its own name).
+MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
-def count(svc: Services, counter: str, *labels: str) -> None:
-    """Add one to a counter; a Redis error is logged, never raised (metrics never fail a step)."""
-    svc.store.counters.add(field_name(counter, *labels))
+class Metrics:
+    """The counters of one process, in a registry of their own (one per `Services`)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.runs_started = Counter(
+            "switchboard_runs_started", "Agent runs started (first claim).", registry=r
+        )
+        self.runs_ended = Counter(
+            "switchboard_runs_ended", "Agent runs ended, by status.", ["status"], registry=r
+        )
+        self.runs_terminal = Counter(
+            "switchboard_runs_terminal",
+            "Agent runs ended, by run ledger state (succeeded, failed, timed_out, cancelled, "
+            "lost).",
+            ["state"],
+            registry=r,
+        )
+        for state in LEDGER_TERMINAL:  # every terminal state shows, 0 until one ends so
+            self.runs_terminal.labels(state)
+        self.run_duration = Histogram(
+            "switchboard_run_duration_seconds",
+            "Agent run duration from the first claim to the end (parked time included).",
+            buckets=RUN_DURATION_BUCKETS_S,
+            registry=r,
+        )
+        self.a2a_rounds = Counter(
+            "switchboard_a2a_rounds",
+            "Reply-back rounds started after a sessions_send.",
+            registry=r,
+        )
+        self.announces = Counter(
+            "switchboard_announces",
+            "Announces settled, by kind (subagent, a2a) and outcome.",
+            ["kind", "outcome"],
+            registry=r,
+        )
+        self.deliveries = Counter(
+            "switchboard_deliveries",
+            "Delivery attempts settled, by outcome (delivered, failed, denied, retry).",
+            ["outcome"],
+            registry=r,
+        )
+
+    def run_started(self) -> None:
+        """A run was claimed for the first time."""
+        self.runs_started.inc()
+
+    def run_ended(self, status: str, run: RunRecord | None) -> None:
+        """A run ended with ``status`` (``run``: as its end step stored it); its duration
+        from its first claim counts when it had one."""
+        self.runs_ended.labels(status).inc()
+        self.runs_terminal.labels(ledger_state(status)).inc()
+        if run is not None and run.started_at_ms is not None and run.ended_at_ms is not None:
+            self.run_duration.observe(max(0, run.ended_at_ms - run.started_at_ms) / 1000)
+
+    def announced(self, kind: str, outcome: str) -> None:
+        """An announce settled (``kind``: subagent | a2a)."""
+        self.announces.labels(kind, outcome).inc()
+
+    def delivery(self, outcome: str) -> None:
+        """A delivery attempt settled."""
+        self.deliveries.labels(outcome).inc()
 
 
-def read_counters(raw: Mapping[bytes | str, bytes | str]) -> dict[str, int]:
-    """Decode an ``HGETALL`` of the metrics hash to field → value."""
-    out: dict[str, int] = {}
-    for key, value in raw.items():
-        name = key.decode() if isinstance(key, bytes) else key
-        text = value.decode() if isinstance(value, bytes) else value
-        try:
-            out[name] = int(text)
-        except ValueError:
-            log.warning("metric field %s holds %r; ignored", name, text)
-    return out
+def multiprocess_dir() -> str | None:
+    """The directory of prometheus_client's multiprocess mode when it is on, else None."""
+    return os.environ.get(MULTIPROC_DIR_ENV) or None
 
 
-def labelled(counters: Mapping[str, int], counter: str) -> dict[tuple[str, ...], int]:
-    """The values of one labelled counter, by label tuple (``{("a2a", "skipped"): 2}``)."""
-    prefix = counter + ":"
-    return {
-        tuple(name[len(prefix) :].split(":")): value
-        for name, value in counters.items()
-        if name.startswith(prefix)
-    }
+def scrape_registry(own: CollectorRegistry) -> CollectorRegistry:
+    """What a scrape of this process reads: every process of the host (multiprocess mode:
+    a registry made for the scrape, as prometheus_client prescribes), else ``own``."""
+    path = multiprocess_dir()
+    if path is None:
+        return own
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]  # untyped upstream
+    return registry
+
+
+def serve(metrics: Metrics, host: str, port: int) -> None:
+    """Serve the process's metrics on ``host:port`` (prometheus_client's own HTTP server,
+    on a daemon thread): what a worker does when ``SWITCHBOARD_METRICS_PORT`` is set."""
+    start_http_server(port, addr=host, registry=scrape_registry(metrics.registry))

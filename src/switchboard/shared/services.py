@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from switchboard.shared.config import Settings, SwitchboardConfig
+from switchboard.shared.metrics import Metrics
 from switchboard.shared.queue import InlineStep, TaskQueue
 from switchboard.shared.store import Store
 
@@ -149,6 +150,8 @@ class Services:
     settings: Settings
     queue: TaskQueue
     tools: ToolRegistry = field(default_factory=ToolRegistry)
+    # This process's Prometheus counters (`shared.metrics`).
+    metrics: Metrics = field(default_factory=Metrics)
     # Called after a run ends (flows: reply-back, announces); run by the worker.
     on_run_end: list[RunHook] = field(default_factory=list)
     # Set only on the copy of the services a worker task hands a follow-up step it runs in

@@ -23,6 +23,7 @@ from switchboard.shared.event_loops import new_event_loop
 from switchboard.shared.flows.catalog import FLOW_STEPS
 from switchboard.shared.flows.steps import run_step
 from switchboard.shared.flows.sweeper import sweep
+from switchboard.shared.metrics import serve
 from switchboard.shared.runtime.executor import record_results
 from switchboard.shared.runtime.models import close_clients, preload
 from switchboard.shared.runtime.together import Together
@@ -146,6 +147,11 @@ def register_tasks(app: Celery, settings: Settings) -> None:
         svc = services()
         host.in_flight.stop(lambda lanes: hand_back_runs(svc, lanes), lambda: held_runs(svc))
 
+    def _serve_metrics(sender: Any = None, **_: Any) -> None:
+        # The worker's own counters (`shared.metrics`), on the port Prometheus scrapes.
+        if settings.metrics_port is not None and getattr(sender, "app", app) is app:
+            serve(services().metrics, settings.host, settings.metrics_port)
+
     def _tune_gc_on_start(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", app) is app:  # this app's worker, not another one's
             gc_tune.tune_gc()
@@ -155,6 +161,7 @@ def register_tasks(app: Celery, settings: Settings) -> None:
     worker_shutdown.connect(_close_model_clients, weak=False)
     worker_shutting_down.connect(_hand_back_on_stop, weak=False)
     worker_ready.connect(_sweep_on_start, weak=False)
+    worker_ready.connect(_serve_metrics, weak=False)
 
 
 def _register_flow_step(app: Celery, name: str, services: Callable[[], Services]) -> None:

@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from switchboard.logs import log_context
-from switchboard.shared import metrics
 from switchboard.shared.delivery import adapters, records
 from switchboard.shared.delivery.records import Outgoing, Target
 from switchboard.shared.policy.send_policy import SEND_BLOCKED, session_send_decision
@@ -112,6 +111,8 @@ def _queue_local(svc: Services, out: Outgoing, pipe: Pipeline) -> Callable[[Sequ
 
     def settled(replies: Sequence[Any]) -> None:
         outcome = DeliveryStore.local_outcome(replies[at])
+        if outcome is not None:
+            svc.metrics.delivery(outcome)
         if outcome is None and _never_attempted(svc, delivery_id):
             deliver(svc, delivery_id)  # recorded earlier but never sent: send it now
         elif outcome == "denied":
@@ -192,7 +193,7 @@ def _attempt(svc: Services, delivery: Mapping[str, Any], attempt: int) -> None:
     if result.ok:
         done = {"status": "delivered", "deliveredAt": now_ms()}
         if records.settle(svc, delivery_id, attempt, done, final=True):
-            metrics.count(svc, metrics.DELIVERIES, "delivered")
+            svc.metrics.delivery("delivered")
             _publish_settled(svc, delivery, attempt, "delivered", None)
         return
     if result.permanent or attempt >= max_attempts:
@@ -205,7 +206,7 @@ def _attempt(svc: Services, delivery: Mapping[str, Any], attempt: int) -> None:
         "nextAttemptAt": now_ms() + int(delay_s * 1000),
     }
     if records.settle(svc, delivery_id, attempt, retry, final=False):
-        metrics.count(svc, metrics.DELIVERIES, "retry")
+        svc.metrics.delivery("retry")
         # Now due in the due index: the sweep enqueues the next attempt at its time.
         log.info(
             "delivery %s: attempt %d failed (%s); retry in %gs",
@@ -234,7 +235,7 @@ def _settle(
     log.warning("delivery %s %s: %s", delivery_id, status, error)
     fields = {"status": status, "lastError": error}
     if records.settle(svc, delivery_id, attempt, fields, final=True):
-        metrics.count(svc, metrics.DELIVERIES, status)
+        svc.metrics.delivery(status)
         _publish_settled(svc, delivery, attempt, status, error)
 
 

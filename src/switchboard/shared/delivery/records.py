@@ -23,7 +23,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from switchboard.shared import metrics
 from switchboard.shared.delivery import adapters
 from switchboard.shared.policy.send_policy import SEND_BLOCKED
 from switchboard.shared.services import Services
@@ -136,8 +135,6 @@ def create_local(
         webchat_event=webchat,
         delivered_event={**adapters.settled_event(fields, 1, "delivered", None), "ts": now},
         denied_event={**adapters.settled_event(fields, 1, "denied", SEND_BLOCKED), "ts": now},
-        delivered_metric=metrics.field_name(metrics.DELIVERIES, "delivered"),
-        denied_metric=metrics.field_name(metrics.DELIVERIES, "denied"),
         denied_error=SEND_BLOCKED,
     )
     return out.delivery_id, svc.store.deliveries.create_local(new, outcome, client=client)

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from switchboard.shared import metrics
 from switchboard.shared.delivery import Target, get_delivery
 from switchboard.shared.errors import NotFound
 from switchboard.shared.flows.steps import read_hash
@@ -26,6 +25,10 @@ from switchboard.shared.store.runs import LinkAdvance, LinkRecord, now_ms
 
 # The announce outcome counted for an announce status ("delivering": handed to delivery).
 _ANNOUNCE_OUTCOMES = {"delivering": "delivered"}
+# A session's flows index drops its members past the keep time on the writes of flows
+# whose (random) id ends so, one in 16: an index holds about 16 more expired ids than it
+# would trimmed on every write (readers skip them), for two commands fewer per send.
+_TRIM_ON = "0"
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,7 @@ def new_flow(
         indexes=tuple(svc.store.ks.session_flows(str(key)) for key in sessions),
         member=flow_id,
         score=now,
-        trim_to=now - keep_s * 1000,
+        trim_to=now - keep_s * 1000 if flow_id.endswith(_TRIM_ON) else 0,
     )
 
 
@@ -177,13 +180,12 @@ def advance(
 ) -> bool:
     """Write ``fields`` if the flow is still at the status (and turn) ``flow`` shows."""
     cas = advancing(svc, flow, fields, expect_turn=expect_turn)
-    counted = ""
-    if fields.get("announceStatus"):
+    if not svc.store.flows.advance(flow.flow_id, cas):
+        return False
+    if fields.get("announceStatus"):  # the announce settled: counted once (metrics)
         outcome = str(fields["announceStatus"])
-        counted = metrics.field_name(
-            metrics.ANNOUNCES, "a2a", _ANNOUNCE_OUTCOMES.get(outcome, outcome)
-        )
-    return svc.store.flows.advance(flow.flow_id, cas, counted=counted)
+        svc.metrics.announced("a2a", _ANNOUNCE_OUTCOMES.get(outcome, outcome))
+    return True
 
 
 def record_once(svc: Services, flow_id: str, name: str, value: str) -> str:

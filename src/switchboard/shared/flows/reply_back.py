@@ -23,7 +23,6 @@ from collections.abc import Mapping
 from types import EllipsisType
 from typing import Any
 
-from switchboard.shared import metrics
 from switchboard.shared.delivery import enqueue_delivery, resolve_announce_target
 from switchboard.shared.errors import StoreUnavailable, SwitchboardError, Unavailable
 from switchboard.shared.flows import a2a_rules as rules
@@ -224,7 +223,7 @@ def _start_round(svc: Services, flow: Flow, turn: int) -> None:
     except SwitchboardError as exc:
         _end_loop(svc, flow, turn, "round_error", status="error", error=exc.message)
         return
-    metrics.count(svc, metrics.A2A_ROUNDS)
+    svc.metrics.a2a_rounds.inc()
 
 
 def _end_loop(

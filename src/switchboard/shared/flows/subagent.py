@@ -25,7 +25,6 @@ from dataclasses import replace
 from typing import Any
 
 from switchboard.shared import keys as sk
-from switchboard.shared import metrics
 from switchboard.shared.delivery import Target, enqueue_delivery, queue_delivery
 from switchboard.shared.delivery.targets import target_from_entry, target_from_key
 from switchboard.shared.errors import Unavailable
@@ -336,11 +335,9 @@ def _announce_one(
     if spawn.get("announce") in _SETTLED:
         return _nothing
     if is_silent(spawn):
-        _settle_announce(svc, records, spawn_key, "", "skipped", pipe)
-        return _nothing
+        return _settle_announce(svc, records, spawn_key, "", "skipped", pipe)
     if not ctx.requester_exists:  # an orchestrator archived meanwhile: dropped
-        _settle_announce(svc, records, spawn_key, "", "dropped", pipe)
-        return _nothing
+        return _settle_announce(svc, records, spawn_key, "", "dropped", pipe)
     text = announce_text(svc, spawn)
     if spawn.get("completionTarget") == "parent":  # a private turn, no channel delivery
         pipe.execute()
@@ -350,15 +347,13 @@ def _announce_one(
         ):
             # The requester yielded: its next run takes it, with its siblings' (yield_wake).
             records.update(spawn.id, {"announcedAt": now_ms()}, client=pipe)
-            _settle_announce(svc, records, spawn_key, "appended", "delivered", pipe)
-            return _nothing
+            return _settle_announce(svc, records, spawn_key, "appended", "delivered", pipe)
         run_id = start_private_turn(svc, spawn, text)
         if run_id is None:  # the requester refuses runs: the transcript keeps it
             _append_once(svc, records, spawn_key, requester, text, source_key=spawn["childKey"])
         records.update(spawn.id, {"announceRunId": run_id, "announcedAt": now_ms()}, client=pipe)
         expected = "appended" if run_id is None else ""
-        _settle_announce(svc, records, spawn_key, expected, "delivered", pipe)
-        return _nothing
+        return _settle_announce(svc, records, spawn_key, expected, "delivered", pipe)
     landed = queue_announce(
         svc,
         spawn_key,
@@ -377,8 +372,8 @@ def _announce_one(
         origin={"kind": "subagent_announce", "spawnId": spawn.id, "sessionKey": spawn["childKey"]},
     )
     records.update(spawn.id, {"deliveryId": delivery_id, "announcedAt": now_ms()}, client=pipe)
-    _settle_announce(svc, records, spawn_key, "appended", "delivered", pipe)
-    return _in_turn(landed, delivered)
+    counted = _settle_announce(svc, records, spawn_key, "appended", "delivered", pipe)
+    return _in_turn(landed, delivered, counted)
 
 
 def _nothing(replies: Sequence[Any]) -> None:
@@ -422,11 +417,21 @@ def _settle_announce(
     expected: str,
     outcome: str,
     pipe: Pipeline | None = None,
-) -> None:
-    """Move the announce state to its outcome, counting the outcome once (metrics); queued
-    on ``pipe`` when given."""
-    metric = metrics.field_name(metrics.ANNOUNCES, "subagent", outcome)
-    records.settle(hash_key, "announce", expected, outcome, metric=metric, client=pipe)
+) -> Settled:
+    """Move the announce state to its outcome, counting the outcome once (metrics) when it
+    moved; queued on ``pipe`` when given, then counted from the pipeline's replies by what
+    this answers (else counted here, and it answers nothing to do)."""
+    if pipe is None:
+        if records.cas(hash_key, "announce", expected, outcome):
+            svc.metrics.announced("subagent", outcome)
+        return _nothing
+    moved = records.queue_cas(pipe, hash_key, "announce", expected, outcome)
+
+    def counted(replies: Sequence[Any]) -> None:
+        if moved(replies):
+            svc.metrics.announced("subagent", outcome)
+
+    return counted
 
 
 def _append_once(

@@ -131,6 +131,8 @@ def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
         )
         existing, took_lane = started.existing_run_id, started.took_lane
         if isinstance(started.claim, Claim):
+            if started.claim.first:
+                svc.metrics.run_started()
             if svc.inline is not None and svc.inline.take_claimed(run_id, key, started.claim):
                 took_lane = False  # taken, claimed: nothing to enqueue
             else:  # not taken after all: queued again for whoever takes its message

@@ -101,6 +101,8 @@ async def execute_run(
                 return
             session_key = found.session_key
         claimed = svc.store.runs.claim(run_id, session_key, history=HISTORY_LIMIT)
+        if isinstance(claimed, Claim) and claimed.first:
+            svc.metrics.run_started()
     if on_claimed is not None:
         on_claimed()
     if isinstance(claimed, str):
@@ -614,6 +616,7 @@ def _queue_finish(
             _log_fenced(rec, claim, f"end ({status})")
             return False
         log.info("run %s ended: %s", rec.run_id, status, extra={"status": status, "error": error})
+        svc.metrics.run_ended(status, res.run)
         after_run_end(
             svc, rec.run_id, res.next_run_id, res.waiters, ended=res.run, follow_ups=follow_ups
         )

@@ -17,11 +17,11 @@ from switchboard.shared.store.a2a_tasks import A2ATaskStore
 from switchboard.shared.store.audit import AuditStore
 from switchboard.shared.store.client import connect
 from switchboard.shared.store.collect import CollectStore
-from switchboard.shared.store.counters import CounterStore, ListLengths
 from switchboard.shared.store.deliveries import DeliveryStore
 from switchboard.shared.store.durability import NO_WAIT, Durability
 from switchboard.shared.store.events import EventStore
 from switchboard.shared.store.flows import FlowStore
+from switchboard.shared.store.gauges import GaugeStore, ListLengths
 from switchboard.shared.store.keyspace import Keyspace
 from switchboard.shared.store.pending import PendingStepStore
 from switchboard.shared.store.responses import ResponseStore
@@ -38,10 +38,10 @@ from switchboard.shared.store.yields import YieldStore
 __all__ = [
     "AuditStore",
     "CollectStore",
-    "CounterStore",
     "DeliveryStore",
     "EventStore",
     "FlowStore",
+    "GaugeStore",
     "Keyspace",
     "PendingStepStore",
     "Pipeline",
@@ -98,7 +98,7 @@ class Store:
         self.collect = CollectStore(redis, self.ks, retention_s=retention_s)
         self.deliveries = DeliveryStore(redis, self.ks)
         self.pending = PendingStepStore(redis, self.ks)  # flow steps enqueued, not yet run
-        self.counters = CounterStore(redis, self.ks)
+        self.gauges = GaugeStore(redis, self.ks)
         self.responses = ResponseStore(redis, self.ks)  # OpenAI Responses API ids
         self.a2a_tasks = A2ATaskStore(redis, self.ks, retention_s=retention_s)  # A2A tasks
         self.sweeps = SweepStore(redis, self.ks)  # the beat sweep's marks and stale entries

@@ -51,9 +51,6 @@ class LocalOutcome:
     # The ``delivery.settled`` event's data for each outcome.
     delivered_event: Mapping[str, Any]
     denied_event: Mapping[str, Any]
-    # The metrics field counted for each outcome.
-    delivered_metric: str
-    denied_metric: str
     # The delivery's lastError when denied.
     denied_error: str
 
@@ -99,15 +96,12 @@ class DeliveryStore:
             delivery=self.ks.delivery(new.delivery_id),
             session_index=self.ks.session_deliveries(new.session_key),
             events=self.ks.beside(new.session_key).events,
-            metrics=self.ks.beside(new.session_key).metrics,
             session=self.ks.session(new.session_key),
             policy=outcome.policy,
             webchat_event=codec.dumps(dict(webchat)) if webchat else "",
             events_maxlen=EVENTS_MAXLEN,
             delivered_event=codec.dumps(dict(outcome.delivered_event)),
             denied_event=codec.dumps(dict(outcome.denied_event)),
-            delivered_metric=outcome.delivered_metric,
-            denied_metric=outcome.denied_metric,
             denied_error=outcome.denied_error,
             **self._record_args(new),
             client=client,

@@ -3,7 +3,7 @@
 One hash per flow (``Keyspace.flow``), listed in the index of each session it concerns
 (``Keyspace.session_flows``). A flow is usually first written with its primary run's start
 (a `LinkRecord` in ``RunStore.start``, or on its own by ``RunStore.write_link_record``,
-the same write); this store advances it with a compare-and-set (``lua/flow_advance.lua``),
+the same write); this store advances it with a compare-and-set (``lua/advance_link.lua``),
 sets a field once, and reads the hashes and indexes. What a flow's fields
 mean is ``shared.flows.a2a_flow``'s business.
 """
@@ -27,17 +27,15 @@ class FlowStore:
         self.ks = ks
         self._lua = LuaScripts(redis)
 
-    def advance(self, flow_id: str, cas: LinkAdvance, *, counted: str = "") -> bool:
-        """Write ``cas.fields`` if the flow is still at ``cas.status`` (and ``cas.turn``),
-        adding one to the ``counted`` metrics field ('' = none); False when it moved on."""
-        res = self._lua["flow_advance"](
-            flow=self.ks.flow(flow_id),
-            metrics=self.ks.beside_id(flow_id).metrics,
+    def advance(self, flow_id: str, cas: LinkAdvance) -> bool:
+        """Write ``cas.fields`` if the flow is still at ``cas.status`` (and ``cas.turn``);
+        False when it moved on."""
+        res = self._lua["advance_link"](
+            link=self.ks.flow(flow_id),
             status=cas.status,
             turn=cas.turn,
             fields=codec.fields_json(cas.fields),
             ttl_s=cas.ttl_s,
-            counted=counted,
         )
         return bool(int(res))
 

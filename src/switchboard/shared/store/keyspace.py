@@ -7,10 +7,9 @@ Keys are cut into slot groups (`slot_groups` says how and why): with one group (
 default) a key is ``sb:<rest>``; with several, group g's keys are ``sb:{g}:<rest>``, the
 hash tag keeping what one step touches on one Redis Cluster slot. A session's keys and
 the records named by ids made for it are in its group (`Keyspace`); the indexes every
-session adds to (updatedAt, leases, active and parked runs, the outbox, metrics,
-events…) are kept per group (`GroupKeys`), and a reader of all of them reads each
-group's. What belongs to no session (labels, tokens, the audit, api heartbeats, beat
-marks) is in group 0, the home group.
+session adds to (updatedAt, leases, parked runs, the outbox, events…) are kept per group
+(`GroupKeys`), and a reader of all of them reads each group's. What belongs to no session
+(labels, tokens, the audit, api heartbeats, beat marks) is in group 0, the home group.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ AUDIT_MAXLEN = 100_000
 @dataclass(frozen=True)
 class GroupKeys:
     """The keys of one slot group that every session of the group adds to: its share of
-    the indexes, counters and events (one group: the whole of each)."""
+    the indexes and events (one group: the whole of each)."""
 
     prefix: str
     group: int
@@ -61,11 +60,6 @@ class GroupKeys:
         return f"{self.prefix}idx:upd:{agent_id}:{kind}"
 
     # -- runs -------------------------------------------------------------------------
-    @property
-    def active_runs(self) -> str:
-        """Sorted set: runs started and not ended, scored by their deadline (ms)."""
-        return f"{self.prefix}idx:active"
-
     @property
     def parked_runs(self) -> str:
         """Sorted set: parked runs scored by the deadline of the wait they park on (ms)."""
@@ -94,7 +88,7 @@ class GroupKeys:
         """Sorted set: session keys with a held lane, scored by lease expiry (ms)."""
         return f"{self.prefix}idx:leases"
 
-    # -- deliveries, events, archive, counters -------------------------------------------
+    # -- deliveries, events, archive -----------------------------------------------------
     @property
     def deliveries_due(self) -> str:
         """Sorted set: unsettled delivery ids by when the sweep must (re-)enqueue their step
@@ -112,12 +106,6 @@ class GroupKeys:
     def archive_due(self) -> str:
         """Sorted set: sub-agent session keys scored by when they are archived (ms)."""
         return f"{self.prefix}idx:archive"
-
-    @property
-    def metrics(self) -> str:
-        """Hash: counters (``shared/metrics.py`` names the fields); a reading sums every
-        group's; no TTL."""
-        return f"{self.prefix}metrics"
 
 
 @dataclass(frozen=True)

@@ -198,7 +198,8 @@ class LinkRecord:
     """A record created in the step that records the run linking to it (a record and its
     first run: one round trip, not two). ``fields`` are text values; the hash is kept
     ``ttl_s``; ``member`` is added at ``score`` to each of ``indexes`` (sorted sets kept
-    ``ttl_s`` too), whose members scored at or below ``trim_to`` are dropped."""
+    ``ttl_s`` too), whose members scored at or below ``trim_to`` are dropped (0: none
+    this time)."""
 
     fields: Mapping[str, str]
     ttl_s: int
@@ -245,6 +246,8 @@ class Claim:
     entries: tuple[HistoryEntry, ...] | None = None
     # The claim step added the run.started event itself.
     started_published: bool = False
+    # The run's first claim (its first try): the run starts now (counted: `Metrics`).
+    first: bool = False
 
 
 @dataclass(frozen=True)

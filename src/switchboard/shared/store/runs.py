@@ -172,6 +172,7 @@ def _claim_of(run_id: str, res: Any, read: _HistoryRead | None = None) -> Claim 
     if verdict != "ok":
         return f"{verdict}:{as_text(res[1])}"
     session = codec.decode_flat_hash(res[4])
+    run = codec.decode_flat_hash(res[3])
     entries = read.entries(session, res) if read is not None and len(res) > 5 else None
     if entries is not None:
         history = [e.message for e in entries]
@@ -180,11 +181,12 @@ def _claim_of(run_id: str, res: Any, read: _HistoryRead | None = None) -> Claim 
     return Claim(
         attempt=int(as_text(res[1])),
         deadline_at_ms=int(float(as_text(res[2]))),
-        run=RunRecord.from_hash(run_id, codec.decode_flat_hash(res[3])),
+        run=RunRecord.from_hash(run_id, run),
         session=session,
         history=history,
         entries=entries,
         started_published=True,
+        first=run.get("tries") == "1",
     )
 
 
@@ -396,7 +398,8 @@ class RunStore:
         """Queue the record's member on ``indexes``, trimmed and kept as the record."""
         for index in indexes:
             pipe.zadd(index, {rec.member: rec.score})
-            pipe.zremrangebyscore(index, "-inf", rec.trim_to)
+            if rec.trim_to:
+                pipe.zremrangebyscore(index, "-inf", rec.trim_to)
             pipe.expire(index, rec.ttl_s)
 
     def name_link(self, link: tuple[str, str], run_id: str) -> None:
@@ -441,9 +444,7 @@ class RunStore:
             leases=group.lane_leases,
             idempotency=self.ks.idempotency(key, idempotency_key) if idempotency_key else own,
             link=run.link[0] if run.link else own,
-            active=group.active_runs,
             transcript=self.ks.transcript(key),
-            metrics=group.metrics,
             events=group.events,
             record_indexes=indexes,
             session_key=key,
@@ -474,9 +475,9 @@ class RunStore:
         }
 
     def _lane_keys(self, run_id: str, session_key: str) -> dict[str, Any]:
-        """The keys a run's claim and its end both touch, as the scripts name them: the run,
-        its session's lane, hash, transcript and updatedAt indexes, the lease and active-run
-        sets and the metrics hash."""
+        """The keys a run's end touches on its session's side, as finish_run.lua names
+        them: the run, its session's lane, hash, transcript and updatedAt indexes, and the
+        lease set."""
         keys = self._session_keys(session_key)
         del keys["sid_index"]
         group = self.ks.beside(session_key)
@@ -485,9 +486,7 @@ class RunStore:
             "run": self.ks.run(run_id),
             "lane": self.ks.lane(session_key),
             "leases": group.lane_leases,
-            "active": group.active_runs,
             "transcript": self.ks.transcript(session_key),
-            "metrics": group.metrics,
         }
 
     def _claim_arg(self, history: int | None, read: _HistoryRead | None = None) -> str:
@@ -542,7 +541,11 @@ class RunStore:
         now = now_ms()
         return self._lua["claim_run"](
             client=client,
-            **self._lane_keys(run_id, session_key),
+            run=self.ks.run(run_id),
+            lane=self.ks.lane(session_key),
+            leases=self.ks.beside(session_key).lane_leases,
+            session=self.ks.session(session_key),
+            transcript=self.ks.transcript(session_key),
             events=self.ks.beside(session_key).events,
             run_id=run_id,
             session_key=session_key,
@@ -672,7 +675,7 @@ class RunStore:
         )
         args, reads = self._finish_args(run_id, session_key, attempt, end)
         res = self._lua["finish_run"](**args)
-        return self._finished(run_id, session_key, reads, res)
+        return self._finished(run_id, session_key, reads, res, args["messages"])
 
     def queue_finish(
         self, pipe: Pipeline, run_id: str, session_key: str, attempt: int, end: RunEnd
@@ -688,7 +691,7 @@ class RunStore:
             reply = replies[at]
             if isinstance(reply, Exception):
                 raise unavailable(reply) from reply
-            return self._finished(run_id, session_key, reads, reply)
+            return self._finished(run_id, session_key, reads, reply, args["messages"])
 
         return read
 
@@ -739,17 +742,27 @@ class RunStore:
         }
         return args, reads
 
-    def _finished(self, run_id: str, session_key: str, reads: str | None, res: Any) -> FinishResult:
-        """What finish_run.lua answered."""
+    def _finished(
+        self,
+        run_id: str,
+        session_key: str,
+        reads: str | None,
+        res: Any,
+        appended: Sequence[str],
+    ) -> FinishResult:
+        """What finish_run.lua answered (``appended``: the messages it wrote, as stored)."""
         if as_text(res[0]) != "ok":
             return FinishResult(applied=False)
+        session = codec.decode_flat_hash(res[3])
+        if self.windows is not None and appended:
+            self._extend_window(session_key, session, appended)
         ended = codec.decode_flat_hash(res[2])
         if self.publish_ends_after_wait and ended.get("watch") == "1":
             self._publish_end(run_id, ended)
         run = RunRecord.from_hash(run_id, ended)
         if reads:
             run.read_at_end = {
-                self.ks.session(session_key): codec.decode_flat_hash(res[3]),
+                self.ks.session(session_key): session,
                 reads: codec.decode_flat_hash(res[4]),
             }
         return FinishResult(
@@ -758,6 +771,22 @@ class RunStore:
             waiters=tuple(as_text(w) for w in res[5:]),
             run=run,
         )
+
+    def _extend_window(
+        self, session_key: str, session: Mapping[str, str], appended: Sequence[str]
+    ) -> None:
+        """Add the messages an end step wrote to the process's copy of the session's
+        transcript (`TranscriptWindows.extend`): numbered up to the session's counter as
+        the step left it."""
+        assert self.windows is not None
+        last = int(session.get("seq") or 0)
+        first = last - len(appended) + 1
+        rows = [
+            HistoryEntry(seq, m, len(text.encode()))
+            for seq, text in enumerate(appended, start=first)
+            for m in decode_entries([(f"{seq}-0", {"m": text})])
+        ]
+        self.windows.extend(session_key, str(session.get("sessionId") or ""), rows)
 
     def _publish_end(self, run_id: str, ended: Mapping[str, str]) -> None:
         """Publish a watched run's end (as finish_run.lua does) after its WAIT; if Redis
@@ -927,12 +956,10 @@ class RunStore:
             lane=self.ks.lane(session_key),
             lane_queue=self.ks.lane_queue(session_key),
             leases=group.lane_leases,
-            active=group.active_runs,
             parked=group.parked_runs,
             session=self.ks.session(session_key),
             waiters=self.ks.run_waiters(run_id),
             outbox=group.outbox,
-            metrics=group.metrics,
             events=group.events,
             cancels=group.cancel_requests,
             run_id=run_id,

@@ -190,27 +190,16 @@ class SpawnStore:
         res = self._lua["spawn_cas"](record=hash_key, field=field, expected=expected, new=new)
         return bool(int(res))
 
-    def settle(
-        self,
-        hash_key: str,
-        field: str,
-        expected: str,
-        new: str,
-        *,
-        metric: str,
-        client: Pipeline | None = None,
-    ) -> None:
-        """``cas``, adding one to the ``metric`` counter when it moves (queued on
-        ``client`` when given)."""
-        self._lua["spawn_settle"](
-            record=hash_key,
-            metrics=self.ks.at(self.ks.group_of(hash_key)).metrics,
-            field=field,
-            expected=expected,
-            new=new,
-            metric=metric,
-            client=client,
+    def queue_cas(
+        self, pipe: Pipeline, hash_key: str, field: str, expected: str, new: str
+    ) -> Callable[[Sequence[Any]], bool]:
+        """`cas` queued on ``pipe``: answers what reads, from the replies of the executed
+        pipeline, whether it moved."""
+        at = len(pipe)
+        self._lua["spawn_cas"](
+            client=pipe, record=hash_key, field=field, expected=expected, new=new
         )
+        return lambda replies: bool(int(replies[at]))
 
     def append_once(
         self,

@@ -2,7 +2,9 @@
 
 `ServerStats` reads ``INFO``: the calls per command (``commandstats``, for Redis commands
 per run), memory and the server's version; on a Redis Cluster, of every primary (the
-calls and memory summed), as the store's keys may be on any of them. `ProgressReads`
+calls and memory summed), as the store's keys may be on any of them. It also watches one
+server's commands as they run (``MONITOR``, `Monitoring`: the bench's attribution of a
+run's commands to its steps; never a product path). `ProgressReads`
 answers "is the work done?" for many runs or sessions in one round trip each: a load
 generator polls them while a burst runs, so they read the least that answers (``HMGET``
 of two fields, ``XLEN``).
@@ -11,13 +13,15 @@ of two fields, ``XLEN``).
 from __future__ import annotations
 
 import re
+import threading
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redis import Redis
-from redis.exceptions import ResponseError
+from redis import ConnectionPool, Redis
+from redis.exceptions import RedisError, ResponseError
 
 from switchboard.shared.store.cluster import info_of_primaries
 from switchboard.shared.store.keyspace import Keyspace
@@ -96,9 +100,80 @@ class ServerStats:
         except (ResponseError, KeyError):
             return None
 
+    def monitor(self) -> Monitoring:
+        """Watch the server's commands (`Monitoring`; a single server, not a cluster)."""
+        return Monitoring(self.redis)
+
     def _infos(self, section: str) -> list[dict[str, Any]]:
         """``INFO section`` of every primary."""
         return info_of_primaries(self.redis, section)
+
+
+@dataclass(frozen=True)
+class Monitored:
+    """One command as ``MONITOR`` showed it: who sent it (``lua`` for a command a script
+    ran, else the client's address:port) and the command with its arguments."""
+
+    client: str
+    command: str
+
+    @property
+    def name(self) -> str:
+        """The command's name, lower case (``evalsha``)."""
+        return self.command.partition(" ")[0].lower()
+
+
+class Monitoring:
+    """Every command one server runs while in use (``with``), read by ``MONITOR`` on a
+    connection and a thread of its own. MONITOR costs the server a copy of each command:
+    for a few measured calls, never under load."""
+
+    def __init__(self, redis: Redis) -> None:
+        kwargs = dict(redis.connection_pool.connection_kwargs)
+        kwargs["socket_timeout"] = None  # it waits for the next command however long
+        self._redis = Redis(connection_pool=ConnectionPool(**kwargs))
+        self._wake = redis
+        self._seen: list[Monitored] = []
+        self._last = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="monitor", daemon=True)
+        self._started = threading.Event()
+
+    def __enter__(self) -> Monitoring:
+        self._thread.start()
+        self._started.wait(5)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._wake.ping()  # the watcher wakes on a command, then stops
+        self._thread.join(5)
+        self._redis.close()
+
+    def commands(self) -> list[Monitored]:
+        """The commands seen so far, in the order the server ran them."""
+        return list(self._seen)
+
+    def wait_quiet(self, quiet_s: float, timeout_s: float = 30.0) -> None:
+        """Return once no command came for ``quiet_s`` (or ``timeout_s`` passed)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and time.monotonic() - self._last < quiet_s:
+            time.sleep(quiet_s / 4)
+
+    def _watch(self) -> None:
+        try:
+            # redis-py's Monitor is untyped.
+            with self._redis.monitor() as watching:  # type: ignore[no-untyped-call]
+                self._started.set()
+                for seen in watching.listen():
+                    if self._stop.is_set():
+                        return
+                    self._last = time.monotonic()
+                    port = seen["client_port"]
+                    client = f"{seen['client_address']}:{port}" if port else seen["client_type"]
+                    self._seen.append(Monitored(client, seen["command"]))
+        except RedisError:
+            self._started.set()  # the caller finds no commands rather than waiting
 
 
 class ProgressReads:
@@ -135,8 +210,8 @@ class ProgressReads:
 
     def backlog(self, queues: Sequence[str], broker: ProgressReads | None = None) -> int:
         """Work not yet done: messages queued on ``queues`` or unacked, lanes held (by a
-        run queued, taken by a worker or running), active and parked runs, flow steps not
-        yet run and outbox entries (0 when everything has settled). Lanes and steps count
+        run queued, taken by a worker or running), parked runs, flow steps not yet run
+        and outbox entries (0 when everything has settled). Lanes and steps count
         the messages a worker holds where the broker keeps no copy of them (ack emulation
         off, `workers.transport`). The queues are read on
         ``broker`` when the broker is another Redis than the state's (one round trip
@@ -155,7 +230,8 @@ class ProgressReads:
         return sum(int(n) for n in pipe.execute())
 
     def unfinished(self) -> int:
-        """Lanes held, active and parked runs, flow steps not yet run, outbox entries."""
+        """Lanes held (a running run holds one), parked runs, flow steps not yet run,
+        outbox entries."""
         pipe = self.redis.pipeline(transaction=False)
         self._unfinished_reads(pipe)
         return sum(int(n) for n in pipe.execute())
@@ -168,11 +244,10 @@ class ProgressReads:
     def _unfinished_reads(self, pipe: Any) -> None:
         for group in self.ks.every_group():
             pipe.zcard(group.lane_leases)
-            pipe.zcard(group.active_runs)
             pipe.zcard(group.pending_steps)
             pipe.zcard(group.outbox)
             pipe.zcard(group.parked_runs)
 
     def backlog_commands(self, queues: Sequence[str]) -> dict[str, int]:
         """The Redis commands one `backlog` sends, per command (to leave out of a count)."""
-        return {"llen": len(queues), "hlen": 1, "zcard": 5 * self.ks.groups}
+        return {"llen": len(queues), "hlen": 1, "zcard": 4 * self.ks.groups}

@@ -152,6 +152,25 @@ class TranscriptWindows:
         self._keep(key, window, hit=after is not None)
         return window.entries[-limit:]
 
+    def extend(self, key: str, session_id: str, rows: Sequence[HistoryEntry]) -> None:
+        """Append the messages a step just wrote (``rows``, oldest first, numbered on from
+        the session's counter) to the session's window, when the window is the stream's up
+        to just before them (same sessionId, its seq the one before the first row): the
+        next claim then reads none of them. Any other window is left as it is (a claim
+        reads what it lacks)."""
+        if not rows:
+            return
+        with self._lock:
+            window = self._windows.get(key)
+            if window is None or window.session_id != session_id or window.seq != rows[0].seq - 1:
+                return
+            entries = (*window.entries, *rows)[-window.limit :]
+            grown = Window(session_id, rows[-1].seq, window.limit, entries)
+            self._weight += grown.weight - window.weight
+            self._windows[key] = grown
+            self._windows.move_to_end(key)
+            self._trim()
+
     def drop(self, key: str) -> None:
         """Forget a session's window."""
         with self._lock:
@@ -173,8 +192,12 @@ class TranscriptWindows:
             self._windows[key] = window
             self._windows.move_to_end(key)
             self._weight += window.weight
-            while self._windows and (
-                len(self._windows) > self.max_sessions or self._weight > self.max_bytes
-            ):
-                _, dropped = self._windows.popitem(last=False)
-                self._weight -= dropped.weight
+            self._trim()
+
+    def _trim(self) -> None:
+        """Drop the least recently used windows past the bounds (the lock held)."""
+        while self._windows and (
+            len(self._windows) > self.max_sessions or self._weight > self.max_bytes
+        ):
+            _, dropped = self._windows.popitem(last=False)
+            self._weight -= dropped.weight

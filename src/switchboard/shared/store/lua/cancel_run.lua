@@ -1,15 +1,14 @@
 -- Cancel a run (`subagents cancel`). A queued or parked run ends here as `cancelled`, as
 -- finish_run.lua ends one: outcome, out of its lane's queue (or the lane handed on), out of
--- the active and parked sets, the outbox for its follow-up, metrics, waiters, the run-ended
--- publish (when watched) and the run.ended event. A running run is only asked to stop: the
+-- the parked set, the outbox for its follow-up, waiters, the run-ended publish (when
+-- watched) and the run.ended event. A running run is only asked to stop: the
 -- request is stamped on its hash (`cancelRequested`) and added to `cancels`, where the
 -- worker executing it looks (runtime/leases.py); requests older than `stale_before` are
 -- dropped from `cancels` (their runs ended meanwhile or are stamped on their hashes).
 -- Answers {'cancelled', next run id or '', run hash, waiters...}, {'requested'},
 -- {'ended', status} or {'missing'}.
--- KEYS: run lane lane_queue leases active parked session waiters outbox metrics events cancels
+-- KEYS: run lane lane_queue leases parked session waiters outbox events cancels
 -- ARGV: run_id session_key now retention_s lease_at_ms channel error events_cap stale_before
--- @include run_metrics
 -- @include lane_handoff
 local run = KEYS[1]
 local run_id, session_key, now = ARGV[1], ARGV[2], ARGV[3]
@@ -20,32 +19,32 @@ if st == 'running' then
   if not redis.call('HGET', run, 'cancelRequested') then
     redis.call('HSET', run, 'cancelRequested', now)
   end
-  redis.call('ZADD', KEYS[12], now, run_id)
-  redis.call('ZREMRANGEBYSCORE', KEYS[12], '-inf', '(' .. ARGV[9])
+  redis.call('ZADD', KEYS[10], now, run_id)
+  redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. ARGV[9])
   return {'requested'}
 end
 redis.call('HSET', run, 'status', 'cancelled', 'error', ARGV[7], 'endedAt', now,
   'cancelRequested', now)
 redis.call('HDEL', run, 'parked', 'attachments')
-local started = redis.call('HGET', run, 'startedAt')
-count_run_end(KEYS[10], 'cancelled', started, now)
 redis.call('EXPIRE', run, ARGV[4])
 redis.call('LREM', KEYS[3], 0, run_id)
 redis.call('ZREM', KEYS[5], run_id)
-redis.call('ZREM', KEYS[6], run_id)
 if redis.call('HEXISTS', run, 'onEnd') == 1 then
-  redis.call('ZADD', KEYS[9], now, run_id)
+  redis.call('ZADD', KEYS[8], now, run_id)
 end
 local nxt = ''
 if redis.call('GET', KEYS[2]) == run_id then
   nxt = lane_handoff(KEYS[2], KEYS[3], KEYS[4], session_key, ARGV[5])
-  redis.call('HSET', KEYS[7], 'status', 'cancelled', 'abortedLastRun', '1')
+  redis.call('HSET', KEYS[6], 'status', 'cancelled', 'abortedLastRun', '1')
 end
-local waiters = redis.call('SMEMBERS', KEYS[8])
-redis.call('EXPIRE', KEYS[8], ARGV[4])
 local flat = redis.call('HGETALL', run)
 local fields = {}
 for i = 1, #flat, 2 do fields[flat[i]] = flat[i + 1] end
+local waiters = {}
+if fields['waited'] then  -- only a run stamped `waited` has waiters (park_run.lua)
+  waiters = redis.call('SMEMBERS', KEYS[7])
+  redis.call('EXPIRE', KEYS[7], ARGV[4])
+end
 if fields['watch'] == '1' then
   redis.call('PUBLISH', ARGV[6], cjson.encode({runId = run_id, run = fields}))
 end
@@ -61,7 +60,7 @@ if fields['meta'] then
     end
   end
 end
-redis.call('XADD', KEYS[11], 'MAXLEN', '~', ARGV[8], '*', 'type', 'run.ended',
+redis.call('XADD', KEYS[9], 'MAXLEN', '~', ARGV[8], '*', 'type', 'run.ended',
   'data', cjson.encode(ev))
 local out = {'cancelled', nxt, flat}
 for _, w in ipairs(waiters) do table.insert(out, w) end

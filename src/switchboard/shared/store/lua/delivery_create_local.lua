@@ -3,18 +3,18 @@
 -- to retry and nothing to leave in the due index. The send policy is `policy` when
 -- decided by the caller, else ('') the session's own override (`sendPolicy`), read here.
 -- webchat_event: the `delivery` event's data ('' = none); delivered_event/denied_event:
--- the `delivery.settled` event's data for each outcome; *_metric: the metrics field
--- counted for it; denied_error: the delivery's lastError when denied.
+-- the `delivery.settled` event's data for each outcome; denied_error: the delivery's
+-- lastError when denied.
 -- Answers 0 when the delivery exists, 1 when delivered, 2 when denied.
--- KEYS: delivery session_index events metrics session
--- ARGV: fields id now keep_s prune_before policy webchat_event events_maxlen delivered_event denied_event delivered_metric denied_metric denied_error
+-- KEYS: delivery session_index events session
+-- ARGV: fields id now keep_s prune_before policy webchat_event events_maxlen delivered_event denied_event denied_error
 -- @include set_fields
 -- @include delivery_index
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local policy = ARGV[6]
 if policy == '' then
   policy = 'allow'
-  local override = redis.call('HGET', KEYS[5], 'sendPolicy')
+  local override = redis.call('HGET', KEYS[4], 'sendPolicy')
   if override and string.lower(string.match(override, '^%s*(.-)%s*$')) == 'deny' then
     policy = 'deny'
   end
@@ -23,10 +23,9 @@ set_fields(KEYS[1], ARGV[1])
 local outcome = 1
 if policy == 'deny' then
   outcome = 2
-  redis.call('HSET', KEYS[1], 'status', 'denied', 'lastError', ARGV[13], 'attempts', 1)
+  redis.call('HSET', KEYS[1], 'status', 'denied', 'lastError', ARGV[11], 'attempts', 1)
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*', 'type', 'delivery.settled',
     'data', ARGV[10])
-  redis.call('HINCRBY', KEYS[4], ARGV[12], 1)
 else
   if ARGV[7] ~= '' then
     redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*', 'type', 'delivery', 'data', ARGV[7])
@@ -34,7 +33,6 @@ else
   redis.call('HSET', KEYS[1], 'status', 'delivered', 'deliveredAt', ARGV[3], 'attempts', 1)
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*', 'type', 'delivery.settled',
     'data', ARGV[9])
-  redis.call('HINCRBY', KEYS[4], ARGV[11], 1)
 end
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 index_delivery(KEYS[2], ARGV[2], ARGV[3], ARGV[4], ARGV[5])

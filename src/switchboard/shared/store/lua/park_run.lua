@@ -1,5 +1,6 @@
 -- Park a run on deferred tool calls: append what it said so far, keep the lane, and
--- register as a waiter on every target run that has not ended. Answers 'parked',
+-- register as a waiter on every target run that has not ended (the target is stamped
+-- `waited`, so its end looks for its waiters: finish_run.lua). Answers 'parked',
 -- 'ready' (every target had ended) or 'stale' (guarded by status running and attempt).
 -- KEYS: run session transcript parked leases idx_all idx_agent idx_kind *targets
 --   (targets: pairs of a target run's hash and its waiters set)
@@ -19,6 +20,7 @@ for i = 9, #KEYS, 2 do
   local tst = redis.call('HGET', KEYS[i], 'status')
   if tst == 'queued' or tst == 'running' or tst == 'parked' then
     redis.call('SADD', KEYS[i + 1], ARGV[1])
+    redis.call('HSET', KEYS[i], 'waited', '1')
     pending = pending + 1
   end
 end
