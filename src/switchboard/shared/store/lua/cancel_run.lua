@@ -10,6 +10,7 @@
 -- KEYS: run lane lane_queue leases parked session waiters outbox events cancels
 -- ARGV: run_id session_key now retention_s lease_at_ms channel error events_cap stale_before
 -- @include lane_handoff
+-- @include run_event
 local run = KEYS[1]
 local run_id, session_key, now = ARGV[1], ARGV[2], ARGV[3]
 local st = redis.call('HGET', run, 'status')
@@ -51,17 +52,8 @@ end
 -- The run.ended event (data as `events.run_event` shapes it).
 local ev = {runId = run_id, sessionKey = session_key, kind = fields['kind'] or 'agent',
   status = 'cancelled', error = ARGV[7], ts = tonumber(now)}
-if fields['meta'] then
-  local ok, meta = pcall(cjson.decode, fields['meta'])
-  if ok and type(meta) == 'table' then
-    for _, name in ipairs({'flowId', 'spawnId', 'batchId'}) do
-      local v = meta[name]
-      if v and v ~= cjson.null and v ~= '' and v ~= false then ev[name] = v end
-    end
-  end
-end
 redis.call('XADD', KEYS[9], 'MAXLEN', '~', ARGV[8], '*', 'type', 'run.ended',
-  'data', cjson.encode(ev))
+  'data', run_event_data(ev, fields['meta']))
 local out = {'cancelled', nxt, flat}
 for _, w in ipairs(waiters) do table.insert(out, w) end
 return out

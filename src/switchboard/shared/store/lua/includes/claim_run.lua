@@ -25,6 +25,7 @@
 --    no timeoutS of its own) history events_cap after_sid after_seq
 -- @include hash_buffer
 -- @include transcript_append
+-- @include run_event
 local function claim_history(k, a, s, before, appended)
   local from, up_to_date = '-', before == 0
   local out_seq = nil
@@ -41,17 +42,8 @@ local function claim_event(k, a, r, attempt)
   -- The run.started event, in the same step (data as `events.run_event` shapes it).
   local ev = {runId = a.run_id, sessionKey = a.session_key, kind = r.kind or 'agent',
     attempt = attempt, ts = tonumber(a.now)}
-  if r.meta then
-    local ok, meta = pcall(cjson.decode, r.meta)
-    if ok and type(meta) == 'table' then
-      for _, name in ipairs({'flowId', 'spawnId', 'batchId'}) do
-        local v = meta[name]
-        if v and v ~= cjson.null and v ~= '' and v ~= false then ev[name] = v end
-      end
-    end
-  end
   redis.call('XADD', k.events, 'MAXLEN', '~', a.events_cap, '*', 'type', 'run.started',
-    'data', cjson.encode(ev))
+    'data', run_event_data(ev, r.meta))
 end
 local function claim_run(k, a, held)
   local run = held and held.run or hash_open(k.run)
