@@ -65,7 +65,7 @@ def test_quick_suite_writes_every_scenario(quick_run: tuple[Path, str]) -> None:
         assert f"\n│ {name} " in output  # its row of the final table
     readme = (out / "README.md").read_text()
     assert all(f"| {name} |" in readme for name in SCENARIOS)
-    assert "Fast paths: on" in readme
+    assert "Quick run: speed not judged." in readme
     assert "(fireAndForget)" in readme and "(sendWait)" in readme
 
 
