@@ -190,11 +190,20 @@ def test_parked_waits_are_a_gauge(
     )
     assert value(scrape(client), "switchboard_parked_runs") == 1
     assert rpc("agent.wait", runId=caller["runId"], timeoutMs=20_000)["status"] == "ok"
-    samples = scrape(client)
+    # A run's end is counted just after its end is written, on the thread that ran it: the
+    # caller's wait can return before the target's count lands, so wait for both counts.
+    bucket = "switchboard_run_duration_seconds_bucket"
+    samples = wait_until(
+        lambda: (
+            (s := scrape(client))
+            and value(s, bucket, le="+Inf") - value(s, bucket, le="1.0") >= 2
+            and s
+        ),
+        "both two-second runs to be counted",
+    )
     assert value(samples, "switchboard_parked_runs") == 0
     # Both runs took about two seconds (the caller's time parked included); the reply-back
     # flow's own short runs may or may not have ended by now, and all fall under 1 s.
-    bucket = "switchboard_run_duration_seconds_bucket"
     under_1s = value(samples, bucket, le="1.0")
     assert value(samples, bucket, le="5.0") - under_1s == 2
     assert value(samples, bucket, le="+Inf") - under_1s == 2
