@@ -91,6 +91,13 @@ class Metrics:
             registry=r,
         )
 
+        self.batch_lines = Counter(
+            "switchboard_batch_lines",
+            "Batch lines answered, by outcome (completed, failed, cancelled, refused).",
+            ["outcome"],
+            registry=r,
+        )
+
     def run_started(self) -> None:
         """A run was claimed for the first time."""
         self.runs_started.inc()
@@ -110,6 +117,10 @@ class Metrics:
     def delivery(self, outcome: str) -> None:
         """A delivery attempt settled."""
         self.deliveries.labels(outcome).inc()
+
+    def batch_line(self, outcome: str) -> None:
+        """A batch line was answered."""
+        self.batch_lines.labels(outcome).inc()
 
 
 def multiprocess_dir() -> str | None:

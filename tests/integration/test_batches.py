@@ -1,0 +1,205 @@
+"""OpenAI's Files and Batches API, driven by the real `openai` client against the api and a
+worker: a mixed batch end to end, a bad file refused naming its lines, cancel, the cap."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from openai.types import Batch
+
+from switchboard.shared.config import Settings
+from switchboard.shared.services import Services
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def config_data() -> dict[str, Any]:
+    """Two agents; a batch admits at most three lines at once; a small upload limit."""
+    return {
+        "agents": {"list": [{"id": "main", "default": True}, {"id": "ops"}]},
+        "runs": {"timeoutSeconds": 30},
+        "batches": {"maxConcurrent": 3, "maxFileBytes": 64 * 1024, "maxLines": 500},
+    }
+
+
+@pytest.fixture
+def oa(api_url: str, settings: Settings) -> Iterator[openai.OpenAI]:
+    """The real OpenAI client pointed at the api (no retries: every answer is seen)."""
+    with openai.OpenAI(
+        base_url=f"{api_url}/v1", api_key=settings.token, max_retries=0, timeout=60
+    ) as client:
+        yield client
+
+
+def chat_line(custom_id: str, text: str, model: str = "switchboard/main") -> dict[str, Any]:
+    """A `/v1/chat/completions` request line."""
+    body = {"model": model, "messages": [{"role": "user", "content": text}]}
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
+
+
+def responses_line(custom_id: str, text: str, model: str = "switchboard/ops") -> dict[str, Any]:
+    """A `/v1/responses` request line."""
+    body = {"model": model, "input": text, "instructions": "Be brief."}
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/responses", "body": body}
+
+
+def jsonl(lines: list[Any]) -> bytes:
+    """Lines as a JSONL file (a line given as text is written as is)."""
+    return b"".join(
+        (line if isinstance(line, str) else json.dumps(line)).encode() + b"\n" for line in lines
+    )
+
+
+def upload(oa: openai.OpenAI, data: bytes) -> str:
+    """Upload a batch input file; its id."""
+    return oa.files.create(file=("input.jsonl", io.BytesIO(data)), purpose="batch").id
+
+
+def wait_for(oa: openai.OpenAI, batch_id: str, statuses: set[str], timeout: float = 60) -> Batch:
+    """Poll the batch until its status is one of ``statuses``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        batch = oa.batches.retrieve(batch_id)
+        if batch.status in statuses:
+            return batch
+        assert time.monotonic() < deadline, f"batch still {batch.status}: {batch}"
+        time.sleep(0.2)
+
+
+def results(oa: openai.OpenAI, file_id: str | None) -> dict[str, dict[str, Any]]:
+    """A result file's lines by custom_id."""
+    if file_id is None:
+        return {}
+    text = oa.files.content(file_id).text
+    lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return {line["custom_id"]: line for line in lines}
+
+
+def test_files_upload_list_retrieve_content_delete(worker: Any, oa: openai.OpenAI) -> None:
+    """An uploaded file is listed, retrievable, read back byte for byte and deletable."""
+    data = jsonl([chat_line("a", "hi"), chat_line("b", "there")])
+    created = oa.files.create(file=("in.jsonl", io.BytesIO(data)), purpose="batch")
+    assert created.id.startswith("file-") and created.bytes == len(data)
+    assert created.filename == "in.jsonl" and created.purpose == "batch"
+    assert oa.files.retrieve(created.id).bytes == len(data)
+    assert created.id in [f.id for f in oa.files.list()]
+    assert oa.files.content(created.id).content == data
+    assert oa.files.delete(created.id).deleted is True
+    with pytest.raises(openai.NotFoundError):
+        oa.files.retrieve(created.id)
+
+
+def test_upload_limits_are_a_clear_400(worker: Any, oa: openai.OpenAI) -> None:
+    """A file over batches.maxFileBytes or batches.maxLines is refused with a 400 naming it."""
+    with pytest.raises(openai.BadRequestError) as too_big:
+        upload(oa, b"x" * (70 * 1024) + b"\n")
+    assert "maxFileBytes" in too_big.value.message
+    with pytest.raises(openai.BadRequestError) as too_long:
+        upload(oa, b"{}\n" * 501)
+    assert "maxLines" in too_long.value.message
+    with pytest.raises(openai.BadRequestError) as purpose:
+        oa.files.create(file=("a.jsonl", io.BytesIO(b"{}\n")), purpose="assistants")
+    assert purpose.value.body["param"] == "purpose"  # type: ignore[index]
+
+
+def test_mixed_batch_end_to_end(worker: Any, oa: openai.OpenAI, services: Services) -> None:
+    """Chat and Responses lines each run their agent; every body is what the surface answers."""
+    lines = [chat_line(f"chat-{i}", f"/reply chat answer {i}") for i in range(5)]
+    lines += [responses_line(f"resp-{i}", f"/reply resp answer {i}") for i in range(3)]
+    lines.append(chat_line("bad-run", "/fail the model broke"))
+    chat_file = upload(oa, jsonl([line for line in lines if line["url"].endswith("completions")]))
+    resp_file = upload(oa, jsonl([line for line in lines if line["url"].endswith("responses")]))
+    chat = oa.batches.create(
+        input_file_id=chat_file,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        metadata={"purpose": "test"},
+    )
+    resp = oa.batches.create(
+        input_file_id=resp_file, endpoint="/v1/responses", completion_window="24h"
+    )
+    assert chat.status == "in_progress" and chat.request_counts.total == 6  # type: ignore[union-attr]
+    done = wait_for(oa, chat.id, {"completed"})
+    assert done.request_counts.completed == 5 and done.request_counts.failed == 1  # type: ignore[union-attr]
+    assert done.metadata == {"purpose": "test"} and done.completed_at and done.in_progress_at
+    out, errs = results(oa, done.output_file_id), results(oa, done.error_file_id)
+    assert set(out) == {f"chat-{i}" for i in range(5)} and set(errs) == {"bad-run"}
+    body = out["chat-2"]["response"]["body"]
+    assert out["chat-2"]["response"]["status_code"] == 200 and out["chat-2"]["error"] is None
+    assert body["object"] == "chat.completion" and body["model"] == "switchboard/main"
+    assert body["choices"][0]["message"]["content"] == "chat answer 2"
+    assert errs["bad-run"]["response"]["status_code"] == 502
+    assert errs["bad-run"]["error"]["code"] == "run_failed"
+    done_resp = wait_for(oa, resp.id, {"completed"})
+    rout = results(oa, done_resp.output_file_id)
+    assert done_resp.error_file_id is None and len(rout) == 3
+    rbody = rout["resp-1"]["response"]["body"]
+    assert rbody["object"] == "response" and rbody["status"] == "completed"
+    assert rbody["output"][0]["content"][0]["text"] == "resp answer 1"
+    assert rbody["model"] == "switchboard/ops" and rbody["instructions"] == "Be brief."
+    request_id = out["chat-0"]["response"]["request_id"]
+    run = services.store.runs.get(request_id)
+    assert run is not None and run.session_key.startswith(f"agent:main:batch:{chat.id}:")
+    listed = [b.id for b in oa.batches.list(limit=1).iter_pages().__next__().data]
+    assert listed == [resp.id]
+    assert {b.id for b in oa.batches.list()} == {chat.id, resp.id}
+
+
+def test_invalid_file_fails_naming_its_lines_and_runs_nothing(
+    worker: Any, oa: openai.OpenAI, services: Services
+) -> None:
+    """Every bad line is named with code, line and param; the batch fails and no line runs."""
+    lines: list[Any] = [
+        chat_line("ok-1", "fine"),
+        "{not json",
+        chat_line("ok-1", "a duplicate id"),
+        {**chat_line("m", "x"), "method": "GET"},
+        {**chat_line("u", "x"), "url": "/v1/responses"},
+        chat_line("nobody", "x", model="switchboard/nobody"),
+        {**chat_line("nomsg", "x"), "body": {"model": "switchboard/main"}},
+    ]
+    batch = oa.batches.create(
+        input_file_id=upload(oa, jsonl(lines)),
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
+    assert batch.status == "failed" and batch.failed_at
+    assert batch.errors is not None and batch.errors.data is not None
+    found = {(e.line, e.code, e.param) for e in batch.errors.data}
+    assert found == {
+        (2, "invalid_json_line", None),
+        (3, "duplicate_custom_id", "custom_id"),
+        (4, "invalid_method", "method"),
+        (5, "mismatched_endpoint", "url"),
+        (6, "model_not_found", "body.model"),
+        (7, "missing_required_parameter", "body.messages"),
+    }
+    time.sleep(0.5)
+    assert services.store.sessions.get(f"agent:main:batch:{batch.id}:0") is None
+    assert batch.request_counts is not None and batch.request_counts.total == 0
+
+
+def test_bad_batch_requests_are_400s(worker: Any, oa: openai.OpenAI) -> None:
+    """An unknown endpoint, another window or an unknown file is refused in OpenAI's shape."""
+    file_id = upload(oa, jsonl([chat_line("a", "x")]))
+    with pytest.raises(openai.BadRequestError):
+        oa.batches.create(input_file_id=file_id, endpoint="/v1/embeddings", completion_window="24h")  # type: ignore[arg-type]
+    with pytest.raises(openai.BadRequestError):
+        oa.batches.create(
+            input_file_id=file_id,
+            endpoint="/v1/chat/completions",
+            completion_window="1h",  # type: ignore[arg-type]
+        )
+    with pytest.raises(openai.NotFoundError):
+        oa.batches.create(
+            input_file_id="file-nope", endpoint="/v1/chat/completions", completion_window="24h"
+        )
+    with pytest.raises(openai.NotFoundError):
+        oa.batches.retrieve("batch_nope")
