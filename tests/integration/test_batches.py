@@ -203,3 +203,134 @@ def test_bad_batch_requests_are_400s(worker: Any, oa: openai.OpenAI) -> None:
         )
     with pytest.raises(openai.NotFoundError):
         oa.batches.retrieve("batch_nope")
+
+
+def most_at_once(services: Services, run_ids: list[str]) -> int:
+    """The most of these runs that were running at the same moment (first claim to end)."""
+    edges: list[tuple[int, int]] = []
+    for run in services.store.runs.get_many(run_ids):
+        assert run is not None and run.started_at_ms and run.ended_at_ms
+        edges += [(run.started_at_ms, 1), (run.ended_at_ms, -1)]
+    running = peak = 0
+    for _, step in sorted(edges, key=lambda e: (e[0], e[1])):
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+def test_cap_never_more_than_max_concurrent(
+    worker: Any, oa: openai.OpenAI, services: Services
+) -> None:
+    """A batch never runs more than batches.maxConcurrent lines at once (3 here), and a
+    batch's metadata.maxConcurrent lowers it (1)."""
+    lines = [chat_line(f"c{i}", f"/sleep 0.4\n/reply {i}") for i in range(10)]
+    file_id = upload(oa, jsonl(lines))
+    wide = oa.batches.create(
+        input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    narrow = oa.batches.create(
+        input_file_id=file_id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        metadata={"maxConcurrent": "1"},
+    )
+    for batch_id, cap in ((wide.id, 3), (narrow.id, 1)):
+        done = wait_for(oa, batch_id, {"completed"})
+        out = results(oa, done.output_file_id)
+        assert len(out) == 10
+        run_ids = [line["response"]["request_id"] for line in out.values()]
+        peak = most_at_once(services, run_ids)
+        assert peak <= cap, f"{peak} runs of batch {batch_id} at once, cap {cap}"
+        if cap > 1:
+            assert peak >= 2  # the lines did run side by side
+
+
+def test_cancel_stops_admitting_and_cancels_runs_in_flight(
+    worker: Any, oa: openai.OpenAI, services: Services
+) -> None:
+    """Cancel ends the runs in flight (error lines `batch_cancelled`) and starts no more."""
+    lines = [chat_line(f"c{i}", f"/sleep 20\n/reply {i}") for i in range(8)]
+    batch = oa.batches.create(
+        input_file_id=upload(oa, jsonl(lines)),
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
+    deadline = time.monotonic() + 20
+    while len(services.store.batches.in_flight(batch.id)) < 3 or None in (
+        services.store.batches.in_flight(batch.id).values()
+    ):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    cancelling = oa.batches.cancel(batch.id)
+    assert cancelling.status in ("cancelling", "cancelled") and cancelling.cancelling_at
+    done = wait_for(oa, batch.id, {"cancelled"}, timeout=30)
+    assert done.cancelled_at and done.output_file_id is None
+    errs = results(oa, done.error_file_id)
+    assert set(errs) == {"c0", "c1", "c2"}
+    assert {e["error"]["code"] for e in errs.values()} == {"batch_cancelled"}
+    assert done.request_counts is not None and done.request_counts.failed == 3
+    assert all(services.store.batches.run_of(batch.id, n) is None for n in range(3, 8))
+    with pytest.raises(openai.ConflictError):
+        oa.batches.cancel(
+            wait_for(
+                oa,
+                oa.batches.create(
+                    input_file_id=upload(oa, jsonl([chat_line("x", "hi")])),
+                    endpoint="/v1/chat/completions",
+                    completion_window="24h",
+                ).id,
+                {"completed"},
+            ).id
+        )
+
+
+def test_metrics_count_batch_lines_by_outcome(worker: Any, oa: openai.OpenAI, client: Any) -> None:
+    """/metrics counts answered batch lines by outcome."""
+    lines = [chat_line("ok", "/reply yes"), chat_line("no", "/fail broken")]
+    batch = oa.batches.create(
+        input_file_id=upload(oa, jsonl(lines)),
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
+    wait_for(oa, batch.id, {"completed"})
+    text = client.get("/metrics").text
+    assert 'switchboard_batch_lines_total{outcome="completed"} 1.0' in text
+    assert 'switchboard_batch_lines_total{outcome="failed"} 1.0' in text
+
+
+def test_scoped_token_sees_only_its_own_and_only_its_agent(
+    worker: Any, api_url: str, oa: openai.OpenAI, services: Services
+) -> None:
+    """A scoped token sees only the files and batches it made; a line of another agent
+    fails its batch at validation (forbidden), naming the line; its own agent's lines run."""
+    issued = services.store.tokens.create("ops")
+    with openai.OpenAI(
+        base_url=f"{api_url}/v1", api_key=issued.token, max_retries=0, timeout=60
+    ) as scoped:
+        mine = upload(scoped, jsonl([responses_line("r", "/reply from ops")]))
+        theirs = upload(oa, jsonl([chat_line("c", "hi")]))
+        assert [f.id for f in scoped.files.list()] == [mine]
+        assert mine not in [f.id for f in oa.files.list()]
+        with pytest.raises(openai.NotFoundError):
+            scoped.files.retrieve(theirs)
+        with pytest.raises(openai.NotFoundError):
+            scoped.files.content(theirs)
+        bad = scoped.batches.create(
+            input_file_id=upload(
+                scoped, jsonl([chat_line("a", "x", model="switchboard/ops"), chat_line("b", "x")])
+            ),
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+        )
+        assert bad.status == "failed" and bad.errors is not None and bad.errors.data
+        assert [(e.line, e.code) for e in bad.errors.data] == [(2, "forbidden")]
+        good = scoped.batches.create(
+            input_file_id=mine, endpoint="/v1/responses", completion_window="24h"
+        )
+        done = wait_for(scoped, good.id, {"completed"})
+        assert done.request_counts is not None and done.request_counts.completed == 1
+        assert {b.id for b in scoped.batches.list()} == {bad.id, good.id}
+        with pytest.raises(openai.NotFoundError):
+            oa.batches.retrieve(good.id)
+        with pytest.raises(openai.NotFoundError):
+            oa.batches.cancel(good.id)
