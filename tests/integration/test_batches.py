@@ -334,3 +334,7 @@ def test_scoped_token_sees_only_its_own_and_only_its_agent(
             oa.batches.retrieve(good.id)
         with pytest.raises(openai.NotFoundError):
             oa.batches.cancel(good.id)
+    audited = services.store.audit.recent(50, token_id=issued.record.token_id)
+    calls = {(e.surface, (e.tool or "").split(" ")[0]) for e in audited}
+    assert {("files", "files.create"), ("batches", "batches.create")} <= calls
+    assert ("batches", "batches.retrieve") in calls and ("files", "files.list") in calls

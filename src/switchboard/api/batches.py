@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from switchboard.api.auth import require_token
 from switchboard.api.batch_lines import Checked, check_file
 from switchboard.api.body import json_body_schema
-from switchboard.api.files import find_file, owner_of
+from switchboard.api.files import find_file, note_call, owner_of
 from switchboard.api.openai_compat import OpenAIError, OpenAIRoute, parse_openai_body
 from switchboard.api.scopes import Principal, principal_of
 from switchboard.shared.batches import lines
@@ -177,9 +177,11 @@ def find_batch(svc: Services, principal: Principal, batch_id: str) -> BatchRecor
 )
 async def create_batch(request: Request) -> Response:
     """Create a batch from an uploaded file: checked line by line, then run."""
+    note_call(request, "batches.create")
     body = await parse_openai_body(request, BatchCreateRequest)
     svc: Services = request.app.state.services
     rec = await run_in_threadpool(create, svc, principal_of(request), body)
+    note_call(request, "batches.create", rec.batch_id)
     return JSONResponse(batch_object(rec))
 
 
@@ -190,6 +192,7 @@ async def list_batches(
     limit: int = Query(default=20, ge=1, le=100),
 ) -> Response:
     """This token's batches, newest first, paged with ``after``."""
+    note_call(request, "batches.list")
     svc: Services = request.app.state.services
     owner = owner_of(principal_of(request))
 
@@ -214,6 +217,7 @@ async def list_batches(
 @router.get("/v1/batches/{batch_id}", dependencies=[Depends(require_token)], response_model=None)
 async def retrieve_batch(batch_id: str, request: Request) -> Response:
     """One batch as it stands (its counts live)."""
+    note_call(request, "batches.retrieve", batch_id)
     svc: Services = request.app.state.services
     rec = await run_in_threadpool(find_batch, svc, principal_of(request), batch_id)
     return JSONResponse(batch_object(rec))
@@ -225,6 +229,7 @@ async def retrieve_batch(batch_id: str, request: Request) -> Response:
 async def cancel_batch(batch_id: str, request: Request) -> Response:
     """Stop admitting the batch's lines and cancel its runs in flight (`cancelling`, then
     `cancelled` once they ended); an ended batch is a 409."""
+    note_call(request, "batches.cancel", batch_id)
     svc: Services = request.app.state.services
     principal = principal_of(request)
 

@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 
 from switchboard.api.auth import require_token
 from switchboard.api.openai_compat import OpenAIError, OpenAIRoute
-from switchboard.api.scopes import Principal, principal_of
+from switchboard.api.scopes import Principal, audit_note, principal_of
 from switchboard.api.uploads import LineUpload, read_upload
 from switchboard.shared.services import Services
 from switchboard.shared.store.files import FileRecord
@@ -35,6 +35,13 @@ router = APIRouter(route_class=OpenAIRoute)
 def owner_of(principal: Principal) -> str:
     """Whose files and batches a request sees: its scoped token's, or the owner's."""
     return principal.token_id or OWNER
+
+
+def note_call(request: Request, call: str, target: str | None = None) -> None:
+    """Name the call (and the file or batch it concerns) for the audit of a scoped token."""
+    note = audit_note(request)
+    if note is not None:
+        note.tool = f"{call} {target}" if target else call
 
 
 def file_object(rec: FileRecord) -> dict[str, Any]:
@@ -68,6 +75,7 @@ def find_file(svc: Services, principal: Principal, file_id: str) -> FileRecord:
 @router.post("/v1/files", dependencies=[Depends(require_token)], response_model=None)
 async def create_file(request: Request) -> Response:
     """Upload a JSONL file (`purpose: batch`), read and stored as it arrives."""
+    note_call(request, "files.create")
     svc: Services = request.app.state.services
     limits = svc.config.batches
     declared = request.headers.get("content-length", "")
@@ -121,6 +129,7 @@ async def list_files(
     purpose: str | None = None,
 ) -> Response:
     """This token's files, newest first (``order=asc``: oldest), paged with ``after``."""
+    note_call(request, "files.list")
     svc: Services = request.app.state.services
     owner = owner_of(principal_of(request))
 
@@ -148,6 +157,7 @@ async def list_files(
 @router.get("/v1/files/{file_id}", dependencies=[Depends(require_token)], response_model=None)
 async def retrieve_file(file_id: str, request: Request) -> Response:
     """One file's object."""
+    note_call(request, "files.retrieve", file_id)
     svc: Services = request.app.state.services
     rec = await run_in_threadpool(find_file, svc, principal_of(request), file_id)
     return JSONResponse(file_object(rec))
@@ -156,6 +166,7 @@ async def retrieve_file(file_id: str, request: Request) -> Response:
 @router.delete("/v1/files/{file_id}", dependencies=[Depends(require_token)], response_model=None)
 async def delete_file(file_id: str, request: Request) -> Response:
     """Delete a file and its lines."""
+    note_call(request, "files.delete", file_id)
     svc: Services = request.app.state.services
     rec = await run_in_threadpool(find_file, svc, principal_of(request), file_id)
     await run_in_threadpool(svc.store.files.delete, rec)
@@ -167,6 +178,7 @@ async def delete_file(file_id: str, request: Request) -> Response:
 )
 async def file_content(file_id: str, request: Request) -> Response:
     """The file's bytes, sent a page of lines at a time."""
+    note_call(request, "files.content", file_id)
     svc: Services = request.app.state.services
     rec = await run_in_threadpool(find_file, svc, principal_of(request), file_id)
 
