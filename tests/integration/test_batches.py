@@ -13,6 +13,7 @@ import openai
 import pytest
 from openai.types import Batch
 
+from switchboard.shared.batches.lines import sweep_batches
 from switchboard.shared.config import Settings
 from switchboard.shared.services import Services
 
@@ -338,3 +339,37 @@ def test_scoped_token_sees_only_its_own_and_only_its_agent(
     calls = {(e.surface, (e.tool or "").split(" ")[0]) for e in audited}
     assert {("files", "files.create"), ("batches", "batches.create")} <= calls
     assert ("batches", "batches.retrieve") in calls and ("files", "files.list") in calls
+
+
+def test_lines_past_the_window_end_batch_expired(
+    worker: Any, oa: openai.OpenAI, services: Services
+) -> None:
+    """Past its 24 h window a batch admits nothing more: its running and unstarted lines end
+    `batch_expired` in the error file, the finished ones stay in the output, status expired."""
+    lines = [chat_line("quick", "/reply done")]
+    lines += [chat_line(f"slow{i}", "/sleep 20") for i in range(5)]
+    batch = oa.batches.create(
+        input_file_id=upload(oa, jsonl(lines)),
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        metadata={"maxConcurrent": "2"},
+    )
+    deadline = time.monotonic() + 20
+    while oa.batches.retrieve(batch.id).request_counts.completed < 1:  # type: ignore[union-attr]
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    while None in services.store.batches.in_flight(batch.id).values():
+        time.sleep(0.05)
+    # A day passes (the batch's creation moved back), then the beat's sweep looks at it.
+    services.store.redis.hset(
+        services.store.ks.obatch(batch.id), "createdAt", int(time.time()) - 86_401
+    )
+    sweep_batches(services)
+    done = wait_for(oa, batch.id, {"expired"}, timeout=30)
+    assert done.expired_at and done.request_counts is not None
+    assert (done.request_counts.completed, done.request_counts.failed) == (1, 5)
+    assert set(results(oa, done.output_file_id)) == {"quick"}
+    errs = results(oa, done.error_file_id)
+    assert set(errs) == {f"slow{i}" for i in range(5)}
+    assert {e["error"]["code"] for e in errs.values()} == {"batch_expired"}
+    assert all(services.store.batches.run_of(batch.id, n) is None for n in (4, 5))

@@ -28,12 +28,11 @@ from switchboard.api.files import find_file, note_call, owner_of
 from switchboard.api.openai_compat import OpenAIError, OpenAIRoute, parse_openai_body
 from switchboard.api.scopes import Principal, principal_of
 from switchboard.shared.batches import lines
-from switchboard.shared.batches.plans import ENDPOINTS
+from switchboard.shared.batches.plans import ENDPOINTS, WINDOW_S
 from switchboard.shared.services import Services
 from switchboard.shared.store.batches import BatchRecord
 
 BATCH_PREFIX = "batch_"
-WINDOW_S = 24 * 3600
 # The batch's `*_at` fields and the store's names for them.
 _TIMES = {
     "in_progress_at": "inProgressAt",

@@ -93,7 +93,7 @@ class Metrics:
 
         self.batch_lines = Counter(
             "switchboard_batch_lines",
-            "Batch lines answered, by outcome (completed, failed, cancelled, refused).",
+            "Batch lines answered, by outcome (completed, failed, cancelled, expired, refused).",
             ["outcome"],
             registry=r,
         )
@@ -118,9 +118,9 @@ class Metrics:
         """A delivery attempt settled."""
         self.deliveries.labels(outcome).inc()
 
-    def batch_line(self, outcome: str) -> None:
-        """A batch line was answered."""
-        self.batch_lines.labels(outcome).inc()
+    def batch_line(self, outcome: str, count: int = 1) -> None:
+        """``count`` batch lines were answered with ``outcome``."""
+        self.batch_lines.labels(outcome).inc(count)
 
 
 def multiprocess_dir() -> str | None:

@@ -17,13 +17,20 @@ import logging
 import secrets
 import time
 
-from switchboard.shared.batches.plans import LinePlan, output_line, refused_line
+from switchboard.shared.batches.plans import (
+    WINDOW_S,
+    LinePlan,
+    expired_line,
+    output_line,
+    refused_line,
+)
 from switchboard.shared.errors import InvalidInput, SwitchboardError, Unavailable
 from switchboard.shared.flows.steps import following, run_of
 from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.shared.runtime.cancel import cancel_run
 from switchboard.shared.services import Services
 from switchboard.shared.step_registry import flow_step
+from switchboard.shared.store.batches import BatchRecord
 from switchboard.shared.store.runs import RunRecord
 
 log = logging.getLogger("switchboard.batch")
@@ -32,6 +39,8 @@ LINE_END = "switchboard.batch_line_end"
 ADVANCE = "switchboard.batch_advance"
 # The run meta naming a line's batch (`batchId` is a spawn batch's).
 META_BATCH = "openaiBatchId"
+# Lines answered `batch_expired` per round trip.
+_PAGE = 500
 
 
 def line_session(batch_id: str, index: int, plan: LinePlan) -> str:
@@ -127,8 +136,13 @@ def line_end(svc: Services, batch_id: str, line: str) -> None:
     raw = svc.store.batches.plan(batch_id, index)
     if raw is None:
         return  # the batch is gone (expired)
-    ok, text = output_line(batch_id, index, LinePlan.loads(raw), run)
+    expired = False
+    if run.status == "cancelled":
+        rec = svc.store.batches.get(batch_id)
+        expired = rec is not None and rec.ending == "expired"
+    ok, text = output_line(batch_id, index, LinePlan.loads(raw), run, expired=expired)
     outcome = "completed" if ok else ("cancelled" if run.status == "cancelled" else "failed")
+    outcome = "expired" if expired else outcome
     answer(svc, batch_id, index, ok=ok, text=text, outcome=outcome)
 
 
@@ -145,11 +159,41 @@ def cancel(svc: Services, batch_id: str) -> str:
         finalize(svc, batch_id)
         return "cancelled"
     if status == "cancelling":
-        run_ids = [r for r in svc.store.batches.in_flight(batch_id).values() if r]
-        for run in svc.store.runs.get_many(run_ids):
-            if run is not None and not run.terminal:
-                cancel_run(svc, run.run_id, run.session_key)
+        _cancel_in_flight(svc, batch_id)
     return status
+
+
+def _cancel_in_flight(svc: Services, batch_id: str) -> None:
+    run_ids = [r for r in svc.store.batches.in_flight(batch_id).values() if r]
+    for run in svc.store.runs.get_many(run_ids):
+        if run is not None and not run.terminal:
+            cancel_run(svc, run.run_id, run.session_key)
+
+
+def expire(svc: Services, rec: BatchRecord) -> None:
+    """End a batch past its window: admit nothing more, answer each line never admitted
+    `batch_expired`, cancel the runs in flight (their lines end `batch_expired` too), and
+    end it `expired` once every line is answered. Safe to repeat."""
+    batch_id, store = rec.batch_id, svc.store.batches
+    if rec.status == "in_progress":
+        store.expire(batch_id, _now_s())
+    rec = store.get(batch_id) or rec
+    if rec.status != "finalizing" or rec.ending != "expired":
+        return
+    runless = [n for n, run_id in store.in_flight(batch_id).items() if run_id is None]
+    pages = [(n, 1) for n in runless] + [
+        (first, min(_PAGE, rec.total - first)) for first in range(rec.cursor, rec.total, _PAGE)
+    ]
+    for first, count in pages:
+        plans = store.plans(batch_id, first, count)
+        lines = [
+            (first + i, expired_line(batch_id, first + i, LinePlan.loads(raw)))
+            for i, raw in enumerate(plans)
+        ]
+        answered = store.answer_many(batch_id, lines, ok=False, now_s=_now_s())
+        svc.metrics.batch_line("expired", answered)
+    _cancel_in_flight(svc, batch_id)
+    finalize(svc, batch_id)
 
 
 def recover(svc: Services, batch_id: str) -> None:
@@ -157,6 +201,10 @@ def recover(svc: Services, batch_id: str) -> None:
     end it if its work is over, admit lines if it has room."""
     rec = svc.store.batches.get(batch_id)
     if rec is None:
+        return
+    past_window = rec.status == "in_progress" and _now_s() >= rec.created_at + WINDOW_S
+    if past_window or rec.ending == "expired":
+        expire(svc, rec)
         return
     if rec.status in ("finalizing", "cancelling"):
         if rec.status == "cancelling":

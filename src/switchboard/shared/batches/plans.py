@@ -30,6 +30,9 @@ from switchboard.shared.store.runs import RunRecord
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
 ENDPOINTS = (CHAT, RESPONSES)
+# The one completion window (`24h`): lines not answered within it end `batch_expired`.
+WINDOW_S = 24 * 3600
+EXPIRED = "This request could not be executed before the completion window expired."
 
 Endpoint = Literal["/v1/chat/completions", "/v1/responses"]
 
@@ -100,8 +103,14 @@ def failed_answer(run: RunRecord) -> tuple[int, str, str]:
     return 502, "run_failed", failure_text(run)
 
 
-def output_line(batch_id: str, index: int, plan: LinePlan, run: RunRecord) -> tuple[bool, str]:
-    """(ok, the line to write) for a line whose run ended."""
+def output_line(
+    batch_id: str, index: int, plan: LinePlan, run: RunRecord, *, expired: bool = False
+) -> tuple[bool, str]:
+    """(ok, the line to write) for a line whose run ended (``expired``: a run cancelled
+    because the batch's window passed)."""
+    if expired and run.status == "cancelled":
+        error = {"code": "batch_expired", "message": EXPIRED}
+        return False, _line(batch_id, index, plan, None, error)
     if run.status == "ok":
         response = {"status_code": 200, "request_id": run.run_id, "body": answer_body(plan, run)}
         return True, _line(batch_id, index, plan, response, None)
@@ -109,6 +118,11 @@ def output_line(batch_id: str, index: int, plan: LinePlan, run: RunRecord) -> tu
     body = _error(status, code, message, "server_error")
     response = {"status_code": status, "request_id": run.run_id, "body": body}
     return False, _line(batch_id, index, plan, response, {"code": code, "message": message})
+
+
+def expired_line(batch_id: str, index: int, plan: LinePlan) -> str:
+    """The error line of a line its batch's window passed before it ran."""
+    return _line(batch_id, index, plan, None, {"code": "batch_expired", "message": EXPIRED})
 
 
 def refused_line(

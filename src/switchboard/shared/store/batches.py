@@ -10,7 +10,8 @@ restart never admit a line twice nor answer one twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,8 @@ class BatchRecord:
     output_file_id: str | None = None
     error_file_id: str | None = None
     times: Mapping[str, int] = field(default_factory=dict)
+    # Why a batch is ending other than by its last line: "expired" (its window passed).
+    ending: str | None = None
 
     def to_hash(self) -> dict[str, str]:
         """The hash fields a new batch is written with."""
@@ -89,6 +92,7 @@ class BatchRecord:
             output_file_id=h.get("outputFileId"),
             error_file_id=h.get("errorFileId"),
             times=times,
+            ending=h.get("ending"),
         )
 
 
@@ -134,7 +138,7 @@ class BatchStore:
         pipe = self.redis.pipeline(transaction=True)
         pipe.hset(self.ks.obatch(rec.batch_id), mapping=rec.to_hash())  # type: ignore[arg-type]
         pipe.expire(self.ks.obatch(rec.batch_id), self.ttl_s)
-        score = rec.created_at * 1000
+        score = time.time() * 1000  # ms: batches made in the same second keep their order
         pipe.zadd(self.ks.batches_of(rec.owner), {rec.batch_id: score})
         pipe.expire(self.ks.batches_of(rec.owner), self.ttl_s)
         if rec.status == "in_progress":
@@ -213,6 +217,33 @@ class BatchStore:
             now_s=now_s,
         )
         return LineDone(bool(int(applied)), bool(int(finalize)))
+
+    def expire(self, batch_id: str, now_s: int) -> bool:
+        """Stop a running batch past its window (`finalizing`, ending `expired`); True
+        when this call did."""
+        return bool(int(self._lua["obatch_expire"](batch=self.ks.obatch(batch_id), now_s=now_s)))
+
+    def answer_many(
+        self, batch_id: str, lines: Sequence[tuple[int, str]], *, ok: bool, now_s: int
+    ) -> int:
+        """Answer many lines (each once) in one round trip: lines never admitted; how
+        many were answered by this call."""
+        pipe = self.redis.pipeline(transaction=False)
+        ks = self.ks
+        for line, text in lines:
+            self._lua["obatch_line_done"](
+                batch=ks.obatch(batch_id),
+                done=ks.obatch_done(batch_id),
+                inflight=ks.obatch_inflight(batch_id),
+                out=ks.obatch_out(batch_id),
+                err=ks.obatch_err(batch_id),
+                line=line,
+                kind="out" if ok else "err",
+                text=text,
+                now_s=now_s,
+                client=pipe,
+            )
+        return sum(int(applied) for applied, _ in pipe.execute())
 
     def cancel(self, batch_id: str, now_s: int) -> tuple[str, bool]:
         """Stop admitting (status `cancelling`); (status after, whether to end it now)."""

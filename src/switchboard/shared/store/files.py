@@ -9,6 +9,7 @@ key expires ``ttl_s`` after the file is written.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -108,7 +109,8 @@ class FileStore:
         pipe.hset(key, mapping=rec.to_hash())  # type: ignore[arg-type]
         pipe.expire(key, self.ttl_s)
         pipe.expire(self.ks.file_lines(rec.file_id), self.ttl_s)
-        pipe.zadd(self.ks.files_of(rec.owner), {rec.file_id: rec.created_at * 1000})
+        # ms: files made in the same second keep their order
+        pipe.zadd(self.ks.files_of(rec.owner), {rec.file_id: time.time() * 1000})
         pipe.expire(self.ks.files_of(rec.owner), self.ttl_s)
         pipe.execute()
 

@@ -1,7 +1,7 @@
 -- Answer one line of a batch, once: its line goes to the output or the error lines and
 -- the counts move; a line answered already changes nothing. Answers {applied, finalize}:
 -- finalize is 1 when this answer ended the batch's work (every line answered, or the
--- last run in flight of a cancelling batch).
+-- last run in flight of a cancelling batch, or the last line of an expiring one).
 -- KEYS: batch done inflight out err
 -- ARGV: line kind text now_s
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
@@ -22,5 +22,6 @@ if status == 'in_progress' and redis.call('SCARD', KEYS[2]) >= total then
   redis.call('HSET', KEYS[1], 'status', 'finalizing', 'finalizingAt', ARGV[4])
   return {1, 1}
 end
+if status == 'finalizing' and redis.call('SCARD', KEYS[2]) >= total then return {1, 1} end
 if status == 'cancelling' and redis.call('SCARD', KEYS[3]) == 0 then return {1, 1} end
 return {1, 0}
