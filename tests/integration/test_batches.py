@@ -373,3 +373,26 @@ def test_lines_past_the_window_end_batch_expired(
     assert set(errs) == {f"slow{i}" for i in range(5)}
     assert {e["error"]["code"] for e in errs.values()} == {"batch_expired"}
     assert all(services.store.batches.run_of(batch.id, n) is None for n in (4, 5))
+
+
+def test_sweep_starts_lines_whose_start_was_lost(oa: openai.OpenAI, services: Services) -> None:
+    """A line admitted long ago with no run (its process died between admission and start)
+    is started by the sweep, once; one admitted just now is left to its starter."""
+    batch = oa.batches.create(  # no worker: its first admission waits in the broker
+        input_file_id=upload(oa, jsonl([chat_line(f"l{i}", f"/reply {i}") for i in range(4)])),
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        metadata={"maxConcurrent": "2"},
+    )
+    store = services.store
+    assert list(store.batches.admit(batch.id)) == [0, 1]  # admitted, then the process died
+    an_hour_ago = int(time.time() * 1000) - 3_600_000
+    store.redis.zadd(store.ks.obatch_inflight(batch.id), {"0": an_hour_ago})
+    sweep_batches(services)
+    run_id = store.batches.run_of(batch.id, 0)
+    assert run_id is not None and store.batches.run_of(batch.id, 1) is None
+    run = store.runs.get(run_id)
+    assert run is not None and run.session_key == f"agent:main:batch:{batch.id}:0"
+    sweep_batches(services)  # again: the run it started is found, none is started twice
+    assert store.batches.run_of(batch.id, 0) == run_id
+    assert store.batches.in_flight(batch.id) == {0: run_id, 1: None}

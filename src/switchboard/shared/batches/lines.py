@@ -41,6 +41,8 @@ ADVANCE = "switchboard.batch_advance"
 META_BATCH = "openaiBatchId"
 # Lines answered `batch_expired` per round trip.
 _PAGE = 500
+# A line admitted this long ago with no run recorded lost its start: the sweep starts it.
+_START_GRACE_MS = 15_000
 
 
 def line_session(batch_id: str, index: int, plan: LinePlan) -> str:
@@ -212,7 +214,10 @@ def recover(svc: Services, batch_id: str) -> None:
         else:
             finalize(svc, batch_id)
         return
-    for index, run_id in svc.store.batches.in_flight(batch_id).items():
+    # A line admitted a while ago without a run: its start was lost with its process (one
+    # admitted just now is being started).
+    before = int(time.time() * 1000) - _START_GRACE_MS
+    for index, run_id in svc.store.batches.in_flight(batch_id, admitted_before_ms=before).items():
         if run_id is None:
             raw = svc.store.batches.plan(batch_id, index)
             if raw is not None:

@@ -178,7 +178,9 @@ class BatchStore:
     def admit(self, batch_id: str) -> range:
         """Admit the next lines up to the batch's cap (none unless it is in progress)."""
         first, n = self._lua["obatch_admit"](
-            batch=self.ks.obatch(batch_id), inflight=self.ks.obatch_inflight(batch_id)
+            batch=self.ks.obatch(batch_id),
+            inflight=self.ks.obatch_inflight(batch_id),
+            now_ms=int(time.time() * 1000),
         )
         return range(int(first), int(first) + int(n))
 
@@ -191,11 +193,14 @@ class BatchStore:
         raw = self.redis.hget(self.ks.obatch_runs(batch_id), str(line))
         return codec.as_text(raw) if raw is not None else None
 
-    def in_flight(self, batch_id: str) -> dict[int, str | None]:
-        """The lines admitted and not answered, each with its run (None: none recorded)."""
-        lines = sorted(
-            int(codec.as_text(m)) for m in self.redis.smembers(self.ks.obatch_inflight(batch_id))
-        )
+    def in_flight(
+        self, batch_id: str, *, admitted_before_ms: int | None = None
+    ) -> dict[int, str | None]:
+        """The lines admitted and not answered (only those admitted before
+        ``admitted_before_ms`` when given), each with its run (None: none recorded)."""
+        top = "+inf" if admitted_before_ms is None else f"({admitted_before_ms}"
+        members = self.redis.zrangebyscore(self.ks.obatch_inflight(batch_id), "-inf", top)
+        lines = sorted(int(codec.as_text(m)) for m in members)
         if not lines:
             return {}
         runs = self.redis.hmget(self.ks.obatch_runs(batch_id), [str(n) for n in lines])

@@ -367,7 +367,8 @@ class Keyspace:
         return f"{self.home.prefix}obatch:{batch_id}:runs"
 
     def obatch_inflight(self, batch_id: str) -> str:
-        """Set: line numbers admitted and not yet answered (at most the batch's cap)."""
+        """Sorted set: line numbers admitted and not yet answered (at most the batch's
+        cap), scored by when they were admitted (ms)."""
         return f"{self.home.prefix}obatch:{batch_id}:inflight"
 
     def obatch_done(self, batch_id: str) -> str:

@@ -9,5 +9,5 @@ if status == 'validating' or status == 'in_progress' then
   redis.call('HSET', KEYS[1], 'status', 'cancelling', 'cancellingAt', ARGV[1])
   status = 'cancelling'
 end
-if status == 'cancelling' and redis.call('SCARD', KEYS[2]) == 0 then return {status, 1} end
+if status == 'cancelling' and redis.call('ZCARD', KEYS[2]) == 0 then return {status, 1} end
 return {status, 0}

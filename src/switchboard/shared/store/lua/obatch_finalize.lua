@@ -7,7 +7,7 @@
 -- ARGV: batch_id out_id err_id now_s ttl_s owner
 local status = redis.call('HGET', KEYS[1], 'status')
 if status ~= 'finalizing' and status ~= 'cancelling' then return 0 end
-if redis.call('SCARD', KEYS[12]) > 0 then return 0 end
+if redis.call('ZCARD', KEYS[12]) > 0 then return 0 end
 local total = tonumber(redis.call('HGET', KEYS[1], 'total') or '0')
 if status == 'finalizing' and redis.call('SCARD', KEYS[13]) < total then return 0 end
 local ttl = tonumber(ARGV[5])

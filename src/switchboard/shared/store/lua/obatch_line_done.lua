@@ -6,7 +6,7 @@
 -- ARGV: line kind text now_s
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
 if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then return {0, 0} end
-redis.call('SREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
 if ARGV[2] == 'out' then
   redis.call('RPUSH', KEYS[4], ARGV[3])
   redis.call('HINCRBY', KEYS[1], 'completed', 1)
@@ -23,5 +23,5 @@ if status == 'in_progress' and redis.call('SCARD', KEYS[2]) >= total then
   return {1, 1}
 end
 if status == 'finalizing' and redis.call('SCARD', KEYS[2]) >= total then return {1, 1} end
-if status == 'cancelling' and redis.call('SCARD', KEYS[3]) == 0 then return {1, 1} end
+if status == 'cancelling' and redis.call('ZCARD', KEYS[3]) == 0 then return {1, 1} end
 return {1, 0}
