@@ -66,8 +66,9 @@ def advance(svc: Services, batch_id: str) -> int:
 
 
 def start_line(svc: Services, batch_id: str, index: int, plan: LinePlan) -> None:
-    """Start a line's run (at most one: the idempotency key finds a run started before)
-    and name it on the batch; a start refused (by send policy) answers the line."""
+    """Start a line's run (at most one: the idempotency key finds a run started before),
+    named on the batch in the same step; a start refused (by send policy) answers the
+    line."""
     request = RunRequest(
         session_key=line_session(batch_id, index, plan),
         message=plan.text,
@@ -78,6 +79,7 @@ def start_line(svc: Services, batch_id: str, index: int, plan: LinePlan) -> None
         kind="batch",
         meta={META_BATCH: batch_id, "batchLine": index},
         on_end={"task": LINE_END, "args": [batch_id, str(index)]},
+        link=(svc.store.ks.obatch_runs(batch_id), str(index)),
     )
     try:
         started = start_run(svc, request)
@@ -92,8 +94,6 @@ def start_line(svc: Services, batch_id: str, index: int, plan: LinePlan) -> None
     if not run_id:
         text = refused_line(batch_id, index, plan, 400, "invalid_request", "no run was started")
         answer(svc, batch_id, index, ok=False, text=text, outcome="refused")
-        return
-    svc.store.batches.name_run(batch_id, index, str(run_id))
 
 
 def answer(svc: Services, batch_id: str, index: int, *, ok: bool, text: str, outcome: str) -> None:

@@ -184,10 +184,6 @@ class BatchStore:
         )
         return range(int(first), int(first) + int(n))
 
-    def name_run(self, batch_id: str, line: int, run_id: str) -> None:
-        """Record the run started for a line."""
-        self.redis.hset(self.ks.obatch_runs(batch_id), str(line), run_id)
-
     def run_of(self, batch_id: str, line: int) -> str | None:
         """The run started for a line, if one was."""
         raw = self.redis.hget(self.ks.obatch_runs(batch_id), str(line))
