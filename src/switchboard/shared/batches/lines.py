@@ -57,12 +57,17 @@ def _now_s() -> int:
 def advance(svc: Services, batch_id: str) -> int:
     """Admit the batch's next lines up to its cap and start their runs; how many."""
     admitted = svc.store.batches.admit(batch_id)
+    start_lines(svc, batch_id, admitted)
+    return len(admitted)
+
+
+def start_lines(svc: Services, batch_id: str, admitted: range) -> None:
+    """Start the runs of lines just admitted."""
     if not admitted:
-        return 0
+        return
     plans = svc.store.batches.plans(batch_id, admitted.start, len(admitted))
     for index, raw in zip(admitted, plans, strict=True):
         start_line(svc, batch_id, index, LinePlan.loads(raw))
-    return len(admitted)
 
 
 def start_line(svc: Services, batch_id: str, index: int, plan: LinePlan) -> None:
@@ -97,14 +102,15 @@ def start_line(svc: Services, batch_id: str, index: int, plan: LinePlan) -> None
 
 
 def answer(svc: Services, batch_id: str, index: int, *, ok: bool, text: str, outcome: str) -> None:
-    """Write a line's answer (once), then admit the next lines or end the batch."""
+    """Write a line's answer (once) and start the lines admitted in its place, or end the
+    batch."""
     done = svc.store.batches.line_done(batch_id, index, ok=ok, text=text, now_s=_now_s())
     if done.applied:
         svc.metrics.batch_line(outcome)
     if done.finalize:
         finalize(svc, batch_id)
-    elif done.applied:
-        advance(svc, batch_id)
+    else:
+        start_lines(svc, batch_id, done.admitted)
 
 
 def finalize(svc: Services, batch_id: str) -> bool:

@@ -99,10 +99,12 @@ class BatchRecord:
 @dataclass(frozen=True)
 class LineDone:
     """What answering a line did: ``applied`` (False: answered before), ``finalize``
-    (this answer ended the batch's work: end it)."""
+    (this answer ended the batch's work: end it), ``admitted`` (the lines admitted in its
+    place: start them)."""
 
     applied: bool
     finalize: bool
+    admitted: range = range(0)
 
 
 class BatchStore:
@@ -206,7 +208,7 @@ class BatchStore:
 
     def line_done(self, batch_id: str, line: int, *, ok: bool, text: str, now_s: int) -> LineDone:
         """Answer a line (its output or error line), once."""
-        applied, finalize = self._lua["obatch_line_done"](
+        applied, finalize, first, n = self._lua["obatch_line_done"](
             batch=self.ks.obatch(batch_id),
             done=self.ks.obatch_done(batch_id),
             inflight=self.ks.obatch_inflight(batch_id),
@@ -216,8 +218,10 @@ class BatchStore:
             kind="out" if ok else "err",
             text=text,
             now_s=now_s,
+            now_ms=int(time.time() * 1000),
         )
-        return LineDone(bool(int(applied)), bool(int(finalize)))
+        admitted = range(int(first), int(first) + int(n))
+        return LineDone(bool(int(applied)), bool(int(finalize)), admitted)
 
     def expire(self, batch_id: str, now_s: int) -> bool:
         """Stop a running batch past its window (`finalizing`, ending `expired`); True
@@ -242,9 +246,10 @@ class BatchStore:
                 kind="out" if ok else "err",
                 text=text,
                 now_s=now_s,
+                now_ms=int(time.time() * 1000),
                 client=pipe,
             )
-        return sum(int(applied) for applied, _ in pipe.execute())
+        return sum(int(reply[0]) for reply in pipe.execute())
 
     def cancel(self, batch_id: str, now_s: int) -> tuple[str, bool]:
         """Stop admitting (status `cancelling`); (status after, whether to end it now)."""
