@@ -396,3 +396,27 @@ def test_sweep_starts_lines_whose_start_was_lost(oa: openai.OpenAI, services: Se
     sweep_batches(services)  # again: the run it started is found, none is started twice
     assert store.batches.run_of(batch.id, 0) == run_id
     assert store.batches.in_flight(batch.id) == {0: run_id, 1: None}
+
+
+def test_a_lines_user_names_a_shared_session(
+    worker: Any, oa: openai.OpenAI, services: Services
+) -> None:
+    """A body's `user` runs its line in that user's session (as on the chat surface);
+    lines without one each get a session of their own."""
+    named = chat_line("named", "/reply hi alice")
+    named["body"]["user"] = "alice"
+    batch = oa.batches.create(
+        input_file_id=upload(oa, jsonl([named, chat_line("own", "/reply hi")])),
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
+    out = results(oa, wait_for(oa, batch.id, {"completed"}).output_file_id)
+    sessions = {}
+    for custom_id, line in out.items():
+        run = services.store.runs.get(line["response"]["request_id"])
+        assert run is not None
+        sessions[custom_id] = run.session_key
+    assert sessions == {
+        "named": "agent:main:openai-user:alice",
+        "own": f"agent:main:batch:{batch.id}:1",
+    }

@@ -11,7 +11,7 @@ skipped. The file is read a page at a time.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -29,7 +29,7 @@ from switchboard.api.openai_compat import (
 )
 from switchboard.api.responses import ResponseCreateRequest, request_text
 from switchboard.api.scopes import Principal
-from switchboard.shared.batches.plans import CHAT, LinePlan
+from switchboard.shared.batches.plans import CHAT, RESPONSES, LinePlan
 from switchboard.shared.errors import SwitchboardError
 from switchboard.shared.services import Services
 
@@ -104,6 +104,42 @@ def plan_line(
         raise _prefixed(as_openai_error(exc)) from None
 
 
+def _chat_plan(
+    svc: Services, body: dict[str, Any], custom_id: str, number: int
+) -> tuple[LinePlan, str | None]:
+    """A `/v1/chat/completions` body as that endpoint checks it; its plan and `user`."""
+    chat = ChatCompletionRequest.model_validate(body)
+    if chat.n is not None and chat.n != 1:
+        raise _bad("only n=1 is supported", "invalid_value", "n")
+    agent_id = agent_for_model(svc, chat.model)
+    text, extra = last_user_text(chat.messages), system_text(chat.messages)
+    return LinePlan(custom_id, agent_id, CHAT, text, number, extra), chat.user
+
+
+def _responses_plan(
+    svc: Services, body: dict[str, Any], custom_id: str, number: int
+) -> tuple[LinePlan, str | None]:
+    """A `/v1/responses` body as that endpoint checks it; its plan and `user`."""
+    resp = ResponseCreateRequest.model_validate(body)
+    if resp.previous_response_id is not None:
+        message = "'previous_response_id' is not supported in a batch"
+        raise _bad(message, "invalid_value", "previous_response_id")
+    agent_id = agent_for_model(svc, resp.model)
+    text, extra = request_text(resp)
+    user = body.get("user")
+    plan = LinePlan(
+        custom_id,
+        agent_id,
+        RESPONSES,
+        text,
+        number,
+        extra,
+        instructions=resp.instructions,
+        metadata=dict(resp.metadata or {}),
+    )
+    return plan, user if isinstance(user, str) else None
+
+
 def _plan_body(
     svc: Services,
     principal: Principal,
@@ -112,41 +148,20 @@ def _plan_body(
     custom_id: str,
     number: int,
 ) -> LinePlan:
+    """The line's plan, its agent and session in the token's scope: the session its
+    `user` names (or the token's), else None (a session of its own)."""
     if body.get("stream"):
         raise _bad("'stream' is not supported in a batch", "invalid_value", "stream")
-    if endpoint == CHAT:
-        chat = ChatCompletionRequest.model_validate(body)
-        if chat.n is not None and chat.n != 1:
-            raise _bad("only n=1 is supported", "invalid_value", "n")
-        agent_id = agent_for_model(svc, chat.model)
-        text, extra = last_user_text(chat.messages), system_text(chat.messages)
-        user, instructions, metadata = chat.user, None, {}
-    else:
-        resp = ResponseCreateRequest.model_validate(body)
-        if resp.previous_response_id is not None:
-            message = "'previous_response_id' is not supported in a batch"
-            raise _bad(message, "invalid_value", "previous_response_id")
-        agent_id = agent_for_model(svc, resp.model)
-        text, extra = request_text(resp)
-        user, instructions, metadata = body.get("user"), resp.instructions, resp.metadata or {}
-    principal.check_agent(agent_id)
+    make = _chat_plan if endpoint == CHAT else _responses_plan
+    plan, named = make(svc, body, custom_id, number)
+    principal.check_agent(plan.agent_id)
     principal.check_may_start_runs()
+    user = (named or "").strip() or None
     session = None
-    if (isinstance(user, str) and user.strip()) or principal.session_key:
-        named = user if isinstance(user, str) else None
-        session = session_for(svc, agent_id, {}, named, principal.session_key)
+    if user or principal.session_key:
+        session = session_for(svc, plan.agent_id, {}, user, principal.session_key)
         principal.check_session(session)
-    return LinePlan(
-        custom_id=custom_id,
-        agent_id=agent_id,
-        endpoint=endpoint,
-        text=text,
-        line=number,
-        extra=extra,
-        session_key=session,
-        instructions=instructions,
-        metadata=dict(metadata),
-    )
+    return replace(plan, session_key=session)
 
 
 def check_file(

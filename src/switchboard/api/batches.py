@@ -31,6 +31,7 @@ from switchboard.shared.batches import lines
 from switchboard.shared.batches.plans import ENDPOINTS, WINDOW_S
 from switchboard.shared.services import Services
 from switchboard.shared.store.batches import BatchRecord
+from switchboard.shared.store.files import FileRecord
 
 BATCH_PREFIX = "batch_"
 # The batch's `*_at` fields and the store's names for them.
@@ -100,9 +101,8 @@ def _cap(svc: Services, metadata: dict[str, str]) -> int:
     return min(cap, int(asked))
 
 
-def create(svc: Services, principal: Principal, body: BatchCreateRequest) -> BatchRecord:
-    """Check the input file and record the batch: `in_progress`, or `failed` with the
-    bad lines named (its plans dropped: nothing runs)."""
+def _check_request(body: BatchCreateRequest) -> None:
+    """The endpoint and the window are ones this server runs, else a 400."""
     if body.endpoint not in ENDPOINTS:
         raise OpenAIError(
             400,
@@ -117,9 +117,11 @@ def create(svc: Services, principal: Principal, body: BatchCreateRequest) -> Bat
             code="invalid_value",
             param="completion_window",
         )
-    metadata = body.metadata or {}
-    cap = _cap(svc, metadata)
-    source = find_file(svc, principal, body.input_file_id)
+
+
+def _input_file(svc: Services, principal: Principal, file_id: str) -> FileRecord:
+    """The batch's input file: this token's, uploaded for a batch."""
+    source = find_file(svc, principal, file_id)
     if source.purpose != "batch":
         raise OpenAIError(
             400,
@@ -127,17 +129,26 @@ def create(svc: Services, principal: Principal, body: BatchCreateRequest) -> Bat
             code="invalid_value",
             param="input_file_id",
         )
+    return source
+
+
+def create(svc: Services, principal: Principal, body: BatchCreateRequest) -> BatchRecord:
+    """Check the input file and record the batch: `in_progress`, or `failed` with the
+    bad lines named (its plans dropped: nothing runs)."""
+    _check_request(body)
+    metadata = body.metadata or {}
+    cap = _cap(svc, metadata)
+    source = _input_file(svc, principal, body.input_file_id)
     batch_id = BATCH_PREFIX + secrets.token_hex(12)
     checked = Checked()
-    svc.store.batches.add_plans(
-        batch_id, check_file(svc, principal, body.endpoint, source.file_id, checked)
-    )
+    plans = check_file(svc, principal, body.endpoint, source.file_id, checked)
+    svc.store.batches.add_plans(batch_id, plans)
     if not checked.errors and checked.lines == 0:
         checked.add(0, OpenAIError(400, "the input file has no requests", code="empty_file"))
-    now = int(time.time())
     failed = bool(checked.errors)
     if failed:
         svc.store.batches.drop_plans(batch_id)
+    now = int(time.time())
     rec = BatchRecord(
         batch_id=batch_id,
         endpoint=body.endpoint,

@@ -72,6 +72,20 @@ def find_file(svc: Services, principal: Principal, file_id: str) -> FileRecord:
     return rec
 
 
+def _form_problem(upload: LineUpload, purpose: str) -> OpenAIError | None:
+    """What is wrong with an upload's form (no file part, a purpose not served), if any."""
+    if upload.filename is None:
+        return OpenAIError(400, "Missing required parameter: 'file'.", param="file")
+    if purpose not in PURPOSES:
+        return OpenAIError(
+            400,
+            f"Invalid value for 'purpose': {purpose!r}; this server accepts 'batch'",
+            code="invalid_value",
+            param="purpose",
+        )
+    return None
+
+
 @router.post("/v1/files", dependencies=[Depends(require_token)], response_model=None)
 async def create_file(request: Request) -> Response:
     """Upload a JSONL file (`purpose: batch`), read and stored as it arrives."""
@@ -92,16 +106,7 @@ async def create_file(request: Request) -> Response:
     upload = LineUpload(svc.store.files.begin(file_id), limits.max_file_bytes, limits.max_lines)
     await read_upload(request, upload)
     purpose = upload.fields.get("purpose", "").strip()
-    problem = None
-    if upload.filename is None:
-        problem = OpenAIError(400, "Missing required parameter: 'file'.", param="file")
-    elif purpose not in PURPOSES:
-        problem = OpenAIError(
-            400,
-            f"Invalid value for 'purpose': {purpose!r}; this server accepts 'batch'",
-            code="invalid_value",
-            param="purpose",
-        )
+    problem = _form_problem(upload, purpose)
     if problem is not None:
         await run_in_threadpool(upload.upload.abandon)
         raise problem
