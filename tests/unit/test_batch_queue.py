@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from switchboard.shared.batches.lines import line_session
 from switchboard.shared.batches.plans import CHAT, LinePlan
 from switchboard.workers.routing import ALL_QUEUES, BATCH_QUEUE, RUNS_QUEUE, run_queue
+
+pytestmark = pytest.mark.unit
 
 
 def test_batch_line_runs_go_to_the_batch_queue() -> None:

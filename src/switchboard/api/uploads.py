@@ -19,6 +19,9 @@ FLUSH_LINES = 1000
 FLUSH_BYTES = 1024 * 1024
 # A form field other than the file (`purpose`) is short.
 MAX_FIELD_BYTES = 1024
+# One line of a file at most (a request with its whole conversation): a file of one
+# endless line is refused before it is held whole.
+MAX_LINE_BYTES = 16 * 1024 * 1024
 
 
 class UploadRefused(InvalidInput):
@@ -101,6 +104,10 @@ class LineUpload:
             self._partial = bytearray(rest)
             for line in whole:
                 self._line(line)
+        if len(self._partial) > MAX_LINE_BYTES:
+            raise UploadRefused(
+                f"line {self.lines + 1} of the file is over {MAX_LINE_BYTES} bytes", field="file"
+            )
 
     def _line(self, line: bytes) -> None:
         self.lines += 1
