@@ -14,7 +14,7 @@ import pytest
 
 from conftest import SwitchboardProcesses
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 LINES = 24
 
