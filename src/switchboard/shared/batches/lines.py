@@ -17,6 +17,7 @@ import logging
 import secrets
 import time
 
+from switchboard.shared import keys as sk
 from switchboard.shared.batches.plans import (
     WINDOW_S,
     LinePlan,
@@ -47,7 +48,7 @@ _START_GRACE_MS = 15_000
 
 def line_session(batch_id: str, index: int, plan: LinePlan) -> str:
     """The session a line runs in: the one its request names, else its own."""
-    return plan.session_key or f"agent:{plan.agent_id}:batch:{batch_id}:{index}"
+    return plan.session_key or sk.batch_line_key(plan.agent_id, batch_id, index)
 
 
 def _now_s() -> int:
