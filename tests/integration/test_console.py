@@ -5,6 +5,7 @@ whose reply arrives over /events without a reload, and screenshots that show dat
 from __future__ import annotations
 
 import base64
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -260,3 +261,36 @@ def _pixel_stats(page: Page, png: bytes) -> dict[str, float]:
     }"""
     stats: dict[str, float] = page.evaluate(script, base64.b64encode(png).decode())
     return stats
+
+
+def test_console_lists_batches_with_their_progress(
+    worker: Any, page: Page, client: httpx.Client, settings: Settings
+) -> None:
+    """The console lists the Batches API batches, newest first, with status and progress."""
+    line = {
+        "custom_id": "a",
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": {"model": "switchboard/main", "messages": [{"role": "user", "content": "hi"}]},
+    }
+    data = "".join(json.dumps({**line, "custom_id": f"c{i}"}) + "\n" for i in range(3))
+    uploaded = client.post(
+        "/v1/files", files={"file": ("in.jsonl", data.encode())}, data={"purpose": "batch"}
+    ).json()
+    batch = client.post(
+        "/v1/batches",
+        json={
+            "input_file_id": uploaded["id"],
+            "endpoint": "/v1/chat/completions",
+            "completion_window": "24h",
+        },
+    ).json()
+    _poll(
+        lambda: client.get(f"/v1/batches/{batch['id']}").json()["status"] == "completed",
+        "the batch",
+    )
+    sign_in(page, str(settings.token))
+    row = page.locator(f"#batches tr[data-batch='{batch['id']}']")
+    expect(row).to_contain_text("completed")
+    expect(row).to_contain_text("3/3")
+    expect(row).to_contain_text("/v1/chat/completions")
