@@ -92,6 +92,11 @@ def test_files_upload_list_retrieve_content_delete(worker: Any, oa: openai.OpenA
     assert oa.files.retrieve(created.id).bytes == len(data)
     assert created.id in [f.id for f in oa.files.list()]
     assert oa.files.content(created.id).content == data
+    second = upload(oa, data)
+    page = oa.files.list(limit=1)
+    assert [f.id for f in page.data] == [second] and page.has_more
+    assert [f.id for f in page] == [second, created.id]  # the SDK pages on with `after`
+    assert [f.id for f in oa.files.list(order="asc")] == [created.id, second]
     assert oa.files.delete(created.id).deleted is True
     with pytest.raises(openai.NotFoundError):
         oa.files.retrieve(created.id)

@@ -142,7 +142,7 @@ async def list_files(
         ids = svc.store.files.page(
             owner, after=after, limit=limit + 1, newest_first=order == "desc"
         )
-        found = [svc.store.files.get(i) for i in ids[:limit]]
+        found = svc.store.files.get_many(ids[:limit])
         recs = [r for r in found if r is not None and (purpose is None or r.purpose == purpose)]
         return recs, len(ids) > limit
 

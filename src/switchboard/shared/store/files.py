@@ -10,7 +10,7 @@ key expires ``ttl_s`` after the file is written.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from redis import Redis
@@ -118,6 +118,16 @@ class FileStore:
         """The file's record, or None when unknown or expired."""
         raw = self.redis.hgetall(self.ks.file(file_id))
         return FileRecord.from_hash(file_id, codec.decode_hash(raw)) if raw else None
+
+    def get_many(self, file_ids: Sequence[str]) -> list[FileRecord | None]:
+        """The records of many files in one round trip (None where unknown or expired)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for file_id in file_ids:
+            pipe.hgetall(self.ks.file(file_id))
+        return [
+            FileRecord.from_hash(file_id, codec.decode_hash(raw)) if raw else None
+            for file_id, raw in zip(file_ids, pipe.execute(), strict=True)
+        ]
 
     def page(self, owner: str, *, after: str | None, limit: int, newest_first: bool) -> list[str]:
         """Up to ``limit`` of an owner's file ids after ``after`` (an id), by creation."""
