@@ -136,6 +136,9 @@ def test_mixed_batch_end_to_end(worker: Any, oa: openai.OpenAI, services: Servic
     assert done.request_counts.completed == 5 and done.request_counts.failed == 1  # type: ignore[union-attr]
     assert done.metadata == {"purpose": "test"} and done.completed_at and done.in_progress_at
     out, errs = results(oa, done.output_file_id), results(oa, done.error_file_id)
+    produced = oa.files.retrieve(str(done.output_file_id))
+    assert produced.purpose == "batch_output" and produced.expires_at
+    assert produced.filename == f"batch_{chat.id}_output.jsonl"
     assert set(out) == {f"chat-{i}" for i in range(5)} and set(errs) == {"bad-run"}
     body = out["chat-2"]["response"]["body"]
     assert out["chat-2"]["response"]["status_code"] == 200 and out["chat-2"]["error"] is None

@@ -17,7 +17,7 @@ local function produce(list, file, lines, id, size, name, field)
   redis.call('RENAME', list, lines)
   redis.call('HSET', file, 'filename', name, 'purpose', 'batch_output',
     'bytes', redis.call('HGET', KEYS[1], size) or '0', 'lines', n,
-    'createdAt', ARGV[4], 'owner', ARGV[6])
+    'createdAt', ARGV[4], 'owner', ARGV[6], 'expiresAt', tonumber(ARGV[4]) + ttl)
   redis.call('EXPIRE', file, ttl)
   redis.call('EXPIRE', lines, ttl)
   redis.call('ZADD', KEYS[8], tonumber(ARGV[4]) * 1000, id)
