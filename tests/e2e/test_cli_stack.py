@@ -279,6 +279,36 @@ def test_an_invalid_argument_exits_2(stack: UpProcess) -> None:
     assert "illegal characters" in bad.stderr
 
 
+def test_send_reads_the_message_from_stdin(stack: UpProcess) -> None:
+    """`send SESSION -` sends stdin: 500 KB goes through, past 1,000,000 characters exits 2."""
+    big = "x" * 500_000
+    sent = subprocess.run(
+        [sys.executable, "-m", "switchboard", "send", "hook:stdin", "-"],
+        cwd=stack.workdir,
+        env=clean_env(),
+        input=big,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stdout.strip() == big  # the echo model answers the message it was sent
+    too_long = subprocess.run(
+        [sys.executable, "-m", "switchboard", "send", "hook:stdin", "-"],
+        cwd=stack.workdir,
+        env=clean_env(),
+        input="y" * 2_000_000,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert too_long.returncode == USAGE
+    assert "message too long" in too_long.stderr and "Traceback" not in too_long.stderr
+    history = cli(stack.workdir, "history", "hook:stdin", "--json")
+    assert history.returncode == 0, history.stderr
+    assert "yyyy" not in history.stdout  # the refused message never reached the session
+
+
 def test_a_timed_out_send_says_why(stack: UpProcess) -> None:
     """A send whose reply does not come in time exits 1 and prints a reason."""
     slow = cli(stack.workdir, "send", "agent:main:slow", "/sleep 3", "--timeout", "0.5")

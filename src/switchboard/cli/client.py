@@ -25,6 +25,7 @@ from switchboard.cli.common import (
     console,
 )
 from switchboard.shared.config import Settings
+from switchboard.shared.gateway.params import MAX_MESSAGE_CHARS
 
 
 class _Client:
@@ -105,13 +106,15 @@ def _wait_reply(client: _Client, run_id: str, timeout_s: float) -> None:
 @app.command()
 def send(
     session: Annotated[str, typer.Argument(help="Session key, `main`, or a sessionId.")],
-    message: Annotated[str, typer.Argument(help="The message.")],
+    message: Annotated[str, typer.Argument(help="The message; `-` reads it from stdin.")],
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the reply; 0 = don't.")] = 30,
     config: ConfigOpt = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
 ) -> None:
     """Send a message into a session and print the reply."""
+    if message == "-":
+        message = _stdin_message()
     client = _Client(_settings(config), url, token)
     started = client.rpc("agent", {"sessionKey": session, "message": message})
     run_id = started["runId"]
@@ -119,6 +122,20 @@ def send(
         console.print(f"accepted run {run_id}", markup=False)
         return
     _wait_reply(client, run_id, timeout)
+
+
+def _stdin_message() -> str:
+    """The message piped to `send SESSION -`, refused in one line past the message limit."""
+    text = sys.stdin.read(MAX_MESSAGE_CHARS + 1)
+    if len(text) > MAX_MESSAGE_CHARS:
+        _fail(
+            "message too long",
+            f"stdin holds more than {MAX_MESSAGE_CHARS:,} characters, the limit of one message",
+            EXIT_USAGE,
+        )
+    if not text.strip():
+        _fail("empty message", "stdin held no message", EXIT_USAGE)
+    return text
 
 
 @app.command()
