@@ -2,18 +2,21 @@
 
 Both are built by cached getters (`get_config`, `get_settings`), never at import time.
 Config sections accept OpenClaw's camelCase keys (and the snake_case attribute names); a
-bad value raises `ConfigError` naming the dotted key path, an unknown key only warns.
+bad value raises `ConfigError` naming the dotted key path, an unknown key only warns: a
+record of the `switchboard.config` logger naming the key (and the declared key it is closest
+to, if any).
 """
 
 from __future__ import annotations
 
 import builtins
+import difflib
 import functools
 import json
+import logging
 import math
 import os
 import re
-import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,13 +60,13 @@ class ConfigError(InvalidInput):
         self.key_path = key_path
 
 
-class ConfigWarning(UserWarning):
-    """A config key was ignored or a lenient setting fell back to its default."""
+# Config warnings (unknown keys) are log lines of their own logger, one per key.
+_log = logging.getLogger("switchboard.config")
 
 
 def _warn(message: str) -> None:
-    """Emit a config warning (unknown key, lenient fallback)."""
-    warnings.warn(message, ConfigWarning, stacklevel=2)
+    """Log a config warning (an unknown key)."""
+    _log.warning(message)
 
 
 # --- value checks (messages name the constraint; the caller adds the key path) ------------
@@ -216,14 +219,13 @@ class SessionsToolConfig(_Section):
 
     @field_validator("visibility", mode="before")
     @classmethod
-    def _lenient_visibility(cls, value: object) -> object:
-        # OpenClaw reads this case-insensitively and falls back to the default ("agent")
-        # on anything else.
+    def _any_case(cls, value: object) -> object:
+        # Read case-insensitively, as OpenClaw does. OpenClaw falls back to "agent" on any
+        # other value; here another value is an error, so a typo cannot widen or narrow
+        # what the tools see without anyone noticing.
         if isinstance(value, str) and value.strip().lower() in _VISIBILITIES:
             return value.strip().lower()
-        if value is not None:
-            _warn(f'invalid config: tools.sessions.visibility = {_show(value)}: using "agent"')
-        return "agent"
+        return value
 
 
 class AgentToAgentConfig(_Section):
@@ -461,8 +463,8 @@ class SwitchboardConfig(_Section):
         issues = list(_consistency_issues(config))
         if issues:
             raise _error(issues)
-        for path in _unknown_keys(config, ""):
-            _warn(f"unknown config key: {path}")
+        for path, near in _unknown_keys(config, ""):
+            _warn(f"unknown config key: {path}" + (f" (did you mean {near}?)" if near else ""))
         return config
 
     def default_agent_id(self) -> str:
@@ -600,16 +602,19 @@ def _consistency_issues(config: SwitchboardConfig) -> Iterator[_Issue]:
         yield _Issue("delivery.backoffMaxS", delivery.backoff_max_s, problem)
 
 
-def _unknown_keys(section: BaseModel, prefix: str) -> Iterator[str]:
-    """Dotted paths of the keys no section declares."""
+def _unknown_keys(section: BaseModel, prefix: str) -> Iterator[tuple[str, str | None]]:
+    """The dotted path of each key no section declares, with the declared key nearest it."""
+    fields = type(section).model_fields
     if getattr(section, "warn_unknown_keys", True):
+        declared = [field.alias or name for name, field in fields.items()]
         for key in section.model_extra or {}:
-            yield f"{prefix}{key}"
-    for name, field in type(section).model_fields.items():
+            near = difflib.get_close_matches(key, declared, n=1, cutoff=0.75)
+            yield f"{prefix}{key}", f"{prefix}{near[0]}" if near else None
+    for name, field in fields.items():
         yield from _unknown_below(getattr(section, name), f"{prefix}{field.alias or name}")
 
 
-def _unknown_below(value: object, path: str) -> Iterator[str]:
+def _unknown_below(value: object, path: str) -> Iterator[tuple[str, str | None]]:
     """Unknown keys inside a field value (a section, a list or a mapping of sections)."""
     if isinstance(value, BaseModel):
         yield from _unknown_keys(value, f"{path}.")
