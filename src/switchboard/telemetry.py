@@ -20,6 +20,7 @@ process-wide state, as OpenTelemetry's own provider is: it is set once by `insta
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
@@ -72,6 +73,29 @@ _tracer: Any = None
 def enabled() -> bool:
     """An OTLP endpoint is configured in the environment."""
     return any(os.environ.get(name) for name in ENDPOINT_VARS)
+
+
+# The modules `install` imports, as pip names them (the `otel` extra installs them all).
+_PACKAGES = {
+    "opentelemetry.sdk": "opentelemetry-sdk",
+    "opentelemetry.exporter.otlp.proto.http": "opentelemetry-exporter-otlp-proto-http",
+    "opentelemetry.instrumentation.celery": "opentelemetry-instrumentation-celery",
+    "opentelemetry.instrumentation.fastapi": "opentelemetry-instrumentation-fastapi",
+    "opentelemetry.instrumentation.httpx": "opentelemetry-instrumentation-httpx",
+    "opentelemetry.instrumentation.redis": "opentelemetry-instrumentation-redis",
+}
+
+
+def missing_packages() -> list[str]:
+    """The packages tracing needs that are not installed (none with the `otel` extra)."""
+    return [package for module, package in _PACKAGES.items() if not _importable(module)]
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package is missing, or blocked
+        return False
 
 
 def tracing() -> bool:

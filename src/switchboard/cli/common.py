@@ -124,6 +124,27 @@ def _settings(config: Path | None) -> Settings:
     return settings
 
 
+def _check_serving(settings: Settings, *, need_redis: bool = True) -> None:
+    """What a server process (up, api, worker, beat) cannot start without, refused in one
+    line before it starts: a Redis URL (``need_redis``; `up` starts its own), and the
+    tracing packages when tracing is asked for."""
+    from switchboard import telemetry
+
+    if need_redis and not settings.redis_url:
+        _fail(
+            "no Redis",
+            "set SWITCHBOARD_REDIS_URL (or run `switchboard up`, which starts an embedded Redis)",
+            EXIT_USAGE,
+        )
+    if telemetry.enabled() and (missing := telemetry.missing_packages()):
+        _fail(
+            "tracing",
+            f"{' or '.join(telemetry.ENDPOINT_VARS)} is set but {', '.join(missing)} "
+            "is not installed: install switchboard[otel], or unset the variable",
+            EXIT_USAGE,
+        )
+
+
 def _check_redis_urls(settings: Settings) -> None:
     """A Redis URL in a form the store cannot use is one clear line at start (exit 2), not
     a redis-py traceback from the first connection (`store.urls.parse_redis_url`)."""

@@ -13,6 +13,7 @@ from switchboard.cli.common import (
     ConfigOpt,
     HostOpt,
     PortOpt,
+    _check_serving,
     _fail,
     _settings,
     _with_stack_redis,
@@ -54,6 +55,8 @@ def api(
     ] = False,
 ) -> None:
     """Run the HTTP api (FastAPI on uvicorn)."""
+    settings = _settings(config)
+    _check_serving(settings)  # before the imports: a refusal is one line, never a trace
     import uvicorn
 
     from switchboard.api.app import create_app
@@ -61,7 +64,6 @@ def api(
     from switchboard.shared.event_loops import uvicorn_loop
     from switchboard.supervisor.listener import bind_listener
 
-    settings = _settings(config)
     _check_layout(settings)
     setup_logging(settings.log_level)
     bind_host = host or settings.host
@@ -119,10 +121,11 @@ def worker(
     ] = "celery@%h",
 ) -> None:
     """Run a Celery worker executing agent runs (threads pool; runs as coroutines)."""
+    settings = _settings(config)
+    _check_serving(settings)  # before the imports: a refusal is one line, never a trace
     from switchboard.logs import setup_logging
     from switchboard.workers.app import ALL_QUEUES, create_celery_app
 
-    settings = _settings(config)
     _check_layout(settings)
     if max_in_flight is not None:
         settings = settings.model_copy(update={"worker_max_in_flight": max_in_flight})
@@ -145,10 +148,11 @@ def worker(
 @app.command()
 def beat(config: ConfigOpt = None) -> None:
     """Run Celery beat: the periodic recovery sweep."""
+    settings = _settings(config)
+    _check_serving(settings)  # before the imports: a refusal is one line, never a trace
     from switchboard.logs import setup_logging
     from switchboard.workers.app import create_celery_app
 
-    settings = _settings(config)
     _check_layout(settings)
     setup_logging(settings.log_level)
     data_dir = settings.data_dir.resolve()
