@@ -6,7 +6,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Installed once per change of pyproject.toml.
 STAMP := $(VENV)/.installed
-RUNTIME_STAMP := $(VENV)/.installed-runtime
+# `make up EXTRAS=otel` adds the package's optional extras to what `up` installs.
+EXTRAS ?=
+RUNTIME_STAMP := $(VENV)/.installed-runtime$(if $(EXTRAS),-$(EXTRAS))
 # python3.11 when it runs (a pyenv shim may exist without the version), else python3.
 PYTHON ?= $(shell for p in python3.11 python3; do \
 	$$p -c 'import sys' >/dev/null 2>&1 && { echo $$p; break; }; done)
@@ -62,14 +64,14 @@ endef
 
 # The service alone (`make up`): the runtime dependencies, no development tools.
 $(RUNTIME_STAMP): pyproject.toml $(LOCK)
-	$(call INSTALL,)
+	$(call INSTALL,$(if $(EXTRAS),[$(EXTRAS)]))
 	@touch $(RUNTIME_STAMP)
 	@echo "==> $(VENV) is ready to run the service"
 
 # Everything the tests, lint and bench need: the runtime and the dev extras.
 $(STAMP): pyproject.toml $(LOCK)
 	$(call INSTALL,[dev])
-	@touch $(STAMP) $(RUNTIME_STAMP)
+	@touch $(STAMP) $(VENV)/.installed-runtime
 	@echo "==> $(VENV) is ready"
 
 upgrade: $(STAMP) ## refresh $(LOCK): the newest releases within pyproject.toml's ranges
