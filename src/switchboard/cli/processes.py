@@ -34,10 +34,12 @@ def _check_layout(settings: Settings) -> None:
 
 
 def _celery_quiet(settings: Settings) -> list[str]:
-    """Celery's startup banner is not a log line: left out when logs are JSON lines."""
+    """Celery's startup banner is not a log line: shown only with logs at DEBUG on a
+    terminal (`SWITCHBOARD_LOG_LEVEL=DEBUG`), never in JSON lines."""
     from switchboard.logs import resolve_format
 
-    return ["--quiet"] if resolve_format(settings.log_format, sys.stderr) == "json" else []
+    json_lines = resolve_format(settings.log_format, sys.stderr) == "json"
+    return [] if settings.log_level.upper() == "DEBUG" and not json_lines else ["--quiet"]
 
 
 @app.command()

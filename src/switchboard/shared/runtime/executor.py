@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, TypedDict, Unpack
 
+from pydantic_ai.exceptions import AgentRunError, FallbackExceptionGroup
 from pydantic_ai.messages import ToolReturnPart
 from pydantic_ai.tools import DeferredToolRequests
 
@@ -267,7 +268,12 @@ async def _execute_traced(
             raise
         except SwitchboardError as exc:
             end = partial(_finish, svc, rec, claim, follow_ups, status="error", error=exc.message)
-        except Exception as exc:  # a model or provider failure ends the run as an error
+        except (AgentRunError, FallbackExceptionGroup) as exc:  # the model or its provider
+            # An ordinary outcome: the run's end line names it; the traceback is for DEBUG.
+            error = f"{type(exc).__name__}: {exc}"
+            log.debug("run %s: the model failed", rec.run_id, exc_info=exc)
+            end = partial(_finish, svc, rec, claim, follow_ups, status="error", error=error)
+        except Exception as exc:  # anything else is a bug: its traceback is logged
             log.exception("run %s failed", rec.run_id)
             error = f"{type(exc).__name__}: {exc}"
             end = partial(_finish, svc, rec, claim, follow_ups, status="error", error=error)
