@@ -42,7 +42,13 @@ ConfigOpt = Annotated[
 HostOpt = Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1).")]
 PortOpt = Annotated[int | None, typer.Option(help="Port (default 8780).")]
 ConcurrencyOpt = Annotated[
-    int, typer.Option(help="Runs one worker process keeps in flight (threads).", min=1, max=4096)
+    int,
+    typer.Option(
+        help="Messages each worker process handles at once (pool threads): flow steps, and "
+        "runs being handed to the run loops. Runs in flight: SWITCHBOARD_WORKER_MAX_IN_FLIGHT.",
+        min=1,
+        max=4096,
+    ),
 ]
 UrlOpt = Annotated[str | None, typer.Option("--url", help="Api base URL (default from settings).")]
 TokenOpt = Annotated[str | None, typer.Option("--token", help="Bearer token.")]
