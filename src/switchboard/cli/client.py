@@ -230,7 +230,8 @@ def sessions(
 def _sessions_table(rows: list[dict[str, Any]], *, wide: bool, width: int | None = None) -> Table:
     """The sessions as a table, one line a session. With ``wide`` every cell is whole (the
     table may pass the screen's edge); else, in ``width`` columns, kind, channel, time,
-    tokens and status stay whole, and the key, then the model, end in `…` when they must."""
+    tokens and status stay whole, the key is cut in its middle (its start and its
+    distinctive end kept) and the model at its end, with `…`, when they must."""
     from datetime import UTC, datetime
 
     headers = ("key", "kind", "channel", "updated", "model", "tokens", "status")
@@ -263,9 +264,19 @@ def _sessions_table(rows: list[dict[str, Any]], *, wide: bool, width: int | None
         key = max(len(headers[0]), room - model)
         table.columns[0].min_width = table.columns[0].width = key
         table.columns[4].min_width = table.columns[4].width = model
+        cells = [(_middle_cut(line[0], key), *line[1:]) for line in cells]
     for line in cells:
         table.add_row(*(escape(cell) for cell in line))
     return table
+
+
+def _middle_cut(text: str, width: int) -> str:
+    """``text`` in ``width`` characters: whole when it fits, else its start, `…` and its
+    end, the end given two thirds (where sub-agent and thread keys differ)."""
+    if len(text) <= width:
+        return text
+    tail = (width - 1) * 2 // 3
+    return f"{text[: width - 1 - tail]}…{text[len(text) - tail :]}"
 
 
 def _delivery_channel(row: dict[str, Any]) -> str:
