@@ -98,6 +98,35 @@ def test_check_health_finds_redis_and_api(stack: UpProcess) -> None:
     assert health.stderr.count("using the stack") == 1
 
 
+def test_check_health_all_ends_once_the_stacks_workers_answered(stack: UpProcess) -> None:
+    """`check-health --all` beside `up` lists api, worker and beat, and its worker ping ends
+    once the stack's one worker answered, well before the 3 s a ping to unknown workers takes."""
+    started = time.monotonic()
+    health = cli(stack.workdir, "check-health", "--all")
+    took_s = time.monotonic() - started
+    assert health.returncode == 0, health.stdout + health.stderr
+    lines = health.stdout.splitlines()
+    assert [line.split()[0] for line in lines[:-1]] == ["api", "worker", "beat"], lines
+    assert "celery@" in lines[1] and lines[-1] == "healthy"
+    assert health.stderr.count("using the stack") == 1
+    # Pointed at the same Redis by URL it cannot know how many workers to expect: its ping
+    # waits out the full 3 s, so it takes longer by about that much.
+    started = time.monotonic()
+    redis_url = json.loads((stack.workdir / ".switchboard" / RUNFILE).read_text())["redis_url"]
+    env = {**clean_env(), "SWITCHBOARD_REDIS_URL": redis_url}
+    unknown = subprocess.run(
+        [sys.executable, "-m", "switchboard", "check-health", "--all"],
+        cwd=stack.workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    unknown_s = time.monotonic() - started
+    assert unknown.returncode == 0, unknown.stdout + unknown.stderr
+    assert unknown_s >= 3.0 and took_s < unknown_s - 1.0, (took_s, unknown_s)
+
+
 def test_mcp_stdio_lists_the_tools_without_settings(stack: UpProcess) -> None:
     """The MCP SDK's stdio client starts `switchboard mcp` beside `up` and lists the tools."""
     params = StdioServerParameters(
