@@ -8,19 +8,26 @@ calls one, the run ends with the call (`RunRecord.tool_calls`), answered as
 `finish_reason: "tool_calls"` / `function_call` output items. The client's next request
 carries the results (`tool` messages / `function_call_output` items): they must answer
 exactly the calls the session's last run ended on, and start the run that continues it
-(once: a retry is answered by the same run).
+(once: a retry, named by its calls' ids, is answered by the same run).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from openai.types.chat import ChatCompletionMessageFunctionToolCall
 from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall, ChoiceDeltaToolCallFunction
 from openai.types.chat.chat_completion_message_function_tool_call import Function
-from openai.types.responses import ResponseFunctionToolCall
+from openai.types.responses import (
+    ResponseFunctionCallArgumentsDeltaEvent,
+    ResponseFunctionCallArgumentsDoneEvent,
+    ResponseFunctionToolCall,
+    ResponseOutputItemAddedEvent,
+    ResponseOutputItemDoneEvent,
+)
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
 from switchboard.shared.errors import InvalidInput
@@ -35,6 +42,7 @@ __all__ = [
     "chat_tool_deltas",
     "chat_tools",
     "continuation",
+    "function_call_events",
     "function_call_items",
     "responses_tools",
     "tools_field",
@@ -165,7 +173,11 @@ def continuation(
     last = str(entry.get("lastRunId") or "") if entry is not None else ""
     run = svc.store.runs.get(last) if last else None
     calls = {str(c["id"]): str(c["name"]) for c in (run.tool_calls if run is not None else [])}
-    if run is None or not calls:
+    if run is not None and not calls:  # a retry once the continuation started: the same run
+        calls = {str(r["toolCallId"]): str(r["toolName"]) for r in run.tool_results}
+        if sorted(calls) != sorted(call_id for call_id, _ in given):
+            calls = {}
+    if not calls:
         raise InvalidInput(_NO_CALLS, field=field)
     seen: set[str] = set()
     results = []
@@ -183,7 +195,8 @@ def continuation(
         raise InvalidInput(
             "every tool call needs its result; missing: " + ", ".join(missing), field=field
         )
-    return Continuation(results, idempotency_key=f"client-tools:{run.run_id}")
+    named = hashlib.sha256(",".join(sorted(seen)).encode()).hexdigest()[:32]
+    return Continuation(results, idempotency_key=f"client-tools:{named}")
 
 
 def chat_tool_calls(
@@ -239,3 +252,39 @@ def function_call_items(
         )
         for c in calls
     ]
+
+
+def function_call_events(
+    calls: Sequence[Mapping[str, Any]], first_index: int
+) -> list[Callable[[int], BaseModel]]:
+    """A response's streamed events for the client's calls, from output index
+    ``first_index``: each item added, its arguments (delta, done), the item done. Each
+    maker takes the event's sequence number."""
+    events: list[BaseModel] = []
+    pending = function_call_items(calls, done=False)
+    for offset, (item, done) in enumerate(zip(pending, function_call_items(calls), strict=True)):
+        index = first_index + offset
+        where: dict[str, Any] = {"item_id": done.id, "output_index": index, "sequence_number": 0}
+        events += [
+            ResponseOutputItemAddedEvent(
+                type="response.output_item.added", sequence_number=0, output_index=index, item=item
+            ),
+            ResponseFunctionCallArgumentsDeltaEvent(
+                type="response.function_call_arguments.delta", delta=done.arguments, **where
+            ),
+            ResponseFunctionCallArgumentsDoneEvent(
+                type="response.function_call_arguments.done",
+                arguments=done.arguments,
+                name=done.name,
+                **where,
+            ),
+            ResponseOutputItemDoneEvent(
+                type="response.output_item.done", sequence_number=0, output_index=index, item=done
+            ),
+        ]
+    return [_numbered(e) for e in events]
+
+
+def _numbered(event: BaseModel) -> Callable[[int], BaseModel]:
+    """The event with its sequence number, once it has one."""
+    return lambda n: event.model_copy(update={"sequence_number": n})

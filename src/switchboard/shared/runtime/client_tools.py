@@ -109,7 +109,7 @@ def client_toolset(tools: Sequence[Mapping[str, Any]], choice: Any) -> ExternalT
             name=str(t["name"]),
             description=t.get("description") or None,
             parameters_json_schema=dict(t.get("parameters") or _EMPTY_SCHEMA),
-            strict=t.get("strict"),
+            strict=bool(t.get("strict")),  # as OpenAI: strict only when asked
             sequential=True,
         )
         for t in tools
