@@ -289,3 +289,38 @@ def test_tool_results_must_answer_the_sessions_waiting_calls(
         model="switchboard/main", messages=answers, extra_headers=headers
     )
     assert retried.headers["x-switchboard-run-id"] == raw.headers["x-switchboard-run-id"]
+
+
+def test_the_openai_agents_sdk_runs_a_function_tool_through_switchboard(
+    worker: Any, api_url: str, settings: Settings
+) -> None:
+    """An OpenAI Agents SDK agent with a Python function tool, its model a Switchboard
+    agent: the call comes back to the SDK, which runs the tool and continues the response
+    chain with its output, and the agent answers with it."""
+    import asyncio
+
+    import agents
+
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        return f"sunny in {city}"
+
+    async def run() -> Any:
+        client = openai.AsyncOpenAI(
+            base_url=f"{api_url}/v1", api_key=settings.token, max_retries=0, timeout=60
+        )
+        model = agents.OpenAIResponsesModel(model="switchboard/main", openai_client=client)
+        agent = agents.Agent(name="helper", model=model, tools=[get_weather])
+        config = agents.RunConfig(tracing_disabled=True)
+        try:
+            return await agents.Runner.run(
+                agent, ASK, run_config=config, auto_previous_response_id=True
+            )
+        finally:
+            await client.close()
+
+    result = asyncio.run(run())
+    assert result.final_output == "sunny in Paris"
+    calls = [i for i in result.new_items if i.type == "tool_call_item"]
+    assert len(calls) == 1

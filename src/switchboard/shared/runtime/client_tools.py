@@ -36,6 +36,7 @@ from switchboard.shared.store import codec
 __all__ = [
     "MAX_TOOLS",
     "MAX_TOOLS_BYTES",
+    "NOT_AWAITED",
     "ClientCall",
     "check_client_tools",
     "client_call",
