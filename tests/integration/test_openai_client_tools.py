@@ -324,3 +324,29 @@ def test_the_openai_agents_sdk_runs_a_function_tool_through_switchboard(
     assert result.final_output == "sunny in Paris"
     calls = [i for i in result.new_items if i.type == "tool_call_item"]
     assert len(calls) == 1
+
+
+def test_a_new_message_after_an_unanswered_call_still_reaches_the_model(
+    worker: Any, oa: openai.OpenAI, fake: FakeModelServer
+) -> None:
+    """A client that drops a call and sends a new user message: the provider is sent the
+    call answered as without result before that message (a provider refuses calls left
+    without results), and the session goes on."""
+    headers = {"x-switchboard-session-key": "agent:remote:client-tools-left"}
+    first = oa.chat.completions.create(
+        model="switchboard/remote",
+        messages=[{"role": "user", "content": ASK}],
+        tools=[WEATHER],
+        extra_headers=headers,
+    )
+    call = (first.choices[0].message.tool_calls or [])[0]
+    later = oa.chat.completions.create(
+        model="switchboard/remote",
+        messages=[{"role": "user", "content": "never mind"}],
+        extra_headers=headers,
+    )
+    assert later.choices[0].message.content == "never mind"
+    sent = fake.requests()[-1]["messages"]
+    roles = [(m["role"], m.get("tool_call_id")) for m in sent[-3:]]
+    assert roles == [("assistant", None), ("tool", call.id), ("user", None)]
+    assert "no result" in sent[-2]["content"]

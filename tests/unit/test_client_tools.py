@@ -12,6 +12,7 @@ from pydantic_ai.messages import (
     ModelResponse,
     TextPart,
     ToolCallPart,
+    ToolReturnPart,
     UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -21,7 +22,9 @@ from pydantic_ai.toolsets import CombinedToolset
 from switchboard.shared.errors import InvalidInput
 from switchboard.shared.runtime.agent_loop import RunResult, run_model_loop
 from switchboard.shared.runtime.client_tools import (
+    NO_RESULT,
     NOT_AWAITED,
+    answer_left_calls,
     check_client_tools,
     client_calls,
     client_toolset,
@@ -150,3 +153,27 @@ def test_results_already_in_the_history_are_not_given_again() -> None:
     fresh = tool_returns(results, [ModelRequest(parts=[UserPromptPart("go")])])
     assert [(p.tool_call_id, p.content) for p in fresh] == [("c1", "x")]
     assert tool_returns(results, [ModelRequest(parts=fresh)]) == []
+
+
+def test_a_call_left_without_result_is_answered_before_the_next_user_message() -> None:
+    """A client call never answered (a new user message came) is shown to the model with a
+    no-result return just before that message; answered calls and the copy's source are
+    left as they are."""
+    call = ModelResponse(parts=[ToolCallPart("get_weather", {}, tool_call_id="c1")])
+    later = ModelRequest(parts=[UserPromptPart("never mind")])
+    history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart("go")]), call, later]
+    sent = answer_left_calls(history)
+    first, *rest = sent[2].parts
+    assert isinstance(first, ToolReturnPart)
+    assert (first.tool_call_id, first.content) == ("c1", NO_RESULT)
+    assert rest == list(later.parts) and history[2] is later
+    answered = [
+        *history[:2],
+        ModelRequest(
+            parts=tool_returns(
+                [{"toolCallId": "c1", "toolName": "get_weather", "content": "x"}], history[:2]
+            )
+        ),
+        later,
+    ]
+    assert answer_left_calls(answered) == answered

@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
+    RetryPromptPart,
     ToolCallPart,
     ToolReturnPart,
+    UserPromptPart,
 )
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import DeferredToolRequests, ToolDefinition
@@ -37,7 +39,9 @@ __all__ = [
     "MAX_TOOLS",
     "MAX_TOOLS_BYTES",
     "NOT_AWAITED",
+    "NO_RESULT",
     "ClientCall",
+    "answer_left_calls",
     "check_client_tools",
     "client_call",
     "client_calls",
@@ -203,3 +207,33 @@ def last_text(messages: Sequence[ModelMessage]) -> str:
         if isinstance(message, ModelResponse):
             return message.text or ""
     return ""
+
+
+# The return a model is shown for a call the client never answered (it sent a new message).
+NO_RESULT = {"status": "error", "error": "no result: the client sent a new message instead"}
+
+
+def answer_left_calls(history: Sequence[ModelMessage]) -> list[ModelMessage]:
+    """The history as the model is sent it: a call left without a result when a new user
+    message came (a client that did not send its tool's result) is answered `NO_RESULT`
+    just before that message, since providers refuse calls without results. The
+    transcript keeps the call as it was; ``history`` is not changed (a copy)."""
+    out = list(history)
+    waiting: dict[str, str] = {}
+    for i, message in enumerate(out):
+        if isinstance(message, ModelResponse):
+            waiting = {c.tool_call_id: c.tool_name for c in message.tool_calls}
+            continue
+        if not waiting:
+            continue
+        for part in message.parts:
+            if isinstance(part, ToolReturnPart | RetryPromptPart):
+                waiting.pop(part.tool_call_id, None)
+        if waiting and any(isinstance(p, UserPromptPart) for p in message.parts):
+            returns = [
+                ToolReturnPart(tool_name=name, content=dict(NO_RESULT), tool_call_id=call_id)
+                for call_id, name in waiting.items()
+            ]
+            out[i] = replace(message, parts=[*returns, *message.parts])
+            waiting = {}
+    return out

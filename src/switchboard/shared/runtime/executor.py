@@ -40,6 +40,7 @@ from switchboard.shared.runtime.cancel_signal import (
     RunSuperseded,
 )
 from switchboard.shared.runtime.client_tools import (
+    answer_left_calls,
     client_calls,
     client_toolset,
     last_text,
@@ -327,6 +328,7 @@ async def _run_agent(
         tools = CombinedToolset([tools, client])
     if deferred is None and rec.tool_results:  # the client's results for the last run's calls
         deferred = tool_returns(rec.tool_results, history)
+    history = answer_left_calls(history)
     result = await run_model_loop(
         model,
         tools=tools,
