@@ -255,9 +255,14 @@ def test_bad_tools_are_openai_400s(
 def test_tool_results_must_answer_the_sessions_waiting_calls(
     worker: Any, oa: openai.OpenAI
 ) -> None:
-    """A tool message for no waiting call, or one leaving a call unanswered, is a 400; a
-    retried continuation is answered by the same run."""
+    """A tool message for no waiting call, one leaving a call unanswered, or a legacy
+    function message is a 400; a retried continuation is answered by the same run."""
     headers = {"x-switchboard-session-key": "agent:main:client-tools-check"}
+    legacy: ChatCompletionMessageParam = {"role": "function", "name": "f", "content": "x"}
+    with pytest.raises(openai.BadRequestError, match="function messages are not supported"):
+        oa.chat.completions.create(
+            model="switchboard/main", messages=[{"role": "user", "content": "hi"}, legacy]
+        )
     tool_msg: ChatCompletionMessageParam = {"role": "tool", "tool_call_id": "nope", "content": "x"}
     with pytest.raises(openai.BadRequestError, match="no tool calls waiting"):
         oa.chat.completions.create(

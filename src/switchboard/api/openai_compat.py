@@ -384,7 +384,13 @@ def _text_of(message: ChatMessage) -> str:
 
 
 def tool_results(messages: list[ChatMessage]) -> list[tuple[str, str]]:
-    """The trailing `tool` messages' (call id, content): the client's tool results."""
+    """The trailing `tool` messages' (call id, content): the client's tool results (a
+    trailing legacy `function` message is refused: its result names no call)."""
+    if messages[-1].role == "function":
+        raise InvalidInput(
+            "function messages are not supported: answer tool calls with tool messages",
+            field=f"messages[{len(messages) - 1}]",
+        )
     out = []
     for i in range(len(messages) - 1, -1, -1):
         message = messages[i]
