@@ -36,6 +36,7 @@ from switchboard.shared.errors import InvalidInput
 from switchboard.shared.store import codec
 
 __all__ = [
+    "CLIENT_CALLS_FIELD",
     "MAX_TOOLS",
     "MAX_TOOLS_BYTES",
     "NOT_AWAITED",
@@ -51,6 +52,9 @@ __all__ = [
     "tool_settings",
 ]
 
+# The session field set once a run of the session ended on client calls: only such a
+# session's history may hold calls left without results (`answer_left_calls`).
+CLIENT_CALLS_FIELD = "clientToolCalls"
 # OpenAI's own bound on a request's tools, and on their definitions' size as JSON.
 MAX_TOOLS = 128
 MAX_TOOLS_BYTES = 256 * 1024

@@ -40,6 +40,7 @@ from switchboard.shared.runtime.cancel_signal import (
     RunSuperseded,
 )
 from switchboard.shared.runtime.client_tools import (
+    CLIENT_CALLS_FIELD,
     answer_left_calls,
     client_calls,
     client_toolset,
@@ -328,7 +329,8 @@ async def _run_agent(
         tools = CombinedToolset([tools, client])
     if deferred is None and rec.tool_results:  # the client's results for the last run's calls
         deferred = tool_returns(rec.tool_results, history)
-    history = answer_left_calls(history)
+    if claim.session is None or claim.session.get(CLIENT_CALLS_FIELD):  # it had client calls
+        history = answer_left_calls(history)
     result = await run_model_loop(
         model,
         tools=tools,
@@ -495,6 +497,7 @@ def _queue_result(
     new = result.new_messages()
     reply: str | None = str(result.output)
     run_fields: dict[str, Any] | None = None
+    session_fields: dict[str, Any] = {}
     if isinstance(result.output, DeferredToolRequests):
         calls, others = client_calls(result.output)
         if not calls:
@@ -505,6 +508,7 @@ def _queue_result(
         if others:
             new = [*new, ModelRequest(parts=list(others))]
         reply, run_fields = last_text(new), {"toolCalls": [c.to_json() for c in calls]}
+        session_fields[CLIENT_CALLS_FIELD] = 1
     messages = to_transcript(new, model=model_name, provider=provider)
     usage = result.usage
     # A turn a tool ended (sessions_yield) ends ok, marked, with what the model said.
@@ -530,6 +534,7 @@ def _queue_result(
             "model": model_name,
             "modelProvider": provider,
             "contextTokens": usage.input_tokens,
+            **session_fields,
             **(ended.session_fields if ended is not None else {}),
         },
         session_incr={
