@@ -16,7 +16,9 @@ this loop makes one `model_request` per step.
   `REQUEST_LIMIT` requests with `UsageLimitExceeded`.
 - A tool that must wait defers its call (`CallDeferred`): once the answer's other calls are
   executed the run ends with `DeferredToolRequests`, and a later run resumes with the
-  results (``tool_results``), which join the trailing request of the history.
+  results (``tool_results``), which join the trailing request of the history. A call of
+  an external tool (pydantic-ai's `ExternalToolset`: a client's tool,
+  `runtime.client_tools`) is deferred so, without being executed here.
 - A tool may end the turn (`EndTurn`, raised by `sessions_yield`): once the answer's other
   calls are executed, the run ends with `TurnEnded` (the call's result is its tool return)
   instead of asking the model again. A deferred call in the same answer wins: the run
@@ -55,6 +57,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 from pydantic_ai.models import Model, ModelRequestParameters
+from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import DeferredToolRequests
 from pydantic_ai.toolsets import AbstractToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
@@ -113,12 +116,14 @@ async def run_model_loop(
     defer: DeferralOf,
     tool_results: Sequence[ToolReturnPart] = (),
     before_tools: Callable[[], None] | None = None,
+    model_settings: ModelSettings | None = None,
 ) -> RunResult:
     """Run the model on ``history`` with ``tools`` until it answers without tool calls.
 
     ``tool_results`` resume a run that deferred calls: they answer those calls first.
     ``before_tools`` is called (off the loop) before each answer's tool calls execute (it
-    raises to stop the run there: the executor's attempt fence)."""
+    raises to stop the run there: the executor's attempt fence). ``model_settings`` go
+    with every model request (a client's tool choice)."""
     messages, new = _resumed(history, tool_results, instructions)
     if not messages:
         raise UserError("the run has no message to answer")
@@ -136,7 +141,11 @@ async def run_model_loop(
             async with model_slots():
                 with telemetry.model_call(model) as call:  # a `chat` span when tracing is on
                     response = await model_request(
-                        model, messages, model_request_parameters=params, instrument=False
+                        model,
+                        messages,
+                        model_settings=model_settings,
+                        model_request_parameters=params,
+                        instrument=False,
                     )
                     call.usage(response.usage)
             usage.incr(response.usage)
@@ -231,6 +240,11 @@ async def _call_tools(
                 for error in exc.errors(include_url=False, include_context=False)
             ]
             parts.append(_retried(call, errors, "validation_error", tool.max_retries, retries))
+            continue
+        if tool.tool_def.kind == "external":  # executed elsewhere (the client): deferred
+            deferred.calls.append(call)
+            deferred.metadata[call.tool_call_id] = {"external": True}
+            deferred.validated_args[call.tool_call_id] = arguments
             continue
         run_ctx.usage.tool_calls += 1
         call_ctx = replace(run_ctx, tool_call_id=call.tool_call_id, tool_name=call.tool_name)

@@ -23,8 +23,9 @@ from functools import partial
 from typing import Any, TypedDict, Unpack
 
 from pydantic_ai.exceptions import AgentRunError, FallbackExceptionGroup
-from pydantic_ai.messages import ToolReturnPart
+from pydantic_ai.messages import ModelRequest, ToolReturnPart
 from pydantic_ai.tools import DeferredToolRequests
+from pydantic_ai.toolsets import AbstractToolset, CombinedToolset
 
 from switchboard import telemetry
 from switchboard.logs import bind_run
@@ -39,12 +40,21 @@ from switchboard.shared.runtime.cancel_signal import (
     RunCancelled,
     RunSuperseded,
 )
+from switchboard.shared.runtime.client_tools import (
+    CLIENT_CALLS_FIELD,
+    answer_left_calls,
+    client_calls,
+    client_toolset,
+    last_text,
+    tool_returns,
+    tool_settings,
+)
 from switchboard.shared.runtime.history_cache import model_history
 from switchboard.shared.runtime.leases import FENCED, keeper_for
 from switchboard.shared.runtime.models import resolve_model
 from switchboard.shared.runtime.off_loop import off_loop
 from switchboard.shared.runtime.together import Together
-from switchboard.shared.runtime.toolset import toolset_for
+from switchboard.shared.runtime.toolset import ToolRun, toolset_for
 from switchboard.shared.runtime.transcript import to_model_messages, to_transcript
 from switchboard.shared.services import Services, ToolContext, WaitFor
 from switchboard.shared.store import Pipeline, codec
@@ -319,15 +329,24 @@ async def _run_agent(
         history = model_history(claim.entries)  # read incrementally: model forms kept
     else:
         history = to_model_messages(_with_attachments(rec, _history(claim.history or [])))
+    tools: AbstractToolset[ToolRun] = toolset_for(svc.tools.offered(ctx, claim.session))
+    client = client_toolset(rec.client_tools, rec.tool_choice)
+    if client is not None:  # a request's client-side tools, beside the agent's own
+        tools = CombinedToolset([tools, client])
+    if deferred is None and rec.tool_results:  # the client's results for the last run's calls
+        deferred = tool_returns(rec.tool_results, history)
+    if claim.session is None or claim.session.get(CLIENT_CALLS_FIELD):  # it had client calls
+        history = answer_left_calls(history)
     result = await run_model_loop(
         model,
-        tools=toolset_for(svc.tools.offered(ctx, claim.session)),
+        tools=tools,
         ctx=ctx,
         history=history,
         instructions=_instructions(svc, agent_id, rec),
         defer=_parking_metadata,
         tool_results=deferred or (),
         before_tools=lambda: _fence_tools(svc, rec, claim),
+        model_settings=tool_settings(rec.tool_choice) if client is not None else None,
     )
     telemetry.record_usage(model_ref, result.usage)
     return result
@@ -481,13 +500,27 @@ def _queue_result(
     reply), or its park made here and now (None)."""
     model_ref = rec.model or svc.config.model_for(sk.agent_id_of(rec.session_key))
     provider, _, model_name = model_ref.partition("/")
-    messages = to_transcript(result.new_messages(), model=model_name, provider=provider)
-    usage = result.usage
+    new = result.new_messages()
+    reply: str | None = str(result.output)
+    run_fields: dict[str, Any] | None = None
+    session_fields: dict[str, Any] = {}
     if isinstance(result.output, DeferredToolRequests):
-        _park(svc, rec, claim, result.output, messages)
-        return None
+        calls, others = client_calls(result.output)
+        if not calls:
+            messages = to_transcript(new, model=model_name, provider=provider)
+            _park(svc, rec, claim, result.output, messages)
+            return None
+        # The run ends with the client's calls (status ok), for the client to execute.
+        if others:
+            new = [*new, ModelRequest(parts=list(others))]
+        reply, run_fields = last_text(new), {"toolCalls": [c.to_json() for c in calls]}
+        session_fields[CLIENT_CALLS_FIELD] = 1
+    messages = to_transcript(new, model=model_name, provider=provider)
+    usage = result.usage
     # A turn a tool ended (sessions_yield) ends ok, marked, with what the model said.
     ended = result.output if isinstance(result.output, TurnEnded) else None
+    if ended is not None:
+        reply, run_fields = ended.text, {"yielded": True}
     return _queue_finish(
         svc,
         rec,
@@ -495,8 +528,8 @@ def _queue_result(
         follow_ups,
         pipe,
         status="ok",
-        reply=ended.text if ended is not None else str(result.output),
-        run_fields={"yielded": True} if ended is not None else None,
+        reply=reply,
+        run_fields=run_fields,
         messages=messages,
         usage={
             "input": usage.input_tokens,
@@ -507,6 +540,7 @@ def _queue_result(
             "model": model_name,
             "modelProvider": provider,
             "contextTokens": usage.input_tokens,
+            **session_fields,
             **(ended.session_fields if ended is not None else {}),
         },
         session_incr={

@@ -84,6 +84,10 @@ def _run_fields(run: NewRun, created_at_ms: int | None = None) -> dict[str, Any]
         "onEnd": dict(run.on_end) if run.on_end else None,
         "watch": "1" if run.watched else None,
         "attachments": list(run.attachments) or None,
+        "clientTools": [dict(t) for t in run.client_tools] or None,
+        # JSON even when a plain string ("required"): read back with `codec.as_json`.
+        "toolChoice": codec.dumps(run.tool_choice) if run.tool_choice is not None else None,
+        "toolResults": [dict(t) for t in run.tool_results] or None,
         "traceparent": telemetry.traceparent(),  # None unless tracing is on
     }
     return {k: v for k, v in fields.items() if v is not None}
