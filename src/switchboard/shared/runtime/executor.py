@@ -24,6 +24,7 @@ from typing import Any, TypedDict, Unpack
 
 from pydantic_ai.messages import ToolReturnPart
 from pydantic_ai.tools import DeferredToolRequests
+from pydantic_ai.toolsets import AbstractToolset, CombinedToolset
 
 from switchboard import telemetry
 from switchboard.logs import bind_run
@@ -43,7 +44,7 @@ from switchboard.shared.runtime.leases import FENCED, keeper_for
 from switchboard.shared.runtime.models import resolve_model
 from switchboard.shared.runtime.off_loop import off_loop
 from switchboard.shared.runtime.together import Together
-from switchboard.shared.runtime.toolset import toolset_for
+from switchboard.shared.runtime.toolset import ToolRun, toolset_for
 from switchboard.shared.runtime.transcript import to_model_messages, to_transcript
 from switchboard.shared.services import Services, ToolContext, WaitFor
 from switchboard.shared.store import Pipeline, codec
@@ -315,7 +316,7 @@ async def _run_agent(
         history = to_model_messages(_with_attachments(rec, _history(claim.history or [])))
     result = await run_model_loop(
         model,
-        tools=toolset_for(svc.tools.offered(ctx, claim.session)),
+        tools=_run_tools(svc, ctx, claim.session),
         ctx=ctx,
         history=history,
         instructions=_instructions(svc, agent_id, rec),
@@ -325,6 +326,17 @@ async def _run_agent(
     )
     telemetry.record_usage(model_ref, result.usage)
     return result
+
+
+def _run_tools(
+    svc: Services, ctx: ToolContext, session: Mapping[str, str] | None
+) -> AbstractToolset[ToolRun]:
+    """The run's toolset: its session tools, and its MCP and Python tools if any."""
+    tools = toolset_for(svc.tools.offered(ctx, session))
+    if svc.extra_tools is None:
+        return tools
+    extra = svc.extra_tools.toolset(lambda names: svc.tools.permitted_external(ctx, names, session))
+    return tools if extra is None else CombinedToolset([tools, extra])
 
 
 def _fence_tools(svc: Services, rec: RunRecord, claim: Claim) -> None:
