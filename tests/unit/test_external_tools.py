@@ -3,10 +3,12 @@ allow/deny layers of the policy, the result cut, and the entry-point shapes."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic_ai.toolsets import FunctionToolset
 
-from switchboard.shared.config import ConfigError, SwitchboardConfig
+from switchboard.shared.config import ConfigError, SwitchboardConfig, load_config
 from switchboard.shared.policy.tool_policy import ToolInfo, ToolRules, permitted
 from switchboard.shared.runtime.external_tools import MAX_RESULT_CHARS, bounded
 from switchboard.shared.runtime.python_tools import as_toolset
@@ -97,3 +99,10 @@ def test_an_mcp_server_needs_a_command_or_a_url() -> None:
         )
     config = SwitchboardConfig.model_validate({"mcp": {"servers": {"a": {"url": "http://h/sse"}}}})
     assert config.mcp.servers["a"].kind == "sse"
+
+
+def test_the_example_config_loads() -> None:
+    """examples/mcp/switchboard.json5 is a valid config with its two servers."""
+    config = load_config(Path(__file__).resolve().parents[2] / "examples/mcp/switchboard.json5")
+    servers = config.mcp.servers
+    assert servers["notes"].kind == "stdio" and servers["notes-http"].kind == "streamable-http"
