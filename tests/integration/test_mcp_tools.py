@@ -18,8 +18,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from switchboard_testkit.fake_model import FakeModelServer
 from switchboard_testkit.up import free_port
 
 pytestmark = pytest.mark.integration
@@ -92,7 +94,19 @@ def config_data(
         },
     }
     extra: dict[str, Any] = dict(getattr(request, "param", {}))
+    if extra.pop("fakeModel", False):  # runs on the fake OpenAI-compatible model server
+        model: FakeModelServer = request.getfixturevalue("fake_model")
+        provider = {"baseUrl": model.base_url, "api": "openai", "apiKey": "none"}
+        extra["models"] = {"providers": {"fake": provider}}
+        extra["agents"] = {"defaults": {"model": "fake/fake-model"}}
     return {**extra, "mcp": {"servers": servers}}
+
+
+@pytest.fixture
+def fake_model() -> Iterator[FakeModelServer]:
+    """The fake OpenAI-compatible model server (it records the requests' offered tools)."""
+    with FakeModelServer() as model:
+        yield model
 
 
 def configured(data: dict[str, Any]) -> pytest.MarkDecorator:
@@ -248,3 +262,18 @@ def test_a_sub_agent_calls_an_mcp_tool_and_a_denied_one_is_not_offered(
     [unknown] = [t for t in by_text if t.startswith("Unknown tool name")]
     assert "'notes__fail'" in unknown and "'notes__echo'" in unknown.split("Available")[1]
     assert "sessions_send" not in unknown and "'notes__fail'" not in unknown.split("Available")[1]
+
+
+@configured({"fakeModel": True, "tools": {"deny": ["notes__fail"]}})
+def test_an_openai_compatible_model_is_offered_the_permitted_mcp_tools(
+    worker: Any, rpc: Callable[..., Any], fake_model: FakeModelServer
+) -> None:
+    """Over the OpenAI API the model is offered the MCP tools minus the denied one, and
+    gets the call's result as the tool message."""
+    assert reply(rpc, '/tool notes__add {"a": 20, "b": 22}') == "42.0"
+    first, second = httpx.get(f"{fake_model.url}/_requests").json()[-2:]
+    offered = {t["function"]["name"] for t in first["tools"]}
+    assert {"notes__add", "web__echo", "sessions_send"} <= offered
+    assert "notes__fail" not in offered and not any(n.startswith("gone__") for n in offered)
+    [tool_message] = [m for m in second["messages"] if m["role"] == "tool"]
+    assert tool_message["content"] == "42.0"
