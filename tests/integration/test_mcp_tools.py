@@ -157,6 +157,17 @@ def test_a_run_calls_a_stdio_server_tool_and_the_call_is_in_the_transcript(
     assert result["isError"] is False
 
 
+def test_credentials_in_a_call_are_redacted_in_the_history(
+    worker: Any, rpc: Callable[..., Any], invoke: Callable[..., Any]
+) -> None:
+    """A credential in the arguments and the result is masked where the history shows it."""
+    secret = "api_key=sk-live-0123456789abcdef0123"
+    assert reply(rpc, "/tool notes__echo " + json.dumps({"text": secret})) == secret
+    [result] = tool_results(invoke)
+    assert "0123456789abcdef" not in json.dumps(result)
+    assert "api_key=" in result["call"]["arguments"]["text"]
+
+
 def test_a_run_calls_a_streamable_http_server_tool(
     worker: Any, rpc: Callable[..., Any], call_log: Path
 ) -> None:

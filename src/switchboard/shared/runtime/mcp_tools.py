@@ -6,7 +6,8 @@ server is a child process of the worker for as long as the connection lives, an 
 server one session. Runs only call tools on it (`call`), never open or close it.
 
 - The first run that needs the server connects it (within `connectionTimeoutMs`); runs
-  arriving meanwhile wait for the same connection.
+  arriving meanwhile wait for the same connection. Later connections are not waited for
+  by runs starting (they offer the tools listed last), only by calls to the server.
 - A server that cannot be reached is tried again after a backoff (1 s, doubling up to
   30 s); meanwhile its tools' calls answer at once with a tool error naming the cause.
   The tools it listed last stay offered, so the model sees the error, not a missing tool.
@@ -70,6 +71,7 @@ class McpServer:
         self._ready: _Ready | None = None
         self._stop: asyncio.Event | None = None
         self._holder: asyncio.Task[None] | None = None
+        self._first: _Ready | None = None
         self._tools: dict[str, mcp_types.Tool] = {}
         self._error: str | None = None
         self._retry_at = 0.0
@@ -81,9 +83,15 @@ class McpServer:
         return self._tools
 
     async def refresh(self) -> None:
-        """Connect if not connected (and not backing off); failures are only logged."""
-        with contextlib.suppress(ToolCallFailed):
-            await self._connected()
+        """Start connecting if not connected (and not backing off). Only the process's
+        first connection is waited for (its tools are listed for the first runs); later
+        runs go on with the tools listed last while a reconnection is under way, so a
+        server that is down never holds up runs. Failures are only logged."""
+        if self._ready is None and time.monotonic() >= self._retry_at:
+            self._connect()
+        if self._first is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._first)
 
     async def call(self, tool: str, arguments: dict[str, Any], meta: dict[str, Any]) -> Any:
         """The tool's result; `ToolCallFailed` when it errs, times out or is not reached."""
@@ -101,7 +109,8 @@ class McpServer:
         except ToolError as exc:
             raise ToolCallFailed(f"{tool}: {exc}", "error") from None
         except Exception as exc:
-            self._drop(f"{type(exc).__name__}: {exc}")
+            if toolset is self._toolset:  # not a newer connection made meanwhile
+                self._drop(f"{type(exc).__name__}: {exc}")
             raise ToolCallFailed(
                 f"MCP server {self.name!r} failed during {tool!r} ({type(exc).__name__}: "
                 f"{exc}); it is reconnected for the next call",
@@ -140,6 +149,8 @@ class McpServer:
             read_timeout=max(self.config.request_timeout_ms / 1000, 300.0),
         )
         self._toolset, self._ready, self._stop = toolset, ready, stop
+        if self._first is None:
+            self._first = ready
         # The holder outlives the run that started it: it runs in an empty context, so
         # it carries none of that run's (log fields, spans) along.
         self._holder = loop.create_task(
@@ -177,9 +188,10 @@ class McpServer:
 
     def _failed(self, ready: _Ready, error: str) -> None:
         """A connection that failed (or broke): back off before the next try."""
+        never_ready = not ready.done() or ready.exception() is not None  # (read: retrieved)
         if ready is not self._ready:
             return  # an older connection's end
-        if not ready.done() or ready.exception() is not None:
+        if never_ready:
             self._retry_at = time.monotonic() + self._backoff
             self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
         self._error = error
