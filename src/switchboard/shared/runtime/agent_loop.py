@@ -54,6 +54,7 @@ from pydantic_ai.messages import (
     RetryInfo,
     ToolCallPart,
     ToolRetryCause,
+    ToolReturn,
     ToolReturnPart,
 )
 from pydantic_ai.models import Model, ModelRequestParameters
@@ -255,14 +256,29 @@ async def _call_tools(
             deferred.metadata[call.tool_call_id] = wait.metadata or {}
             deferred.validated_args[call.tool_call_id] = arguments
             continue
-        parts.append(
-            ToolReturnPart(tool_name=call.tool_name, content=result, tool_call_id=call.tool_call_id)
-        )
+        parts.append(_returned(call, result))
     run = run_ctx.deps
     if run.ended is not None and deferred.calls:  # parking wins: the turn goes on once resumed
         parts = [_not_ended(p, run.ending) for p in parts]
         run.ended = None
     return parts, deferred
+
+
+def _returned(call: ToolCallPart, result: Any) -> ToolReturnPart:
+    """A call's return; a `ToolReturn` (MCP and Python tools) carries its call record
+    (``metadata['call']``, kept in the transcript) and says whether the call failed."""
+    if not isinstance(result, ToolReturn):
+        return ToolReturnPart(
+            tool_name=call.tool_name, content=result, tool_call_id=call.tool_call_id
+        )
+    record = (result.metadata or {}).get("call") or {}
+    return ToolReturnPart(
+        tool_name=call.tool_name,
+        content=result.return_value,
+        tool_call_id=call.tool_call_id,
+        metadata=result.metadata,
+        outcome="success" if record.get("outcome", "ok") == "ok" else "failed",
+    )
 
 
 def _not_ended(part: ModelRequestPart, ending: set[str]) -> ModelRequestPart:

@@ -329,7 +329,7 @@ async def _run_agent(
         history = model_history(claim.entries)  # read incrementally: model forms kept
     else:
         history = to_model_messages(_with_attachments(rec, _history(claim.history or [])))
-    tools: AbstractToolset[ToolRun] = toolset_for(svc.tools.offered(ctx, claim.session))
+    tools = _run_tools(svc, ctx, claim.session)
     client = client_toolset(rec.client_tools, rec.tool_choice)
     if client is not None:  # a request's client-side tools, beside the agent's own
         tools = CombinedToolset([tools, client])
@@ -350,6 +350,17 @@ async def _run_agent(
     )
     telemetry.record_usage(model_ref, result.usage)
     return result
+
+
+def _run_tools(
+    svc: Services, ctx: ToolContext, session: Mapping[str, str] | None
+) -> AbstractToolset[ToolRun]:
+    """The run's toolset: its session tools, and its MCP and Python tools if any."""
+    tools = toolset_for(svc.tools.offered(ctx, session))
+    if svc.extra_tools is None:
+        return tools
+    extra = svc.extra_tools.toolset(lambda names: svc.tools.permitted_external(ctx, names, session))
+    return tools if extra is None else CombinedToolset([tools, extra])
 
 
 def _fence_tools(svc: Services, rec: RunRecord, claim: Claim) -> None:
