@@ -328,6 +328,13 @@ class Keyspace:
         """Hash: one collector group of ``key`` (``active``, ``total`` children)."""
         return f"{self._s(key)}col:grp:{key}:{group_id}"
 
+    # -- tool servers (fleet-wide limits) -------------------------------------------------
+    def tool_slots(self, server: str) -> str:
+        """Sorted set: the calls holding one of a tool server's ``maxConcurrent`` slots,
+        holder id -> lease end (ms, Redis's clock); in the group of ``tool:<server>``, and
+        expiring with its last lease (`ToolSlotStore`)."""
+        return f"{self._s('tool:' + server)}tslots:{server}"
+
     # -- api (home group) ---------------------------------------------------------------
     def auth_failures(self, client: str) -> str:
         """String: failed token checks from one client IP; expires with its window
