@@ -20,6 +20,7 @@ from pydantic_ai.models.test import TestModel
 from pydantic_ai.toolsets import FunctionToolset
 from pydantic_ai.usage import RunUsage
 
+from switchboard import telemetry
 from switchboard.shared.metrics import ToolMetrics
 from switchboard.shared.runtime.tool_limits import FleetLimitedToolset
 from switchboard.shared.store import Store
@@ -93,7 +94,17 @@ async def _main(url: str, calls: int, limit: int, sleep_s: float, parties: int) 
     return list(await asyncio.gather(*(call(toolset, "slow", label=str(i)) for i in range(calls))))
 
 
+async def _traced(url: str) -> list[Any]:
+    """One ``slow`` call and one failing ``boom`` call, traced (OTEL_* from the environment)."""
+    telemetry.install("worker")
+    toolset = limited(Store.from_url(url), url, 2, 0.01)
+    return [await call(toolset, "slow", label="traced"), await call(toolset, "boom")]
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--traced":
+        print(json.dumps(asyncio.run(_traced(sys.argv[2]))))
+        sys.exit(0)
     url, calls, limit, sleep_s, parties = sys.argv[1:6]
     results = asyncio.run(_main(url, int(calls), int(limit), float(sleep_s), int(parties)))
     print(json.dumps(results))
