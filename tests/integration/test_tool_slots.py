@@ -11,8 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from switchboard.shared.config import Settings
 from switchboard.shared.runtime.slot_limiter import NoSlot, SlotLimiter
 from switchboard.shared.store import Store
+from switchboard_testkit.redis_cluster import RedisClusterGroup
 
 pytestmark = pytest.mark.integration
 
@@ -93,3 +95,34 @@ def test_a_wait_past_its_timeout_is_no_slot(store: Store) -> None:
         asyncio.run(limiter.acquire("me", 0.3))
     assert 0.3 <= time.monotonic() - started < 2
     assert store.tool_slots.held("srv") == 1
+
+
+def test_tool_slots_on_a_redis_cluster(steady_cluster: RedisClusterGroup) -> None:
+    """On a Redis Cluster with the default slot groups, each server's slots live on the
+    primary of its key's slot (servers spread over the primaries) and hold their limit."""
+    settings = Settings(redis_url=steady_cluster.url)
+    assert settings.slot_groups is not None and settings.slot_groups > 1
+    store = Store.from_url(
+        steady_cluster.url, prefix=settings.key_prefix, groups=settings.slot_groups
+    )
+    try:
+        servers = [f"srv{n}" for n in range(12)]
+        for server in servers:
+            got = [store.tool_slots.acquire(server, f"h{i}", 2, 30_000).taken for i in range(3)]
+            assert got == [True, True, False], server
+            assert store.tool_slots.held(server) == 2
+        owners = {steady_cluster.primary_for(store.ks.tool_slots(s)).port for s in servers}
+        assert len(owners) > 1, "the servers' slots spread over the primaries"
+
+        async def wait_then_take() -> None:
+            limiter = SlotLimiter(store.tool_slots, "srv0", 2)
+            waiting = asyncio.create_task(limiter.acquire("h2", 5))
+            await asyncio.sleep(0.2)
+            assert not waiting.done()
+            await limiter.release("h0")
+            await asyncio.wait_for(waiting, 2)
+
+        asyncio.run(wait_then_take())
+        assert store.tool_slots.held("srv0") == 2
+    finally:
+        store.close()
