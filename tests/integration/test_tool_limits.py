@@ -14,17 +14,21 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
 import redis
 from pydantic_ai.exceptions import CallDeferred
+from pydantic_ai.messages import ModelRequest, ToolReturnPart, UserPromptPart
 from pydantic_ai.toolsets import FunctionToolset
 from toolcalls import IN_FLIGHT, SEEN, SERVER, call, limited, probe_toolset
 
 from switchboard.shared.metrics import Metrics, serve
+from switchboard.shared.runtime.agent_loop import run_model_loop
+from switchboard.shared.runtime.echo import echo_model
 from switchboard.shared.runtime.tool_limits import FleetLimitedToolset
+from switchboard.shared.services import ToolContext
 from switchboard.shared.store import Store
 from switchboard_testkit.up import free_port
 
@@ -225,3 +229,52 @@ def test_execute_tool_spans_with_genai_attributes(redis_url: str, tmp_path: Path
     assert slow["switchboard.tool.server"] == SERVER
     assert "error.type" not in slow
     assert boom["error.type"] == "error"
+
+
+def test_a_run_goes_on_after_a_tool_error(store: Store, redis_url: str) -> None:
+    """In the run's model loop (the echo model), a capped server's failing call comes back
+    to the model as a tool error beside the other call's result, and the run ends ok."""
+    toolset = limited(store, redis_url, 1, 0.01)
+    ctx = ToolContext(services=cast(Any, None), session_key="agent:main:main", agent_id="main")
+    prompt = '/tool boom {}\n/tool slow {"label": "after"}'
+    result = asyncio.run(
+        run_model_loop(
+            echo_model(),
+            tools=cast(Any, toolset),
+            ctx=ctx,
+            history=[ModelRequest(parts=[UserPromptPart(prompt)])],
+            instructions=None,
+            defer=lambda wait: {},
+        )
+    )
+    returns = [p for m in result.messages for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert [(p.tool_name, p.outcome) for p in returns] == [("boom", "success"), ("slow", "success")]
+    assert returns[0].content["status"] == "error"
+    assert returns[1].content == "done after"
+    assert isinstance(result.output, str) and "done after" in result.output
+    assert store.tool_slots.held(SERVER) == 0
+
+
+def test_a_killed_workers_slot_comes_back_after_its_lease(
+    store: Store, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """A process holding the one slot renews its 1 s lease while its call runs; killed -9
+    mid-call, its slot comes back within the lease and a waiting call here takes it."""
+    args = [sys.executable, str(HERE / "toolcalls.py"), "--hold", redis_url, "1"]
+    holder = subprocess.Popen(args, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while int(redis_client.get(IN_FLIGHT) or 0) < 1:
+            assert time.monotonic() < deadline, "the holder's call never started"
+            time.sleep(0.05)
+        time.sleep(2)
+        assert store.tool_slots.held(SERVER) == 1, "renewed past its 1 s lease while running"
+    finally:
+        holder.kill()
+        holder.wait()
+    killed = time.monotonic()
+    toolset = limited(store, redis_url, 1, 0.01, slot_timeout_s=10)
+    result = asyncio.run(call(toolset, "slow", label="next"))
+    took = time.monotonic() - killed
+    assert result == "done next"
+    assert 0.3 < took < 3, f"the dead holder's slot came back after {took:.2f}s (its lease)"

@@ -101,7 +101,16 @@ async def _traced(url: str) -> list[Any]:
     return [await call(toolset, "slow", label="traced"), await call(toolset, "boom")]
 
 
+async def _hold(url: str, lease_s: float) -> Any:
+    """One long ``slow`` call holding the one slot under a short lease (to be killed)."""
+    toolset = limited(Store.from_url(url), url, 1, 60, lease_s=lease_s)
+    return await call(toolset, "slow", label="held")
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--hold":
+        print(json.dumps(asyncio.run(_hold(sys.argv[2], float(sys.argv[3])))))
+        sys.exit(0)
     if sys.argv[1] == "--traced":
         print(json.dumps(asyncio.run(_traced(sys.argv[2]))))
         sys.exit(0)
