@@ -22,7 +22,7 @@ import redis
 from pydantic_ai.exceptions import CallDeferred
 from pydantic_ai.messages import ModelRequest, ToolReturnPart, UserPromptPart
 from pydantic_ai.toolsets import FunctionToolset
-from toolcalls import IN_FLIGHT, SEEN, SERVER, call, limited, probe_toolset
+from toolcalls import IN_FLIGHT, SEEN, SERVER, call, limited, open_store, probe_toolset
 
 from switchboard.shared.metrics import Metrics, serve
 from switchboard.shared.runtime.agent_loop import run_model_loop
@@ -40,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 @pytest.fixture
 def store(redis_url: str) -> Iterator[Store]:
     """The store on the private Redis."""
-    s = Store.from_url(redis_url, slot_check=True)
+    s = open_store(redis_url)
     yield s
     s.close()
 

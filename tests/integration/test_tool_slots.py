@@ -10,10 +10,12 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from toolcalls import open_store
 
 from switchboard.shared.config import Settings
 from switchboard.shared.runtime.slot_limiter import NoSlot, SlotLimiter
 from switchboard.shared.store import Store
+from switchboard.shared.store.tool_slots import ToolSlotStore
 from switchboard_testkit.redis_cluster import RedisClusterGroup
 
 pytestmark = pytest.mark.integration
@@ -22,7 +24,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def store(redis_url: str) -> Iterator[Store]:
     """The store on the private Redis."""
-    s = Store.from_url(redis_url, slot_check=True)
+    s = open_store(redis_url)
     yield s
     s.close()
 
@@ -95,6 +97,71 @@ def test_a_wait_past_its_timeout_is_no_slot(store: Store) -> None:
         asyncio.run(limiter.acquire("me", 0.3))
     assert 0.3 <= time.monotonic() - started < 2
     assert store.tool_slots.held("srv") == 1
+
+
+def test_a_process_waiting_in_line_gets_the_next_slot(store: Store) -> None:
+    """A slot given back goes to the process first in line, not to the process that gave
+    it back and asks again at once; a process that takes one and has more calls waiting
+    goes to the back of the line; one that stops waiting leaves it."""
+    slots = store.tool_slots
+    assert slots.acquire("srv", "b1", 1, 30_000).taken
+    first = slots.acquire("srv", "a1", 1, 30_000, proc="A")
+    assert (first.taken, first.ahead) == (False, 0), "A is first in line"
+    assert slots.release("srv", "b1")
+    behind = slots.acquire("srv", "b2", 1, 30_000)
+    assert (behind.taken, behind.ahead) == (False, 1), "B asks behind A"
+    assert slots.acquire("srv", "b2", 1, 30_000, proc="B").ahead == 1
+    assert slots.acquire("srv", "a1", 1, 30_000, proc="A", stay=True).taken
+    assert slots.release("srv", "a1")
+    assert not slots.acquire("srv", "a2", 1, 30_000, proc="A").taken, "A went behind B"
+    assert slots.acquire("srv", "b2", 1, 30_000, proc="B").taken
+    assert slots.leave("srv", "A")
+    assert store.redis.zcard(store.ks.tool_slot_queue("srv")) == 0, "B took its slot and left"
+
+
+def test_a_process_gone_from_the_line_is_dropped(store: Store) -> None:
+    """A process in line that stops asking (its worker died) is dropped after a while,
+    so its place holds no slot back from the others."""
+    slots = ToolSlotStore(store.redis, store.ks, queue_ms=300)
+    assert slots.acquire("srv", "h", 1, 30_000).taken
+    assert not slots.acquire("srv", "dead1", 1, 30_000, proc="dead").taken
+    assert slots.release("srv", "h")
+    assert not slots.acquire("srv", "x", 1, 30_000).taken, "the dead process is in line"
+    time.sleep(0.4)
+    assert slots.acquire("srv", "x", 1, 30_000).taken
+    assert store.redis.zcard(store.ks.tool_slot_queue("srv")) == 0
+
+
+def test_a_busy_process_does_not_starve_another(store: Store) -> None:
+    """Two processes' limiters on 2 slots: one keeps 6 calls cycling through them (its
+    own hand-over is at once); a call of the other, arriving meanwhile, gets one of the
+    next slots given back, not after the busy one's many turns."""
+    busy = SlotLimiter(store.tool_slots, "srv", 2)
+    other = SlotLimiter(store.tool_slots, "srv", 2)
+    granted: list[float] = []
+
+    async def cycle(n: int) -> None:
+        for i in range(10):
+            holder = f"busy-{n}-{i}"
+            await busy.acquire(holder, 30)
+            granted.append(time.monotonic())
+            await asyncio.sleep(0.1)
+            await busy.release(holder)
+
+    async def scenario() -> tuple[float, float]:
+        cycling = [asyncio.create_task(cycle(n)) for n in range(6)]
+        await asyncio.sleep(0.3)
+        started = time.monotonic()
+        await other.acquire("other", 30)
+        took = time.monotonic()
+        await other.release("other")
+        await asyncio.gather(*cycling)
+        return started, took
+
+    started, took = asyncio.run(scenario())
+    meanwhile = sum(started <= t <= took for t in granted)
+    assert meanwhile <= 4, f"the busy process took {meanwhile} slots while the other waited"
+    assert granted[-1] > took, "the busy process was still cycling"
 
 
 def test_tool_slots_on_a_redis_cluster(steady_cluster: RedisClusterGroup) -> None:

@@ -29,6 +29,13 @@ SERVER = "slowsrv"
 IN_FLIGHT = "probe:inflight"
 SEEN = "probe:seen"
 READY = "probe:ready"
+# The slot groups of every store here: keys carry hash tags, and each script one slot.
+GROUPS = 4
+
+
+def open_store(url: str) -> Store:
+    """The store the callers use, its scripts checked to name keys of one slot."""
+    return Store.from_url(url, slot_check=True, groups=GROUPS)
 
 
 def probe_toolset(url: str, sleep_s: float) -> FunctionToolset[None]:
@@ -85,7 +92,7 @@ async def call(toolset: FleetLimitedToolset[None], name: str, **args: Any) -> An
 
 
 async def _main(url: str, calls: int, limit: int, sleep_s: float, parties: int) -> list[Any]:
-    store = Store.from_url(url)
+    store = open_store(url)
     toolset = limited(store, url, limit, sleep_s)
     probe = redis.Redis.from_url(url)
     probe.incr(READY)
@@ -97,13 +104,13 @@ async def _main(url: str, calls: int, limit: int, sleep_s: float, parties: int) 
 async def _traced(url: str) -> list[Any]:
     """One ``slow`` call and one failing ``boom`` call, traced (OTEL_* from the environment)."""
     telemetry.install("worker")
-    toolset = limited(Store.from_url(url), url, 2, 0.01)
+    toolset = limited(open_store(url), url, 2, 0.01)
     return [await call(toolset, "slow", label="traced"), await call(toolset, "boom")]
 
 
 async def _hold(url: str, lease_s: float) -> Any:
     """One long ``slow`` call holding the one slot under a short lease (to be killed)."""
-    toolset = limited(Store.from_url(url), url, 1, 60, lease_s=lease_s)
+    toolset = limited(open_store(url), url, 1, 60, lease_s=lease_s)
     return await call(toolset, "slow", label="held")
 
 

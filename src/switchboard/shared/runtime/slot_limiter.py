@@ -14,8 +14,15 @@ wait on one busy server.
   over with no delay at all.
 - A slot freed by another process, or by a lease that lapsed (a dead worker), is found by
   the head's next ask: it asks again after a short backoff with jitter (`MIN_BACKOFF_S`
-  doubling to `MAX_BACKOFF_S`), so a process asks Redis at most ~10 times a second per
-  busy server, whatever the number of calls waiting.
+  doubling to `MAX_BACKOFF_S`, or to `FRONT_BACKOFF_S` while its process is first in the
+  server's line), so a process asks Redis at most 10 to 50 times a second per busy
+  server, whatever the number of calls waiting.
+- Between processes the slots are shared fairly: a process whose calls wait is in the
+  server's line in Redis, and a slot given back goes to the process first in line (its
+  head's next ask, within `FRONT_BACKOFF_S`), not to the process that gave it back; a
+  process that takes one goes to the back of the line. Without the line, a worker's local
+  hand-over (at once) would beat another worker's ask (after its backoff) every time, and
+  that worker's calls would wait until they timed out.
 
 Why not a blocking pop on a wake list: the store's client is blocking and runs off the loop
 (`off_loop`), so each blocked pop would hold a pool thread and a pooled connection for the
@@ -33,9 +40,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,13 +52,15 @@ from functools import partial
 
 from switchboard.shared.errors import StoreUnavailable
 from switchboard.shared.runtime.off_loop import off_loop
-from switchboard.shared.store.tool_slots import ToolSlotStore
+from switchboard.shared.store.tool_slots import Acquired, ToolSlotStore
 
 log = logging.getLogger("switchboard.tools")
 
-# The head's backoff between two asks while every slot is held (s).
-MIN_BACKOFF_S = 0.005
+# The head's backoff between two asks while every slot is held (s); shorter while its
+# process is first in line (a slot given back elsewhere is its own).
+MIN_BACKOFF_S = 0.002
 MAX_BACKOFF_S = 0.1
+FRONT_BACKOFF_S = 0.02
 # How long a slot's lease runs before a call renews it (s): a dead worker's slots come
 # back at most this long after it died.
 DEFAULT_LEASE_S = 30.0
@@ -93,35 +104,42 @@ class SlotLimiter:
         self.max_backoff_s = max_backoff_s
         self._waiters: deque[_Waiter] = deque()
         self._lock = threading.Lock()
+        # This process in the server's line (one id per limiter: one per server here).
+        self.proc = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
 
     async def acquire(
         self, holder: str, timeout_s: float, on_wait: Callable[[int], None] | None = None
     ) -> None:
         """Take a slot for ``holder``, waiting up to ``timeout_s`` (`NoSlot` past it);
         ``on_wait`` is told +1 when the call starts waiting in the queue, -1 when it stops."""
-        if not self._waiters and await self._ask(holder):
+        if not self._waiters and (await self._ask(holder, in_line=False)).taken:
             return
         waiter = _Waiter(asyncio.get_running_loop(), asyncio.Event())
         with self._lock:
             self._waiters.append(waiter)
         if on_wait is not None:
             on_wait(1)
+        taken = False
         try:
             await self._wait_turn(waiter, holder, time.monotonic() + timeout_s)
+            taken = True
         finally:
-            self._leave(waiter)
             if on_wait is not None:
                 on_wait(-1)
+            if self._leave(waiter) and not taken:  # none of this process waits now
+                await self._leave_line()
 
     async def _wait_turn(self, waiter: _Waiter, holder: str, deadline: float) -> None:
         delay = MIN_BACKOFF_S
         while True:
             pause = _RECHECK_S
             if self._head() is waiter:
-                if await self._ask(holder):
+                asked = await self._ask(holder, in_line=True)
+                if asked.taken:
                     return
                 pause = delay * random.uniform(0.5, 1.0)
-                delay = min(delay * 2, self.max_backoff_s)
+                cap = FRONT_BACKOFF_S if asked.ahead == 0 else self.max_backoff_s
+                delay = min(delay * 2, max(cap, MIN_BACKOFF_S))
             left = deadline - time.monotonic()
             if left <= 0:
                 raise NoSlot(
@@ -133,11 +151,20 @@ class SlotLimiter:
                 delay = MIN_BACKOFF_S  # a slot was given back here: ask at once
             waiter.woken.clear()
 
-    async def _ask(self, holder: str) -> bool:
-        """One acquire; cancelled meanwhile, a slot it took is given back."""
-        call = partial(self.slots.acquire, self.server, holder, self.limit, self.lease_ms)
+    async def _ask(self, holder: str, *, in_line: bool) -> Acquired:
+        """One acquire (``in_line``: as this process, waiting in the server's line; else
+        once, behind it); cancelled meanwhile, a slot it took is given back."""
+        call = partial(
+            self.slots.acquire,
+            self.server,
+            holder,
+            self.limit,
+            self.lease_ms,
+            proc=self.proc if in_line else "",
+            stay=in_line and len(self._waiters) > 1,
+        )
         try:
-            return (await off_loop(call)).taken
+            return await off_loop(call)
         except asyncio.CancelledError:
             with contextlib.suppress(StoreUnavailable):
                 await off_loop(partial(self.slots.release, self.server, holder))
@@ -147,15 +174,23 @@ class SlotLimiter:
         with self._lock:
             return self._waiters[0] if self._waiters else None
 
-    def _leave(self, waiter: _Waiter) -> None:
-        """Take ``waiter`` out of the queue; if it was the head, the next one is woken."""
+    def _leave(self, waiter: _Waiter) -> bool:
+        """Take ``waiter`` out of the queue; if it was the head, the next one is woken.
+        True when the queue is empty now."""
         with self._lock:
             was_head = bool(self._waiters) and self._waiters[0] is waiter
             with contextlib.suppress(ValueError):
                 self._waiters.remove(waiter)
             head = self._waiters[0] if (was_head and self._waiters) else None
+            empty = not self._waiters
         if head is not None:
             head.wake()
+        return empty
+
+    async def _leave_line(self) -> None:
+        """Take this process out of the server's line (else it drops out once unseen)."""
+        with contextlib.suppress(StoreUnavailable):
+            await off_loop(partial(self.slots.leave, self.server, self.proc))
 
     async def release(self, holder: str) -> None:
         """Give ``holder``'s slot back and wake this process's first waiting call; with

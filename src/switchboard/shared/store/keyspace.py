@@ -335,6 +335,16 @@ class Keyspace:
         expiring with its last lease (`ToolSlotStore`)."""
         return f"{self._s('tool:' + server)}tslots:{server}"
 
+    def tool_slot_queue(self, server: str) -> str:
+        """Sorted set: the processes with calls waiting for a slot of a tool server, in
+        line (process id -> ticket); beside `tool_slots`."""
+        return f"{self._s('tool:' + server)}tslots:{server}:q"
+
+    def tool_slot_seen(self, server: str) -> str:
+        """Hash: process id -> when it last asked for a slot of a tool server (ms, Redis's
+        clock); a process in line not seen for a while is dropped (it died)."""
+        return f"{self._s('tool:' + server)}tslots:{server}:seen"
+
     # -- api (home group) ---------------------------------------------------------------
     def auth_failures(self, client: str) -> str:
         """String: failed token checks from one client IP; expires with its window
