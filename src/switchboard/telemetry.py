@@ -277,7 +277,9 @@ class _ToolSpan:
 
 
 @contextlib.contextmanager
-def _tool(name: str, call_id: str | None, server: str) -> Iterator[ToolSpan]:
+def _tool(
+    name: str, call_id: str | None, server: str, description: str | None
+) -> Iterator[ToolSpan]:
     from opentelemetry import trace
     from opentelemetry.trace import SpanKind
 
@@ -289,6 +291,8 @@ def _tool(name: str, call_id: str | None, server: str) -> Iterator[ToolSpan]:
     }
     if call_id:
         attributes["gen_ai.tool.call.id"] = call_id
+    if description:
+        attributes["gen_ai.tool.description"] = description
     run_attributes = getattr(trace.get_current_span(), "attributes", None) or {}
     for key in ("switchboard.session_key", "switchboard.run_id"):
         if run_attributes.get(key):
@@ -304,11 +308,11 @@ def _tool(name: str, call_id: str | None, server: str) -> Iterator[ToolSpan]:
 
 
 def execute_tool(
-    name: str, call_id: str | None, *, server: str
+    name: str, call_id: str | None, *, server: str, description: str | None = None
 ) -> contextlib.AbstractContextManager[ToolSpan]:
     """The span of one call of the tool ``name`` (as the model sees it) on the tool server
     ``server``: an ``execute_tool`` span (GenAI attributes, ``gen_ai.tool.call.id``) whose
     ``error`` records the tool error the model got back (``error.type``)."""
     if _tracer is None:
         return _OFF
-    return _tool(name, call_id, server)
+    return _tool(name, call_id, server, description)

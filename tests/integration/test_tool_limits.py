@@ -27,8 +27,8 @@ from toolcalls import IN_FLIGHT, SEEN, SERVER, call, limited, open_store, probe_
 from switchboard.shared.metrics import Metrics, serve
 from switchboard.shared.runtime.agent_loop import run_model_loop
 from switchboard.shared.runtime.echo import echo_model
-from switchboard.shared.runtime.tool_limits import FleetLimitedToolset
-from switchboard.shared.services import ToolContext
+from switchboard.shared.runtime.tool_limits import FleetLimitedToolset, for_server
+from switchboard.shared.services import Services, ToolContext
 from switchboard.shared.store import Store
 from switchboard_testkit.up import free_port
 
@@ -227,6 +227,7 @@ def test_execute_tool_spans_with_genai_attributes(redis_url: str, tmp_path: Path
     assert slow["gen_ai.tool.name"] == "slow"
     assert slow["gen_ai.tool.call.id"].startswith("call-")
     assert slow["switchboard.tool.server"] == SERVER
+    assert slow["gen_ai.tool.description"] == "Sleep a while, counted in flight on the probe key."
     assert "error.type" not in slow
     assert boom["error.type"] == "error"
 
@@ -278,3 +279,21 @@ def test_a_killed_workers_slot_comes_back_after_its_lease(
     took = time.monotonic() - killed
     assert result == "done next"
     assert 0.3 < took < 3, f"the dead holder's slot came back after {took:.2f}s (its lease)"
+
+
+def test_for_server_wires_the_process_services(services: Services, redis_url: str) -> None:
+    """`for_server` caps a server in the services' store and counts it in their metrics,
+    as a worker wires each configured tool server."""
+    toolset = for_server(probe_toolset(redis_url, 0.2), "wired", 2, services)
+
+    async def four() -> list[Any]:
+        return list(await asyncio.gather(*(call(toolset, "slow") for _ in range(4))))
+
+    assert asyncio.run(four()) == ["done "] * 4
+    registry = services.metrics.registry
+    assert registry.get_sample_value("switchboard_tool_calls_total", {"server": "wired"}) == 4
+    waited = registry.get_sample_value(
+        "switchboard_tool_slot_wait_seconds_sum", {"server": "wired"}
+    )
+    assert waited is not None and waited >= 0.3, "two of the four waited a call's length"
+    assert services.store.tool_slots.held("wired") == 0

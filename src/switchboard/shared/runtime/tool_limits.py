@@ -16,10 +16,9 @@ package's) and gives each of its calls:
 - its metrics per server (`ToolMetrics`: calls, errors by kind, latency, slot wait, in
   flight, waiting) and an OpenTelemetry ``execute_tool`` span with the GenAI attributes.
 
-Wiring a server with its config is one line::
+Wiring a server with its config is one line (`for_server` with the process's services)::
 
-    FleetLimitedToolset(toolset, server=name, max_concurrent=server.max_concurrent,
-                        slots=store.tool_slots, metrics=metrics.tools)
+    toolset = for_server(toolset, name, server.max_concurrent, svc)
 """
 
 from __future__ import annotations
@@ -43,9 +42,10 @@ from switchboard.shared.errors import InvalidInput, StoreUnavailable
 from switchboard.shared.metrics import ToolMetrics
 from switchboard.shared.runtime.slot_limiter import DEFAULT_LEASE_S, NoSlot, limiter_for
 from switchboard.shared.runtime.slot_limiter import SlotLimiter as SlotLimiter
+from switchboard.shared.services import Services
 from switchboard.shared.store.tool_slots import ToolSlotStore
 
-__all__ = ["DEFAULT_SLOT_TIMEOUT_S", "FleetLimitedToolset", "SlotLimiter"]
+__all__ = ["DEFAULT_SLOT_TIMEOUT_S", "FleetLimitedToolset", "SlotLimiter", "for_server"]
 
 log = logging.getLogger("switchboard.tools")
 
@@ -104,7 +104,10 @@ class FleetLimitedToolset(WrapperToolset[AgentDepsT]):
     ) -> Any:
         """Call the tool within a slot; an error or timeout is the call's tool error."""
         call = _Call(self.server)
-        with telemetry.execute_tool(name, ctx.tool_call_id, server=self.server) as span:
+        described = tool.tool_def.description
+        with telemetry.execute_tool(
+            name, ctx.tool_call_id, server=self.server, description=described
+        ) as span:
             try:
                 return await self._limited(call, name, tool_args, ctx, tool)
             except _PASSED:
@@ -167,6 +170,26 @@ class FleetLimitedToolset(WrapperToolset[AgentDepsT]):
     def _on_wait(self, delta: int) -> None:
         if self.metrics is not None:
             self.metrics.waiting.labels(self.server).inc(delta)
+
+
+def for_server(
+    toolset: AbstractToolset[AgentDepsT],
+    server: str,
+    max_concurrent: int | None,
+    svc: Services,
+    *,
+    call_timeout_s: float | None = None,
+) -> FleetLimitedToolset[AgentDepsT]:
+    """``toolset``, the tools of the server ``server``, capped at ``max_concurrent`` calls
+    fleet-wide (None: no cap) in the process's store, counted in its metrics."""
+    return FleetLimitedToolset(
+        toolset,
+        server=server,
+        max_concurrent=max_concurrent,
+        slots=svc.store.tool_slots,
+        metrics=svc.metrics.tools,
+        call_timeout_s=call_timeout_s,
+    )
 
 
 @dataclass
