@@ -31,6 +31,7 @@ from switchboard.shared.store.spawns import SpawnStore
 from switchboard.shared.store.stats import ProgressReads, ServerStats
 from switchboard.shared.store.sweeps import SweepStore
 from switchboard.shared.store.tokens import TokenStore
+from switchboard.shared.store.tool_slots import ToolSlotStore
 from switchboard.shared.store.transcripts import TranscriptStore
 from switchboard.shared.store.windows import TranscriptWindows
 from switchboard.shared.store.yields import YieldStore
@@ -52,6 +53,7 @@ __all__ = [
     "Store",
     "SweepStore",
     "TokenStore",
+    "ToolSlotStore",
     "TranscriptStore",
     "TranscriptWindows",
     "YieldStore",
@@ -104,6 +106,7 @@ class Store:
         self.sweeps = SweepStore(redis, self.ks)  # the beat sweep's marks and stale entries
         self.tokens = TokenStore(redis, self.ks)  # scoped api tokens (hashes only)
         self.audit = AuditStore(redis, self.ks)  # calls made with scoped tokens
+        self.tool_slots = ToolSlotStore(redis, self.ks)  # tool servers' maxConcurrent slots
         self.list_lengths = ListLengths(redis)  # the broker's queues, when it shares the Redis
         self.stats = ServerStats(redis)  # INFO: calls per command, memory, version
         self.progress = ProgressReads(redis, self.ks)  # how far a burst of work has got

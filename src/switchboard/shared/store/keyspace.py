@@ -328,6 +328,23 @@ class Keyspace:
         """Hash: one collector group of ``key`` (``active``, ``total`` children)."""
         return f"{self._s(key)}col:grp:{key}:{group_id}"
 
+    # -- tool servers (fleet-wide limits) -------------------------------------------------
+    def tool_slots(self, server: str) -> str:
+        """Sorted set: the calls holding one of a tool server's ``maxConcurrent`` slots,
+        holder id -> lease end (ms, Redis's clock); in the group of ``tool:<server>``, and
+        expiring with its last lease (`ToolSlotStore`)."""
+        return f"{self._s('tool:' + server)}tslots:{server}"
+
+    def tool_slot_queue(self, server: str) -> str:
+        """Sorted set: the processes with calls waiting for a slot of a tool server, in
+        line (process id -> ticket); beside `tool_slots`."""
+        return f"{self._s('tool:' + server)}tslots:{server}:q"
+
+    def tool_slot_seen(self, server: str) -> str:
+        """Hash: process id -> when it last asked for a slot of a tool server (ms, Redis's
+        clock); a process in line not seen for a while is dropped (it died)."""
+        return f"{self._s('tool:' + server)}tslots:{server}:seen"
+
     # -- api (home group) ---------------------------------------------------------------
     def auth_failures(self, client: str) -> str:
         """String: failed token checks from one client IP; expires with its window
