@@ -173,7 +173,8 @@ async def run_model_loop(
                         return _result(deferred, new, usage, steering)
                     assert run.ended is not None
                     end = run.ended
-                    output = TurnEnded(response.text or None, end.result, end.session_fields)
+                    text = end.reply or response.text or None
+                    output = TurnEnded(text, end.result, end.session_fields)
                     return _result(output, new, usage, steering)
                 if steering is not None:  # what was steered in while the tools ran
                     parts = [*parts, *await off_loop(steering.take)]

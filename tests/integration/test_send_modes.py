@@ -1,0 +1,258 @@
+"""`sessions_send` modes (OpenClaw 2026.9.6): steer, notify, resume, their refusals, over
+/tools/invoke and inside agent runs, against a real Redis and worker.
+
+`steer` puts a message into the target's turn in flight: the model sees it at its next
+step (after the tool call in flight, before the next model request), or, when the model's
+last answer was under way, the turn goes on with it; with nothing in flight it is the next
+turn. `notify` leaves a notification the next turn sees and starts no run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from switchboard.shared.gateway.agent import RunRequest, start_run
+from switchboard.shared.services import Services
+from switchboard.shared.store.runs import RunRecord
+from switchboard.shared.tools import send_modes as modes
+from switchboard.shared.tools.sessions_send import UNKNOWN_AGENT
+
+pytestmark = pytest.mark.integration
+
+TARGET = "agent:main:hook:target"
+SLOW_TOOL_TURN = "/sleep 2\n/tool agents_list {}"  # a model step of 2 s, then a tool call
+
+
+@pytest.fixture
+def config_data() -> dict[str, Any]:
+    """No reply-back rounds (a followup's flow would add turns to the sessions); two
+    configured agents, cross-agent sends allowed."""
+    return {
+        "session": {"agentToAgent": {"maxPingPongTurns": 0}},
+        "agents": {"list": [{"id": "main", "default": True}, {"id": "ops"}]},
+        "tools": {"agentToAgent": {"enabled": True, "allow": ["*"]}},
+    }
+
+
+def wait_until(check: Callable[[], Any], timeout_s: float = 30, what: str = "condition") -> Any:
+    """Poll until `check()` is truthy; return its value."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def send(client: httpx.Client, session_key: str | None = None, **args: Any) -> dict[str, Any]:
+    """Invoke sessions_send over HTTP (acting for ``session_key``) and return the result."""
+    body: dict[str, Any] = {"tool": "sessions_send", "args": args}
+    if session_key is not None:
+        body["sessionKey"] = session_key
+    resp = client.post("/tools/invoke", json=body)
+    assert resp.status_code == 200, resp.text
+    result: dict[str, Any] = resp.json()["result"]
+    return result
+
+
+def ended(services: Services, run_id: str, timeout_s: float = 30) -> RunRecord:
+    """The run once it has ended."""
+
+    def check() -> RunRecord | None:
+        rec = services.store.runs.get(run_id)
+        return rec if rec is not None and rec.terminal else None
+
+    found: RunRecord = wait_until(check, timeout_s, what=f"run {run_id} to end")
+    return found
+
+
+def running(services: Services, run_id: str) -> None:
+    """Wait for the run to be executing."""
+    wait_until(lambda: services.store.runs.status(run_id) == "running", what="the run to start")
+
+
+def user_texts(services: Services, key: str = TARGET) -> list[str]:
+    """The session's user messages' contents, in order."""
+    return [str(m["content"]) for m in services.store.transcripts.all(key) if m["role"] == "user"]
+
+
+def started(services: Services, message: str, key: str = TARGET) -> str:
+    """Start a turn of ``key`` with ``message``; its run id."""
+    return str(start_run(services, RunRequest(session_key=key, message=message))["runId"])
+
+
+# ---- refusals ------------------------------------------------------------------------------
+
+
+def test_a_bad_mode_is_refused_with_openclaws_text(worker: Any, client: httpx.Client) -> None:
+    """An unknown mode answers OpenClaw's error text and sends nothing."""
+    result = send(client, sessionKey=TARGET, message="hi", mode="shout")
+    assert (result["status"], result["error"]) == ("error", modes.BAD_MODE)
+
+
+@pytest.mark.parametrize("mode", ["steer", "notify", "resume"])
+def test_a_missing_session_is_refused_for_steer_notify_and_resume(
+    worker: Any, client: httpx.Client, services: Services, mode: str
+) -> None:
+    """steer, notify and resume need an existing session: OpenClaw's text, nothing created."""
+    result = send(client, sessionKey="hook:nobody", message="hi", mode=mode)
+    assert (result["status"], result["error"]) == ("error", modes.MISSING_SESSION)
+    assert services.store.sessions.get("agent:main:hook:nobody") is None
+
+
+def test_resume_with_a_wait_is_refused(worker: Any, client: httpx.Client) -> None:
+    """mode=resume with timeoutSeconds > 0 is refused: it answers admission only."""
+    result = send(client, sessionKey=TARGET, message="hi", mode="resume", timeoutSeconds=5)
+    assert (result["status"], result["error"]) == ("error", modes.RESUME_WAITS)
+
+
+def test_an_unknown_agent_is_named(worker: Any, client: httpx.Client) -> None:
+    """A label looked up in an agent that does not exist names it, and how to list agents."""
+    result = send(client, label="x", agentId="ghost", message="hi")
+    assert result["error"] == UNKNOWN_AGENT.format(agent_id="ghost")
+
+
+# ---- steer -----------------------------------------------------------------------------------
+
+
+def test_steer_with_nothing_in_flight_is_the_next_turn(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """Steering an idle session queues the message as its next turn (`queued`), which runs."""
+    ended(services, started(services, "/reply first"))
+    result = send(client, sessionKey=TARGET, message="/reply second", mode="steer")
+    assert result == {
+        "status": "accepted",
+        "runId": result["runId"],
+        "sessionKey": TARGET,
+        "targetDisposition": "queued",
+    }
+    assert ended(services, result["runId"]).reply == "second"
+
+
+def test_steer_joins_the_running_turn_at_its_next_step(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """Steered while a model step is under way, the message reaches the model after that
+    step's tool call, in the same run (no run is started), and is written once."""
+    run_id = started(services, SLOW_TOOL_TURN)
+    running(services, run_id)
+    result = send(client, sessionKey=TARGET, message="/reply steered in", mode="steer")
+    assert result == {
+        "status": "accepted",
+        "runId": run_id,
+        "sessionKey": TARGET,
+        "targetDisposition": "steered",
+    }
+    rec = ended(services, run_id)
+    assert (rec.status, rec.reply) == ("ok", "steered in")
+    roles = [m["role"] for m in services.store.transcripts.all(TARGET)]
+    assert roles == ["user", "assistant", "toolResult", "user", "assistant"]
+    assert user_texts(services)[-1].endswith("/reply steered in")
+    assert services.store.runs.lane_holder(TARGET) is None  # no other run
+    assert services.store.steering.waiting(TARGET) == []
+    entry = services.store.sessions.get(TARGET)
+    assert entry is not None and not entry.get("steerQueued")
+
+
+def test_steer_into_a_last_answer_under_way_goes_on_in_the_same_turn(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """Steered while the model writes its final answer, the run does not end there: it
+    keeps that answer and answers the steered message too."""
+    run_id = started(services, "/sleep 2\n/reply first answer")
+    running(services, run_id)
+    result = send(client, sessionKey=TARGET, message="/reply second answer", mode="steer")
+    assert result["targetDisposition"] == "steered" and result["runId"] == run_id
+    rec = ended(services, run_id)
+    assert (rec.status, rec.reply) == ("ok", "second answer")
+    assistants = [
+        m["content"][0]["text"]
+        for m in services.store.transcripts.all(TARGET)
+        if m["role"] == "assistant"
+    ]
+    assert assistants == ["first answer", "second answer"]
+    assert services.store.steering.waiting(TARGET) == []
+
+
+def test_steer_from_a_model_turn(worker: Any, services: Services) -> None:
+    """A run's `/tool sessions_send {mode: steer}` reaches the other session's running turn."""
+    target_run = started(services, SLOW_TOOL_TURN)
+    running(services, target_run)
+    args = {"sessionKey": TARGET, "message": "/reply from a model", "mode": "steer"}
+    caller = started(services, f"/tool sessions_send {json.dumps(args)}", key="agent:main:main")
+    answer = json.loads(ended(services, caller).reply or "{}")
+    assert answer["targetDisposition"] == "steered" and answer["runId"] == target_run
+    assert ended(services, target_run).reply == "from a model"
+
+
+# ---- notify ----------------------------------------------------------------------------------
+
+
+def test_notify_starts_no_run_and_the_next_turn_sees_it(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """A notification answers `queued` with its id, starts nothing, and is in the history
+    of the next turn, before that turn's message, once."""
+    first = ended(services, started(services, "/reply first"))
+    result = send(client, sessionKey=TARGET, message="the build is green", mode="notify")
+    assert result == {
+        "status": "queued",
+        "sessionKey": TARGET,
+        "notificationId": result["notificationId"],
+        "runStarted": False,
+    }
+    time.sleep(0.5)
+    entry = services.store.sessions.get(TARGET)
+    assert entry is not None and entry.get("lastRunId") == first.run_id
+    assert services.store.runs.lane_holder(TARGET) is None
+    assert "the build is green" not in " ".join(user_texts(services))
+    ended(services, started(services, "/reply second"))
+    texts = user_texts(services)
+    assert texts[-2] == "the build is green" and texts[-1] == "/reply second"
+    notice = [m for m in services.store.transcripts.all(TARGET) if m["role"] == "user"][-2]
+    assert notice["provenance"]["notificationId"] == result["notificationId"]
+    assert services.store.steering.notices(TARGET) == []
+    ended(services, started(services, "/reply third"))
+    assert user_texts(services).count("the build is green") == 1
+
+
+def test_notify_from_a_model_turn(worker: Any, services: Services) -> None:
+    """A run's `/tool sessions_send {mode: notify}` answers `queued` and starts no run."""
+    ended(services, started(services, "/reply first"))
+    args = {"sessionKey": TARGET, "message": "fyi", "mode": "notify"}
+    caller = started(services, f"/tool sessions_send {json.dumps(args)}", key="agent:main:main")
+    answer = json.loads(ended(services, caller).reply or "{}")
+    assert (answer["status"], answer["runStarted"]) == ("queued", False)
+    assert [n["content"] for n in services.store.steering.notices(TARGET)] == ["fyi"]
+
+
+# ---- resume ----------------------------------------------------------------------------------
+
+
+def test_resume_starts_a_turn_of_a_settled_session(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """resume answers admission only, naming the settled run; a turn in flight refuses it."""
+    settled = ended(services, started(services, "/reply done"))
+    result = send(client, sessionKey=TARGET, message="/reply again", mode="resume")
+    assert result == {
+        "status": "accepted",
+        "mode": "resume",
+        "runId": result["runId"],
+        "taskRunId": settled.run_id,
+        "sessionKey": TARGET,
+        "completion": "task",
+    }
+    assert ended(services, result["runId"]).reply == "again"
+    busy = started(services, "/sleep 2\n/reply busy")
+    running(services, busy)
+    refused = send(client, sessionKey=TARGET, message="hi", mode="resume")
+    assert refused["error"] == modes.RESUME_BUSY.format(run_id=busy)
