@@ -14,14 +14,20 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import httpx
+import httpx2
+import mcp.types as types
 import pytest
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
 
 from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import RunRecord
 from switchboard.shared.tools import send_modes as modes
 from switchboard.shared.tools.sessions_send import UNKNOWN_AGENT
+from switchboard.shared.tools.sessions_yield import NOTHING_PENDING
 
 pytestmark = pytest.mark.integration
 
@@ -182,6 +188,23 @@ def test_steer_into_a_last_answer_under_way_goes_on_in_the_same_turn(
     assert services.store.steering.waiting(TARGET) == []
 
 
+def test_steer_into_a_parked_turn_is_taken_as_it_resumes(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """A turn parked on its own waited send takes the steered message as it resumes,
+    before its next model request."""
+    args = {"sessionKey": "hook:other", "message": "/sleep 2\n/reply later", "timeoutSeconds": 20}
+    run_id = started(services, f"/tool sessions_send {json.dumps(args)}")
+    wait_until(lambda: services.store.runs.status(run_id) == "parked", what="the run to park")
+    result = send(client, sessionKey=TARGET, message="/reply after the wait", mode="steer")
+    assert (result["targetDisposition"], result["runId"]) == ("steered", run_id)
+    rec = ended(services, run_id)
+    assert (rec.status, rec.reply) == ("ok", "after the wait")
+    roles = [m["role"] for m in services.store.transcripts.all(TARGET)]
+    assert roles == ["user", "assistant", "toolResult", "user", "assistant"]
+    assert services.store.steering.waiting(TARGET) == []
+
+
 def test_steer_from_a_model_turn(worker: Any, services: Services) -> None:
     """A run's `/tool sessions_send {mode: steer}` reaches the other session's running turn."""
     target_run = started(services, SLOW_TOOL_TURN)
@@ -256,3 +279,46 @@ def test_resume_starts_a_turn_of_a_settled_session(
     running(services, busy)
     refused = send(client, sessionKey=TARGET, message="hi", mode="resume")
     assert refused["error"] == modes.RESUME_BUSY.format(run_id=busy)
+
+
+# ---- over MCP --------------------------------------------------------------------------------
+
+
+async def mcp_call(session: ClientSession, tool: str, **args: Any) -> dict[str, Any]:
+    """A tool call over MCP; its JSON result."""
+    result = await session.call_tool(tool, args)
+    assert isinstance(result.content[0], types.TextContent)
+    out: dict[str, Any] = json.loads(result.content[0].text)
+    return out
+
+
+def test_modes_and_yield_over_mcp(worker: Any, api_url: str, services: Services) -> None:
+    """Through the api's `/mcp`: steer reaches a running turn, notify starts no run, and
+    sessions_yield answers with the 2026.9.6 fields and text."""
+    run_id = started(services, SLOW_TOOL_TURN)
+    running(services, run_id)
+
+    async def main() -> list[dict[str, Any]]:
+        headers = {"Authorization": "Bearer test-token"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=60) as http,
+            streamable_http_client(f"{api_url}/mcp", http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            steer = {"sessionKey": TARGET, "message": "/reply via mcp", "mode": "steer"}
+            notice = {"sessionKey": TARGET, "message": "note", "mode": "notify"}
+            return [
+                await mcp_call(session, "sessions_send", **steer),
+                await mcp_call(session, "sessions_send", **notice),
+                await mcp_call(session, "sessions_yield"),
+                await mcp_call(session, "sessions_yield", waitFor="message"),
+            ]
+
+    steered, notified, refused, waiting = anyio.run(main)
+    assert (steered["targetDisposition"], steered["runId"]) == ("steered", run_id)
+    assert (notified["status"], notified["runStarted"]) == ("queued", False)
+    assert refused == {"status": "error", "error": NOTHING_PENDING}
+    assert waiting == {"status": "yielded"}
+    assert ended(services, run_id).reply == "via mcp"
+    assert [n["content"] for n in services.store.steering.notices(TARGET)] == ["note"]
