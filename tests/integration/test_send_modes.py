@@ -188,6 +188,25 @@ def test_steer_into_a_last_answer_under_way_goes_on_in_the_same_turn(
     assert services.store.steering.waiting(TARGET) == []
 
 
+def lranges(services: Services) -> int:
+    """LRANGE calls the Redis server has answered (scripts' included)."""
+    stats = services.store.redis.info("commandstats")
+    return int(stats.get("cmdstat_lrange", {}).get("calls", 0))
+
+
+def test_the_steer_look_costs_one_command_per_tool_step_and_none_otherwise(
+    worker: Any, services: Services
+) -> None:
+    """A turn without tool calls never looks at the steer inbox; a turn with one tool
+    step looks once (one LRANGE), after its tool calls."""
+    ended(services, started(services, "/reply warm"))  # the session exists
+    before = lranges(services)
+    ended(services, started(services, "/reply plain"))
+    assert lranges(services) == before
+    ended(services, started(services, "/tool agents_list {}"))
+    assert lranges(services) == before + 1
+
+
 def test_steer_into_a_parked_turn_is_taken_as_it_resumes(
     worker: Any, client: httpx.Client, services: Services
 ) -> None:
@@ -279,6 +298,24 @@ def test_resume_starts_a_turn_of_a_settled_session(
     running(services, busy)
     refused = send(client, sessionKey=TARGET, message="hi", mode="resume")
     assert refused["error"] == modes.RESUME_BUSY.format(run_id=busy)
+
+
+def test_resume_and_refusals_from_a_model_turn(worker: Any, services: Services) -> None:
+    """A run's `/tool sessions_send` with mode resume is admitted and runs; a bad mode and
+    a missing session come back to the model with OpenClaw's texts."""
+    settled = ended(services, started(services, "/reply done"))
+    calls = [
+        {"sessionKey": TARGET, "message": "/reply resumed", "mode": "resume"},
+        {"sessionKey": TARGET, "message": "hi", "mode": "later"},
+        {"sessionKey": "hook:nobody", "message": "hi", "mode": "notify"},
+    ]
+    lines = "\n".join(f"/tool sessions_send {json.dumps(c)}" for c in calls)
+    caller = ended(services, started(services, lines, key="agent:main:main"))
+    resumed, bad, missing = (json.loads(line) for line in (caller.reply or "").splitlines())
+    assert (resumed["mode"], resumed["taskRunId"]) == ("resume", settled.run_id)
+    assert ended(services, resumed["runId"]).reply == "resumed"
+    assert bad["error"] == modes.BAD_MODE
+    assert missing["error"] == modes.MISSING_SESSION
 
 
 # ---- over MCP --------------------------------------------------------------------------------
