@@ -99,8 +99,9 @@ def started(services: Services, message: str, key: str = TARGET) -> str:
 
 def test_a_bad_mode_is_refused_with_openclaws_text(worker: Any, client: httpx.Client) -> None:
     """An unknown mode answers OpenClaw's error text and sends nothing."""
-    result = send(client, sessionKey=TARGET, message="hi", mode="shout")
-    assert (result["status"], result["error"]) == ("error", modes.BAD_MODE)
+    for mode in ("shout", 3):
+        result = send(client, sessionKey=TARGET, message="hi", mode=mode)
+        assert (result["status"], result["error"]) == ("error", modes.BAD_MODE)
 
 
 @pytest.mark.parametrize("mode", ["steer", "notify", "resume"])
@@ -161,7 +162,10 @@ def test_steer_joins_the_running_turn_at_its_next_step(
     assert (rec.status, rec.reply) == ("ok", "steered in")
     roles = [m["role"] for m in services.store.transcripts.all(TARGET)]
     assert roles == ["user", "assistant", "toolResult", "user", "assistant"]
-    assert user_texts(services)[-1].endswith("/reply steered in")
+    steered = [m for m in services.store.transcripts.all(TARGET) if m["role"] == "user"][-1]
+    assert steered["content"] == "/reply steered in"  # as sent, with its provenance
+    assert steered["provenance"]["mode"] == "steer"
+    assert steered["provenance"]["sourceTool"] == "sessions_send"
     assert services.store.runs.lane_holder(TARGET) is None  # no other run
     assert services.store.steering.waiting(TARGET) == []
     entry = services.store.sessions.get(TARGET)

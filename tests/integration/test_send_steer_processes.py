@@ -130,7 +130,7 @@ def test_a_steered_message_survives_a_worker_killed_with_9(
     assert (rec.status, rec.reply) == ("ok", "survived")
     assert rec.attempt == 2  # the first attempt died; the second took the message
     contents = [str(m["content"]) for m in services.store.transcripts.all(TARGET)]
-    assert sum(c.endswith("/reply survived") for c in contents) == 1
+    assert contents.count("/sleep 4\n/reply survived") == 1
     assert services.store.steering.waiting(TARGET) == []
     entry = services.store.sessions.get(TARGET)
     assert entry is not None and not entry.get("steerQueued")

@@ -101,8 +101,13 @@ class RunResult:
     output: str | DeferredToolRequests | TurnEnded
     messages: list[ModelMessage]
     usage: RunUsage = field(default_factory=RunUsage)
-    # How many messages of the session's steer inbox the run took (`steering.Steering`).
-    steer_taken: int = 0
+    # The messages of the session's steer inbox the run took (`steering.Steering`).
+    steered: Sequence[Mapping[str, Any]] = ()
+
+    @property
+    def steer_taken(self) -> int:
+        """How many messages of the session's steer inbox the run took."""
+        return len(self.steered)
 
     def new_messages(self) -> list[ModelMessage]:
         """The messages this run added (requests and responses), in order."""
@@ -190,8 +195,8 @@ def _result(
     usage: RunUsage,
     steering: Steering | None,
 ) -> RunResult:
-    taken = steering.taken if steering is not None else 0
-    return RunResult(output=output, messages=new, usage=usage, steer_taken=taken)
+    steered = list(steering.took) if steering is not None else []
+    return RunResult(output=output, messages=new, usage=usage, steered=steered)
 
 
 def _resumed(

@@ -42,7 +42,7 @@ from switchboard.shared.runtime.history_cache import model_history
 from switchboard.shared.runtime.leases import FENCED, keeper_for
 from switchboard.shared.runtime.models import resolve_model
 from switchboard.shared.runtime.off_loop import off_loop
-from switchboard.shared.runtime.steering import Steering
+from switchboard.shared.runtime.steering import Steering, restore_steered
 from switchboard.shared.runtime.together import Together
 from switchboard.shared.runtime.toolset import toolset_for
 from switchboard.shared.runtime.transcript import to_model_messages, to_transcript
@@ -516,6 +516,8 @@ def _queue_result(
     model_ref = rec.model or svc.config.model_for(sk.agent_id_of(rec.session_key))
     provider, _, model_name = model_ref.partition("/")
     messages = to_transcript(result.new_messages(), model=model_name, provider=provider)
+    if result.steered:  # as they were sent, provenance and all
+        messages = restore_steered(messages, result.steered)
     usage = result.usage
     if isinstance(result.output, DeferredToolRequests):
         _park(svc, rec, claim, result.output, messages, result.steer_taken)

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic_ai.messages import ModelRequest, ModelRequestPart
+from pydantic_ai.messages import ModelRequest, ModelRequestPart, UserPromptPart
 
 from switchboard.shared.runtime.transcript import to_model_messages
 from switchboard.shared.store.steering import SteerStore
@@ -30,7 +30,12 @@ class Steering:
     session_key: str
     look_first: bool = False  # the session had steered messages waiting at the claim
     carried: list[dict[str, Any]] = field(default_factory=list)
-    taken: int = 0
+    took: list[dict[str, Any]] = field(default_factory=list)  # from the inbox's head
+
+    @property
+    def taken(self) -> int:
+        """How many messages of the inbox the run took (its head)."""
+        return len(self.took)
 
     @classmethod
     def at_claim(
@@ -50,7 +55,7 @@ class Steering:
         saw some waiting, what the inbox holds (no read otherwise)."""
         if self.carried:
             entries, self.carried = self.carried, []
-            self.taken += len(entries)
+            self.took += entries
             return _parts(entries)
         if self.look_first:
             self.look_first = False
@@ -60,8 +65,29 @@ class Steering:
     def take(self) -> list[ModelRequestPart]:
         """The messages steered in since the last look (one LRANGE), as request parts."""
         entries = self.store.take(self.session_key, self.taken)
-        self.taken += len(entries)
+        self.took += entries
         return _parts(entries)
+
+
+def restore_steered(
+    messages: Sequence[dict[str, Any]], steered: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """A run's messages in transcript form with the steered ones it took as they were
+    sent (their provenance kept, their text without the prefix the model was shown)."""
+    shown = [(_shown_text(entry), entry) for entry in steered]
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if shown and message.get("role") == "user" and message.get("content") == shown[0][0]:
+            out.append(dict(shown.pop(0)[1]))
+        else:
+            out.append(message)
+    return out
+
+
+def _shown_text(entry: Mapping[str, Any]) -> str:
+    """The text of a steered message as its run's model was shown it."""
+    texts = [str(part.content) for part in _parts([entry]) if isinstance(part, UserPromptPart)]
+    return "\n".join(texts)
 
 
 def _parts(entries: Sequence[Mapping[str, Any]]) -> list[ModelRequestPart]:

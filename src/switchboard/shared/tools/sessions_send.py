@@ -105,8 +105,8 @@ def handle(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     raw_key = read_string(args, "sessionKey")
     label = read_string(args, "label")
     run_id = str(uuid.uuid4())
-    mode = (read_string(args, "mode") or "followup").lower()
-    if mode not in modes.MODES:
+    mode = _mode(args)
+    if mode is None:
         return _error(run_id, modes.BAD_MODE)
     timeout_s = (
         read_int(args, "timeoutSeconds", default=DEFAULT_TIMEOUT_S, lo=0, hi=MAX_TIMEOUT_S) or 0
@@ -142,7 +142,23 @@ def handle(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         return _send(ctx, target, shown, message, timeout_s, entry)
     if entry is None:
         return _error(run_id, modes.MISSING_SESSION, sessionKey=shown)
-    return modes.run_mode(ctx, mode, target, shown, message)
+    try:
+        return modes.run_mode(ctx, mode, target, shown, message)
+    except StoreUnavailable:
+        raise  # the store is away: retried, not an outcome
+    except SwitchboardError as exc:
+        return _error(run_id, exc.message, sessionKey=shown)
+
+
+def _mode(args: Mapping[str, Any]) -> str | None:
+    """The send's mode (``followup`` when not given), or None when it names none."""
+    raw = args.get("mode")
+    if raw is None:
+        return "followup"
+    if not isinstance(raw, str):
+        return None
+    mode = raw.strip().lower() or "followup"
+    return mode if mode in modes.MODES else None
 
 
 def _error(run_id: str, error: str, **extra: Any) -> dict[str, Any]:
