@@ -1,6 +1,7 @@
 """`sessions_send` modes (OpenClaw 2026.9.6): steer, notify, resume, their refusals, over
 /tools/invoke and inside agent runs, against a real Redis and worker.
 
+The store is cut into slot groups with the slot check on (as on a Redis Cluster).
 `steer` puts a message into the target's turn in flight: the model sees it at its next
 step (after the tool call in flight, before the next model request), or, when the model's
 last answer was under way, the turn goes on with it; with nothing in flight it is the next
@@ -22,6 +23,7 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from switchboard.shared.config import Settings
 from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import RunRecord
@@ -33,6 +35,13 @@ pytestmark = pytest.mark.integration
 
 TARGET = "agent:main:hook:target"
 SLOW_TOOL_TURN = "/sleep 2\n/tool agents_list {}"  # a model step of 2 s, then a tool call
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    """The store cut into 8 slot groups with the slot check on: a step naming keys of two
+    hash slots raises (every steer and notice step stays in its session's slot)."""
+    return settings.model_copy(update={"slot_groups": 8, "slot_check": True})
 
 
 @pytest.fixture
