@@ -279,6 +279,18 @@ def test_notify_starts_no_run_and_the_next_turn_sees_it(
     assert user_texts(services).count("the build is green") == 1
 
 
+def test_deleting_a_session_drops_its_waiting_notices(
+    worker: Any, client: httpx.Client, rpc: Callable[..., Any], services: Services
+) -> None:
+    """`sessions.delete` removes what waited for the session's next turn with it."""
+    ended(services, started(services, "/reply first"))
+    assert send(client, sessionKey=TARGET, message="later", mode="notify")["status"] == "queued"
+    assert services.store.steering.notices(TARGET) != []
+    rpc("sessions.delete", key=TARGET)
+    assert services.store.steering.notices(TARGET) == []
+    assert services.store.sessions.get(TARGET) is None
+
+
 def test_notify_from_a_model_turn(worker: Any, services: Services) -> None:
     """A run's `/tool sessions_send {mode: notify}` answers `queued` and starts no run."""
     ended(services, started(services, "/reply first"))
