@@ -431,8 +431,8 @@ def test_an_acknowledgment_is_the_yielding_turns_reply(
 def test_wait_for_message_yields_without_children_until_the_next_message(
     worker: Any, rpc: Callable[..., Any], services: Services
 ) -> None:
-    """`waitFor: "message"` with nothing pending ends the turn yielded; the next message
-    (here a plain send) starts the next turn."""
+    """`waitFor: "message"` with nothing pending ends the turn (not paused: no child will
+    wake it); the next message (here a plain send) starts the next turn."""
     key = "agent:main:hook:waiter"
     parent = rpc(
         "agent", sessionKey=key, message=tool_line("sessions_yield", {"waitFor": "message"})
@@ -440,8 +440,10 @@ def test_wait_for_message_yields_without_children_until_the_next_message(
     outcome = rpc("agent.wait", runId=parent["runId"], timeoutMs=15_000)
     assert outcome["status"] == "ok" and "reply" not in outcome
     rec = services.store.runs.get(parent["runId"])
-    assert rec is not None and rec.yielded
+    assert rec is not None and not rec.yielded
     assert not services.store.yields.is_yielded(key)  # nothing to wake it but a message
+    yielded = services.store.transcripts.all(key)[-1]
+    assert json.loads(yielded["content"][0]["text"]) == {"status": "yielded"}
     nxt = rpc("agent", sessionKey=key, message="/reply continued")
     assert rpc("agent.wait", runId=nxt["runId"], timeoutMs=15_000)["reply"] == "continued"
 
@@ -476,3 +478,32 @@ def test_a_second_yield_in_a_run_answers_already_pending(
     }
     rec = services.store.runs.get(run["runId"])
     assert rec is not None and not rec.yielded
+
+
+@pytest.mark.parametrize("config_data", [NESTED], indirect=True)
+def test_a_subagent_waiting_for_a_message_is_announced_and_continued_by_a_send(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """A sub-agent yielding with `waitFor: "message"` and no child of its own: its turn
+    ends (its acknowledgment is the result its parent hears), and its parent's
+    `sessions_send` starts its next turn."""
+    ack = {"waitFor": "message", "acknowledgment": "ready for the data"}
+    task = f"wait for the data\n{tool_line('sessions_yield', ack)}"
+    accepted = invoke(client, "sessions_spawn", task=task, label="waiter")
+    child_run = ended(services, accepted["runId"])
+    assert (child_run.status, child_run.reply, child_run.yielded) == (
+        "ok",
+        "ready for the data",
+        False,
+    )
+    [told] = wait_until(lambda: announce_messages(services), what="the parent to hear")
+    assert "ready for the data" in told["content"]
+    child = accepted["childSessionKey"]
+    resp = client.post(
+        "/tools/invoke",
+        json={
+            "tool": "sessions_send",
+            "args": {"sessionKey": child, "message": "/reply got it", "timeoutSeconds": 20},
+        },
+    )
+    assert resp.json()["result"]["reply"] == "got it"

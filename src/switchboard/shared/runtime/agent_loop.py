@@ -87,11 +87,13 @@ Tools = dict[str, ToolsetTool[ToolRun]]
 
 @dataclass(frozen=True)
 class TurnEnded:
-    """The output of a run a tool ended (`EndTurn`): what the model said with the call."""
+    """The output of a run a tool ended (`EndTurn`): what the model said with the call
+    (or the tool's reply), and whether the run is paused (waiting for its children)."""
 
     text: str | None
     result: Mapping[str, Any]
     session_fields: Mapping[str, Any]
+    paused: bool = True
 
 
 @dataclass
@@ -179,7 +181,7 @@ async def run_model_loop(
                     assert run.ended is not None
                     end = run.ended
                     text = end.reply or response.text or None
-                    output = TurnEnded(text, end.result, end.session_fields)
+                    output = TurnEnded(text, end.result, end.session_fields, end.paused)
                     return _result(output, new, usage, steering)
                 if steering is not None:  # what was steered in while the tools ran
                     parts = [*parts, *await off_loop(steering.take)]

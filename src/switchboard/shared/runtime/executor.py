@@ -532,7 +532,7 @@ def _queue_result(
         pipe,
         status="ok",
         reply=ended.text if ended is not None else str(result.output),
-        run_fields={"yielded": True} if ended is not None else None,
+        run_fields={"yielded": True} if ended is not None and ended.paused else None,
         messages=messages,
         steer_taken=result.steer_taken,
         usage={

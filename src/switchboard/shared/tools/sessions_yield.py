@@ -89,9 +89,10 @@ def _sessions_yield(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     if not children:
         if wait_for != "message":
             return _error(NOTHING_PENDING)
-        # Nothing to wake it: the turn ends, and the next message starts the next one.
+        # Nothing to wake it: the turn is over (a sub-agent's is announced as such), and
+        # the next message starts the next one.
         if ctx.run_id is not None:
-            raise EndTurn(result, reply=acknowledgment)
+            raise EndTurn(result, reply=acknowledgment, paused=False)
         return result
     fields: dict[str, Any] = {
         "yieldedAt": now_ms(),
