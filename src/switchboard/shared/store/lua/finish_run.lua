@@ -19,8 +19,8 @@
 -- stamped `waited` has waiters (park_run.lua, wait_on_run.lua): the others' cancel
 -- request and waiters are not looked for.
 -- The run and the session are each read once and written once (includes/hash_buffer.lua).
--- Steering (steer_push.lua): only a session whose `steerQueued` is set has its steer
--- inbox looked at. An end with its messages (status ok) removes the `steer_taken` messages
+-- Steering (steer_push.lua): only a session whose `steerQueued` is set, or a run that
+-- took steered messages, has the steer inbox looked at. An end with its messages (status ok) removes the `steer_taken` messages
 -- the run took from the inbox (they are among its messages); when more are waiting, the
 -- turn is not over: its messages are appended, nothing else is written, and the answer is
 -- {'steered', the waiting messages, session hash}: the worker goes on with them. Any other
@@ -41,7 +41,7 @@ if r.status ~= 'running' or r.attempt ~= ARGV[4] then return {'stale'} end
 local s = hash_open(KEYS[5])
 for i = 16, #ARGV do append_in(s, KEYS[6], ARGV[i]) end
 local fields = ARGV[5] ~= '' and cjson.decode(ARGV[5]) or {}
-if s.f.steerQueued then
+if s.f.steerQueued or ARGV[15] ~= '0' then
   local taken = fields.status == 'ok' and tonumber(ARGV[15]) or 0
   if taken > 0 then redis.call('LTRIM', KEYS[15], taken, -1) end
   local left = redis.call('LRANGE', KEYS[15], 0, -1)
