@@ -29,6 +29,7 @@ from switchboard.shared.store.runs import RunStore
 from switchboard.shared.store.sessions import SessionStore
 from switchboard.shared.store.spawns import SpawnStore
 from switchboard.shared.store.stats import ProgressReads, ServerStats
+from switchboard.shared.store.steering import SteerStore
 from switchboard.shared.store.sweeps import SweepStore
 from switchboard.shared.store.tokens import TokenStore
 from switchboard.shared.store.tool_slots import ToolSlotStore
@@ -96,6 +97,7 @@ class Store:
         self.flows = FlowStore(redis, self.ks)  # reply-back flows (sessions_send)
         self.spawns = SpawnStore(redis, self.ks, retention_s=retention_s)  # sub-agents, batches
         self.yields = YieldStore(redis, self.ks, retention_s=retention_s)  # sessions_yield
+        self.steering = SteerStore(redis, self.ks)  # sessions_send steer and notify
         # collector children, their completion logs and agents_wait's tokens
         self.collect = CollectStore(redis, self.ks, retention_s=retention_s)
         self.deliveries = DeliveryStore(redis, self.ks)

@@ -256,6 +256,17 @@ class Keyspace:
         """List: runs waiting for the session's lane, oldest first."""
         return f"{self._s(key)}laneq:{key}"
 
+    def steer_inbox(self, key: str) -> str:
+        """List: messages steered into the session's running turn (transcript-form JSON),
+        oldest first; a run takes them between its model steps, and they are removed by
+        the step that writes them to the transcript (its park or end)."""
+        return f"{self._s(key)}steer:{key}"
+
+    def notices(self, key: str) -> str:
+        """List: notifications for the session's next turn (transcript-form JSON), oldest
+        first; the next run's first claim moves them into the transcript."""
+        return f"{self._s(key)}notice:{key}"
+
     # -- reply-back flows (sessions_send) ----------------------------------------------
     def flow(self, flow_id: str) -> str:
         """Hash: one reply-back flow (requester, target, turn, max turns, replies, announce
