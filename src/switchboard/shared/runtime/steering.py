@@ -56,7 +56,7 @@ class Steering:
         if self.carried:
             entries, self.carried = self.carried, []
             self.took += entries
-            return _parts(entries)
+            return request_parts(entries)
         if self.look_first:
             self.look_first = False
             return self.take()
@@ -66,7 +66,7 @@ class Steering:
         """The messages steered in since the last look (one LRANGE), as request parts."""
         entries = self.store.take(self.session_key, self.taken)
         self.took += entries
-        return _parts(entries)
+        return request_parts(entries)
 
 
 def restore_steered(
@@ -86,12 +86,13 @@ def restore_steered(
 
 def _shown_text(entry: Mapping[str, Any]) -> str:
     """The text of a steered message as its run's model was shown it."""
-    texts = [str(part.content) for part in _parts([entry]) if isinstance(part, UserPromptPart)]
-    return "\n".join(texts)
+    parts = request_parts([entry])
+    return "\n".join(str(p.content) for p in parts if isinstance(p, UserPromptPart))
 
 
-def _parts(entries: Sequence[Mapping[str, Any]]) -> list[ModelRequestPart]:
-    """Steered messages (transcript form) as the parts of a model request."""
+def request_parts(entries: Sequence[Mapping[str, Any]]) -> list[ModelRequestPart]:
+    """Steered messages (transcript form) as the parts of a model request, as the model
+    is shown them (an inter-session message led by its provenance line)."""
     return [
         part
         for message in to_model_messages(entries)

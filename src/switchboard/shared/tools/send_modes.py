@@ -20,6 +20,8 @@ from switchboard.shared.store.runs import now_ms
 from switchboard.shared.tools.registry import ToolContext
 
 MODES = ("followup", "steer", "notify", "resume")
+# Looks for the run in flight when steering (its lane may pass on between two reads).
+STEER_TRIES = 2
 BAD_MODE = "mode must be notify, steer, followup, or resume"
 MISSING_SESSION = (
     "Cannot notify, steer, or resume a missing session. Use mode=followup to start a new turn."
@@ -59,20 +61,23 @@ def run_mode(ctx: ToolContext, mode: str, target: str, shown: str, message: str)
 def steer(ctx: ToolContext, target: str, shown: str, message: str) -> dict[str, Any]:
     """Into the run holding the target's lane (``steered``), else its next turn (``queued``)."""
     svc = ctx.services
-    holder = svc.store.runs.lane_holder(target)
     steered = {
         "role": "user",
         "content": message,
         "timestamp": now_ms(),
         "provenance": provenance(ctx, "steer"),
     }
-    if holder is not None and svc.store.steering.steer(target, holder, steered):
-        return {
-            "status": "accepted",
-            "runId": holder,
-            "sessionKey": shown,
-            "targetDisposition": "steered",
-        }
+    for _ in range(STEER_TRIES):  # the lane may pass to the next run between the reads
+        holder = svc.store.runs.lane_holder(target)
+        if holder is None:
+            break
+        if svc.store.steering.steer(target, holder, steered):
+            return {
+                "status": "accepted",
+                "runId": holder,
+                "sessionKey": shown,
+                "targetDisposition": "steered",
+            }
     run_id = _start(ctx, target, shown, message, "steer")
     return {
         "status": "accepted",
