@@ -46,6 +46,7 @@ from switchboard.shared.metrics import ToolMetrics
 from switchboard.shared.runtime.mcp_tools import McpServer, ToolCallFailed
 from switchboard.shared.runtime.python_tools import PythonTools, load_python_tools
 from switchboard.shared.runtime.server_calls import NoSlot, ServerCalls
+from switchboard.shared.runtime.slot_limiter import DEFAULT_LEASE_S
 from switchboard.shared.runtime.tool_names import assign_names
 from switchboard.shared.runtime.toolset import MAX_RETRIES, ToolRun
 from switchboard.shared.store.tool_slots import ToolSlotStore
@@ -71,6 +72,7 @@ class ExternalTools:
         *,
         slots: ToolSlotStore | None = None,
         metrics: ToolMetrics | None = None,
+        lease_s: float = DEFAULT_LEASE_S,
     ) -> None:
         self._configs = {name: c for name, c in servers.items() if c.enabled}
         self._load = load
@@ -78,6 +80,7 @@ class ExternalTools:
         self._lock = threading.Lock()
         self._slots = slots
         self._metrics = metrics
+        self._lease_s = lease_s
         self._calls: dict[str, ServerCalls] = {}
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, McpServer]] = (
             weakref.WeakKeyDictionary()
@@ -117,7 +120,9 @@ class ExternalTools:
             if calls is None:
                 config = self._configs.get(server)
                 cap = config.max_concurrent if config is not None and self._slots else None
-                calls = ServerCalls.of(server, cap, self._slots, self._metrics)
+                calls = ServerCalls.of(
+                    server, cap, self._slots, self._metrics, lease_s=self._lease_s
+                )
                 self._calls[server] = calls
             return calls
 
