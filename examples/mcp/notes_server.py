@@ -3,7 +3,7 @@
 Tools: `add` (two numbers), `echo` (a text back), `slow` (answers after some seconds),
 `fail` (answers a tool error), `whoami` (the server's process id and the call's
 idempotency key from its `_meta`). With NOTES_CALL_LOG set, each call appends a JSON line
-(tool, arguments, idempotency key, pid) to that file.
+(tool, arguments, idempotency key, pid, when) to that file.
 
     python examples/mcp/notes_server.py                      # stdio
     python examples/mcp/notes_server.py --http 8765          # Streamable HTTP on /mcp
@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import os
+import time
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -32,7 +33,13 @@ def _log(tool: str, arguments: dict[str, Any], ctx: Context | None = None) -> st
         key = fields.get(KEY)
     path = os.environ.get("NOTES_CALL_LOG")
     if path:
-        line = {"tool": tool, "arguments": arguments, "key": key, "pid": os.getpid()}
+        line = {
+            "tool": tool,
+            "arguments": arguments,
+            "key": key,
+            "pid": os.getpid(),
+            "at": time.time(),
+        }
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(line) + "\n")
     return key

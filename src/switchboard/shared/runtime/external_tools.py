@@ -5,8 +5,11 @@ loop, kept across runs: `mcp_tools.McpServer`) and the Python tools the installe
 register (`python_tools`). Each run gets a `RunTools` (a pydantic-ai toolset) that offers
 what the policy permits it, under OpenClaw's names (``<server>__<tool>``, `tool_names`).
 
-A call's return is what the tool answered, or ``{"status": "error", "tool", "error"}``
-when it failed, timed out or its server is down: the run goes on. A result longer than
+Each call is made through its server's `ServerCalls`: within a slot of the server's
+``maxConcurrent`` (fleet-wide, in Redis; a call waiting for one holds no worker slot),
+counted in the process's metrics per server and traced (``execute_tool``). A call's return
+is what the tool answered, or ``{"status": "error", "tool", "error"}`` when it failed,
+timed out, its server is down or no slot came free in time: the run goes on. A result longer than
 `MAX_RESULT_CHARS` characters (as JSON) is cut there and marked (`CUT_MARKER`). Each call's
 return carries a record for the transcript (the toolResult's ``call``): server, tool,
 arguments (credentials redacted), duration, outcome.
@@ -26,6 +29,7 @@ import time
 import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import orjson
@@ -38,10 +42,14 @@ from pydantic_core import SchemaValidator, core_schema
 
 from switchboard.redact import redact_text
 from switchboard.shared.config import McpServerConfig
+from switchboard.shared.metrics import ToolMetrics
 from switchboard.shared.runtime.mcp_tools import McpServer, ToolCallFailed
 from switchboard.shared.runtime.python_tools import PythonTools, load_python_tools
+from switchboard.shared.runtime.server_calls import NoSlot, ServerCalls
+from switchboard.shared.runtime.slot_limiter import DEFAULT_LEASE_S
 from switchboard.shared.runtime.tool_names import assign_names
 from switchboard.shared.runtime.toolset import MAX_RETRIES, ToolRun
+from switchboard.shared.store.tool_slots import ToolSlotStore
 
 __all__ = ["CUT_MARKER", "MAX_RESULT_CHARS", "META_KEY", "ExternalTools", "RunTools"]
 
@@ -61,11 +69,19 @@ class ExternalTools:
         self,
         servers: Mapping[str, McpServerConfig],
         load: Callable[[], list[PythonTools]] = load_python_tools,
+        *,
+        slots: ToolSlotStore | None = None,
+        metrics: ToolMetrics | None = None,
+        lease_s: float = DEFAULT_LEASE_S,
     ) -> None:
         self._configs = {name: c for name, c in servers.items() if c.enabled}
         self._load = load
         self._python: list[PythonTools] | None = None
         self._lock = threading.Lock()
+        self._slots = slots
+        self._metrics = metrics
+        self._lease_s = lease_s
+        self._calls: dict[str, ServerCalls] = {}
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, McpServer]] = (
             weakref.WeakKeyDictionary()
         )
@@ -94,7 +110,21 @@ class ExternalTools:
         """A run's toolset of what ``permit`` lets it use (None: nothing configured)."""
         if not self._configs and not self.python():
             return None
-        return RunTools(self._servers(), self.python(), permit)
+        return RunTools(self._servers(), self.python(), permit, self.calls_of)
+
+    def calls_of(self, server: str) -> ServerCalls:
+        """The calls of the server (or Python tool package) ``server``: capped by its
+        ``maxConcurrent`` when it has one and the process a store (made once)."""
+        with self._lock:
+            calls = self._calls.get(server)
+            if calls is None:
+                config = self._configs.get(server)
+                cap = config.max_concurrent if config is not None and self._slots else None
+                calls = ServerCalls.of(
+                    server, cap, self._slots, self._metrics, lease_s=self._lease_s
+                )
+                self._calls[server] = calls
+            return calls
 
     async def aclose(self) -> None:
         """Close the running loop's MCP connections."""
@@ -125,11 +155,16 @@ class RunTools(AbstractToolset[ToolRun]):
     """One run's MCP and Python tools, named for the model and permitted by policy."""
 
     def __init__(
-        self, servers: Mapping[str, McpServer], python: Sequence[PythonTools], permit: Permit
+        self,
+        servers: Mapping[str, McpServer],
+        python: Sequence[PythonTools],
+        permit: Permit,
+        calls_of: Callable[[str], ServerCalls] | None = None,
     ) -> None:
         self._servers = servers
         self._python = python
         self._permit = permit
+        self._calls_of = calls_of or (lambda server: ServerCalls(server))
         self._routes: dict[str, _Route] = {}
         self._seen: dict[str, int] = {}
 
@@ -191,11 +226,18 @@ class RunTools(AbstractToolset[ToolRun]):
         route = self._routes[name]
         started = time.perf_counter()
         outcome = "ok"
+        calls = self._calls_of(route.server)
+        call = partial(self._call, route, name, tool_args, ctx)
+        described = tool.tool_def.description
         try:
-            value = await self._call(route, name, tool_args, ctx)
+            value = await calls.run(name, ctx.tool_call_id, call, description=described)
         except ToolCallFailed as exc:
             outcome = exc.outcome
             value = {"status": "error", "tool": name, "error": exc.message}
+        except NoSlot as exc:
+            outcome = "no_slot"
+            error = f"{exc} (waited {calls.slot_timeout_s:g}s)"
+            value = {"status": "error", "tool": name, "error": error}
         duration_ms = round((time.perf_counter() - started) * 1000, 1)
         content, cut = bounded(value)
         record = {
