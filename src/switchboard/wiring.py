@@ -38,6 +38,7 @@ def build_services(
         retention_s=int(config.runs.retention_hours * 3600),
         max_attempts=config.runs.max_attempts,
         lease_s=settings.lane_lease_s,
+        batch_retention_s=int(config.batches.retention_hours * 3600),
     )
     _check_layout(store)
     lost_after = pending.lost_after_ms(settings.lane_lease_s)

@@ -5,6 +5,7 @@ whose reply arrives over /events without a reload, and screenshots that show dat
 from __future__ import annotations
 
 import base64
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -491,3 +492,36 @@ def test_console_uses_the_width_at_1400_and_800_px(
     expect(page.locator(f'#tree li[data-key="{grandchild}"]')).to_be_visible()
     _screenshot(page, tmp_path / "narrow-main.png", 800)
     _check_layout(page, labels)
+
+
+def test_console_lists_batches_with_their_progress(
+    worker: Any, page: Page, client: httpx.Client, settings: Settings
+) -> None:
+    """The console lists the Batches API batches, newest first, with status and progress."""
+    line = {
+        "custom_id": "a",
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": {"model": "switchboard/main", "messages": [{"role": "user", "content": "hi"}]},
+    }
+    data = "".join(json.dumps({**line, "custom_id": f"c{i}"}) + "\n" for i in range(3))
+    uploaded = client.post(
+        "/v1/files", files={"file": ("in.jsonl", data.encode())}, data={"purpose": "batch"}
+    ).json()
+    batch = client.post(
+        "/v1/batches",
+        json={
+            "input_file_id": uploaded["id"],
+            "endpoint": "/v1/chat/completions",
+            "completion_window": "24h",
+        },
+    ).json()
+    _poll(
+        lambda: client.get(f"/v1/batches/{batch['id']}").json()["status"] == "completed",
+        "the batch",
+    )
+    sign_in(page, str(settings.token))
+    row = page.locator(f"#batches tr[data-batch='{batch['id']}']")
+    expect(row).to_contain_text("completed")
+    expect(row).to_contain_text("3/3")
+    expect(row).to_contain_text("/v1/chat/completions")

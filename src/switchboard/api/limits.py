@@ -8,6 +8,9 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
+# Paths whose bodies are read as they arrive, under limits of their own (file uploads,
+# `batches.maxFileBytes`): not limited here.
+STREAMED_PATHS = frozenset({"/v1/files"})
 
 
 class _TooLarge(Exception):
@@ -15,14 +18,21 @@ class _TooLarge(Exception):
 
 
 class BodySizeLimit:
-    """Rejects bodies larger than ``max_bytes`` (by Content-Length or while streaming)."""
+    """Rejects bodies larger than ``max_bytes`` (by Content-Length or while streaming),
+    but on the ``streamed`` paths."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int = MAX_BODY_BYTES,
+        streamed: frozenset[str] = STREAMED_PATHS,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.streamed = streamed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope.get("path") in self.streamed:
             await self.app(scope, receive, send)
             return
         for name, value in scope.get("headers", ()):

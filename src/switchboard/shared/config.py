@@ -486,6 +486,18 @@ class McpConfig(_Section):
     servers: dict[str, McpServerConfig] = {}
 
 
+class BatchesConfig(_Section):
+    """`batches.*` (Switchboard's own): the Files and Batches API's limits."""
+
+    # Lines of one batch running at once (a batch's `metadata.maxConcurrent` may lower it).
+    max_concurrent: Annotated[int, _between(1, 100_000)] = 256
+    # An upload over either limit is refused (OpenAI's own limits by default).
+    max_file_bytes: Annotated[int, _between(1, 2**31)] = 200 * 1024 * 1024
+    max_lines: Annotated[int, _between(1, 1_000_000)] = 50_000
+    # How long files, batches and their results are kept (30 days, as OpenAI's outputs).
+    retention_hours: Annotated[float, _positive()] = 720.0
+
+
 @dataclass(frozen=True)
 class EffectiveSubagents:
     """An agent's sub-agent settings with its overrides merged over the defaults."""
@@ -513,6 +525,7 @@ class SwitchboardConfig(_Section):
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     runs: RunsConfig = Field(default_factory=RunsConfig)
     delivery: DeliveryConfig = Field(default_factory=DeliveryConfig)
+    batches: BatchesConfig = Field(default_factory=BatchesConfig)
 
     @model_validator(mode="wrap")
     @classmethod

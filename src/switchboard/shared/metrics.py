@@ -110,6 +110,13 @@ class Metrics:
         )
         self.tools = ToolMetrics(r)  # per tool server: calls, errors, latency, in flight
 
+        self.batch_lines = Counter(
+            "switchboard_batch_lines",
+            "Batch lines answered, by outcome (completed, failed, cancelled, expired, refused).",
+            ["outcome"],
+            registry=r,
+        )
+
     def run_started(self) -> None:
         """A run was claimed for the first time."""
         self.runs_started.inc()
@@ -129,6 +136,10 @@ class Metrics:
     def delivery(self, outcome: str) -> None:
         """A delivery attempt settled."""
         self.deliveries.labels(outcome).inc()
+
+    def batch_line(self, outcome: str, count: int = 1) -> None:
+        """``count`` batch lines were answered with ``outcome``."""
+        self.batch_lines.labels(outcome).inc(count)
 
 
 class ToolMetrics:

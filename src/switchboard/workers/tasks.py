@@ -17,6 +17,7 @@ from celery import Celery
 from celery.signals import worker_init, worker_ready, worker_shutdown, worker_shutting_down
 
 from switchboard.shared import gc_tune
+from switchboard.shared.batches.lines import sweep_batches
 from switchboard.shared.config import Settings
 from switchboard.shared.errors import Unavailable
 from switchboard.shared.event_loops import new_event_loop
@@ -112,8 +113,9 @@ def register_tasks(app: Celery, settings: Settings) -> None:
 
     @app.task(name="switchboard.sweep", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
     def sweep_task() -> None:
-        """Recover expired lanes and overdue parked runs."""
+        """Recover expired lanes and overdue parked runs, and the live batches."""
         sweep(services())
+        sweep_batches(services())
 
     for step_name in FLOW_STEPS:
         _register_flow_step(app, step_name, services)
@@ -122,6 +124,7 @@ def register_tasks(app: Celery, settings: Settings) -> None:
         # Recover what a killed predecessor left behind without waiting for beat.
         try:
             sweep(services())
+            sweep_batches(services())
         except Exception:
             log.exception("startup sweep failed")
 

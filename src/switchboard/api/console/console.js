@@ -11,6 +11,8 @@ const FETCH_LIMIT = 1000;
 const PAGE_SIZE = 50;
 const DELIVERIES_LIMIT = 200;
 const TICK_MS = 5000;
+const BATCHES_SHOWN = 20; // the newest batches listed, their progress refreshed every few seconds
+const BATCHES_EVERY_MS = 2000;
 // The URL hash carries the whole view: these filter fields, the page, the open session.
 const FILTERS = { kind: "filter-kind", agent: "filter-agent", active: "filter-active",
   search: "filter-search" };
@@ -173,6 +175,16 @@ async function rpc(method, params = {}, token = state.token) {
   return body;
 }
 
+async function getJson(path, token = state.token) {
+  const resp = await fetch(path, { headers: { Authorization: `Bearer ${token}` } });
+  const body = await resp.json().catch(() => ({}));
+  if (resp.status === 401 || resp.status === 429) {
+    throw new AuthError(body?.error?.message || "token rejected");
+  }
+  if (!resp.ok) throw new Error(`${path}: ${body?.error?.message || resp.statusText}`);
+  return body;
+}
+
 async function post(path, token = state.token) {
   const resp = await fetch(path, { method: "POST", headers: { Authorization: `Bearer ${token}` } });
   if (!resp.ok) throw new AuthError("token rejected");
@@ -202,6 +214,7 @@ async function start(token) {
   $("logout").hidden = false;
   connectEvents();
   await applyRoute();
+  await loadBatches();
 }
 
 async function login(event) {
@@ -367,6 +380,28 @@ function turnPage(delta) {
   $("sessions").parentElement.scrollTop = 0;
   pushRoute();
 }
+
+// ---- batches (the Batches API) ----------------------------------------------------------
+
+function batchRowView(batch) {
+  const counts = batch.request_counts || { completed: 0, failed: 0, total: 0 };
+  const answered = counts.completed + counts.failed;
+  const failed = counts.failed ? `, ${counts.failed} failed` : "";
+  return el("tr", { "data-batch": batch.id },
+    el("td", {}, el("span", { class: "mono trunc", title: batch.id, text: batch.id }),
+      el("div", { class: "muted trunc", text: batch.endpoint })),
+    el("td", { class: "nowrap" }, badge(batch.status)),
+    el("td", { class: "nowrap" },
+      el("progress", { max: Math.max(1, counts.total), value: answered }),
+      el("div", { class: "muted", text: `${answered}/${counts.total}${failed}` })),
+    el("td", { class: "nowrap" }, ago(batch.created_at * 1000)));
+}
+
+const loadBatches = guard(async () => {
+  const page = await getJson(`/v1/batches?limit=${BATCHES_SHOWN}`);
+  $("batches").tBodies[0].replaceChildren(...page.data.map(batchRowView));
+  $("batches-count").textContent = page.data.length ? "" : "No batches yet.";
+});
 
 // ---- one session -----------------------------------------------------------------------
 
@@ -690,6 +725,7 @@ document.addEventListener("DOMContentLoaded", () => {
   window.addEventListener("popstate", onUrlChange);
   window.addEventListener("hashchange", onUrlChange);
   setInterval(tickTimes, TICK_MS);
+  setInterval(() => { if (state.token && !$("app").hidden) loadBatches(); }, BATCHES_EVERY_MS);
   $("send-form").addEventListener("submit", send);
   document.addEventListener("copy", copyKeys);
   const saved = localStorage.getItem(TOKEN_KEY);

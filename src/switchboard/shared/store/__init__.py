@@ -15,11 +15,13 @@ from redis.client import Pipeline
 from switchboard.shared import keys as sk
 from switchboard.shared.store.a2a_tasks import A2ATaskStore
 from switchboard.shared.store.audit import AuditStore
+from switchboard.shared.store.batches import BatchStore
 from switchboard.shared.store.client import connect
 from switchboard.shared.store.collect import CollectStore
 from switchboard.shared.store.deliveries import DeliveryStore
 from switchboard.shared.store.durability import NO_WAIT, Durability
 from switchboard.shared.store.events import EventStore
+from switchboard.shared.store.files import FileStore
 from switchboard.shared.store.flows import FlowStore
 from switchboard.shared.store.gauges import GaugeStore, ListLengths
 from switchboard.shared.store.keyspace import Keyspace
@@ -39,9 +41,11 @@ from switchboard.shared.store.yields import YieldStore
 
 __all__ = [
     "AuditStore",
+    "BatchStore",
     "CollectStore",
     "DeliveryStore",
     "EventStore",
+    "FileStore",
     "FlowStore",
     "GaugeStore",
     "Keyspace",
@@ -77,6 +81,7 @@ class Store:
         lease_s: int = 30,
         windows: TranscriptWindows | None = None,
         publish_ends_after_wait: bool = False,
+        batch_retention_s: int = 30 * 24 * 3600,
     ) -> None:
         self.redis = redis
         self.ks = Keyspace(prefix, groups)
@@ -109,6 +114,9 @@ class Store:
         self.tokens = TokenStore(redis, self.ks)  # scoped api tokens (hashes only)
         self.audit = AuditStore(redis, self.ks)  # calls made with scoped tokens
         self.tool_slots = ToolSlotStore(redis, self.ks)  # tool servers' maxConcurrent slots
+        # the Files and Batches API: files with their lines, batches with their admission
+        self.files = FileStore(redis, self.ks, ttl_s=batch_retention_s)
+        self.batches = BatchStore(redis, self.ks, ttl_s=batch_retention_s)
         self.list_lengths = ListLengths(redis)  # the broker's queues, when it shares the Redis
         self.stats = ServerStats(redis)  # INFO: calls per command, memory, version
         self.progress = ProgressReads(redis, self.ks)  # how far a burst of work has got

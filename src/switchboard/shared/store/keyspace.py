@@ -367,6 +367,59 @@ class Keyspace:
         response, instructions, background flag); RESPONSE_TTL_S."""
         return f"{self.home.prefix}resp:{response_id}"
 
+    # -- OpenAI Files and Batches API (home group) ----------------------------------------
+    def file(self, file_id: str) -> str:
+        """Hash: one uploaded or produced file (filename, purpose, bytes, lines, owner,
+        created); `batches.retentionHours`."""
+        return f"{self.home.prefix}ofile:{file_id}"
+
+    def file_lines(self, file_id: str) -> str:
+        """List: a file's lines (bytes, without their newline), in order; as its hash."""
+        return f"{self.home.prefix}ofile:{file_id}:lines"
+
+    def files_of(self, owner: str) -> str:
+        """Sorted set: the file ids one owner (a token id, or ``owner``) made, by creation (ms)."""
+        return f"{self.home.prefix}idx:ofiles:{owner}"
+
+    def obatch(self, batch_id: str) -> str:
+        """Hash: one batch of the Batches API (endpoint, input file, status, counts, the
+        admission cursor, its cap, output and error files, timestamps, owner)."""
+        return f"{self.home.prefix}obatch:{batch_id}"
+
+    def obatch_plans(self, batch_id: str) -> str:
+        """List: a batch's lines as validated (JSON: custom id, agent, text, session), by line."""
+        return f"{self.home.prefix}obatch:{batch_id}:plans"
+
+    def obatch_runs(self, batch_id: str) -> str:
+        """Hash: line number -> the run started for it."""
+        return f"{self.home.prefix}obatch:{batch_id}:runs"
+
+    def obatch_inflight(self, batch_id: str) -> str:
+        """Sorted set: line numbers admitted and not yet answered (at most the batch's
+        cap), scored by when they were admitted (ms)."""
+        return f"{self.home.prefix}obatch:{batch_id}:inflight"
+
+    def obatch_done(self, batch_id: str) -> str:
+        """Set: line numbers answered (in the output or the error lines, once each)."""
+        return f"{self.home.prefix}obatch:{batch_id}:done"
+
+    def obatch_out(self, batch_id: str) -> str:
+        """List: a batch's output lines so far; renamed to its output file's lines at the end."""
+        return f"{self.home.prefix}obatch:{batch_id}:out"
+
+    def obatch_err(self, batch_id: str) -> str:
+        """List: a batch's error lines so far; renamed to its error file's lines at the end."""
+        return f"{self.home.prefix}obatch:{batch_id}:err"
+
+    def batches_of(self, owner: str) -> str:
+        """Sorted set: the batch ids one owner made, by creation (ms)."""
+        return f"{self.home.prefix}idx:obatches:{owner}"
+
+    @property
+    def batches_active(self) -> str:
+        """Sorted set: batches not yet ended, by creation (ms): the sweep advances them."""
+        return f"{self.home.prefix}idx:obatchlive"
+
     def a2a_task(self, task_id: str) -> str:
         """Hash: one A2A task (its agent, run, session, the task object as JSON, state,
         last update); runs.retentionHours from its last write."""
