@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from switchboard.shared.config import Settings, SwitchboardConfig
 from switchboard.shared.metrics import Metrics
@@ -23,9 +23,30 @@ from switchboard.shared.queue import InlineStep, TaskQueue
 from switchboard.shared.store import Store
 
 if TYPE_CHECKING:
-    from switchboard.shared.store.runs import RunRecord
+    from switchboard.shared.store.runs import Claim, RunRecord
 
 RunHook = Callable[["Services", "RunRecord"], None]
+
+
+class RunWatch(Protocol):
+    """Told of each run's life where it is executed or ended (a worker's task events
+    for Flower, `workers.task_events`); it must not block: it runs on the run loop."""
+
+    def started(self, run: RunRecord, claim: Claim) -> None:
+        """A worker claimed the run and starts (or, after a lost worker, restarts) it."""
+
+    def ended(self, status: str, run: RunRecord | None) -> None:
+        """The run ended with ``status`` (``run``: as its end step stored it)."""
+
+
+class Unwatched:
+    """No one watches (the api, the CLI): a `RunWatch` that does nothing."""
+
+    def started(self, run: RunRecord, claim: Claim) -> None:
+        """Nothing."""
+
+    def ended(self, status: str, run: RunRecord | None) -> None:
+        """Nothing."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +173,8 @@ class Services:
     tools: ToolRegistry = field(default_factory=ToolRegistry)
     # This process's Prometheus counters (`shared.metrics`).
     metrics: Metrics = field(default_factory=Metrics)
+    # Told as runs start and end here (a worker's task events for Flower).
+    watch: RunWatch = field(default_factory=Unwatched)
     # Called after a run ends (flows: reply-back, announces); run by the worker.
     on_run_end: list[RunHook] = field(default_factory=list)
     # Set only on the copy of the services a worker task hands a follow-up step it runs in
