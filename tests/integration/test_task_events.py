@@ -1,4 +1,5 @@
-"""What a run's task events cost: the Redis commands they add per run, on a real worker."""
+"""On a real worker: what a run's task events cost (the Redis commands they add per run),
+and a revoke of a run's task id cancelling the run, queued, parked or running."""
 
 from __future__ import annotations
 
@@ -62,3 +63,56 @@ def test_task_events_cost_two_publishes_per_run(
     assert 0 < publishes <= 2 * RUNS, (publishes, extra)
     # Anything else differs only by noise (a lease renewal more or less), not per run.
     assert all(abs(n) < RUNS // 2 for n in extra.values()), extra
+
+
+def _ended(services: Services, run_id: str, within_s: float) -> str:
+    """The run's status once it ended (failing past ``within_s``)."""
+    deadline = time.monotonic() + within_s
+    record = services.store.runs.get(run_id)
+    while record is None or not record.terminal:
+        assert time.monotonic() < deadline, record
+        time.sleep(0.05)
+        record = services.store.runs.get(run_id)
+    return record.status
+
+
+def _status_becomes(services: Services, run_id: str, status: str) -> None:
+    deadline = time.monotonic() + 20
+    record = services.store.runs.get(run_id)
+    while record is None or record.status != status:
+        assert time.monotonic() < deadline, record
+        time.sleep(0.05)
+        record = services.store.runs.get(run_id)
+
+
+def test_revoke_ends_a_queued_run_at_once_and_stops_a_running_one(
+    worker: Any, celery_app: Celery, services: Services
+) -> None:
+    """`celery control revoke <runId>` of a run queued behind a busy lane ends it
+    `cancelled` at once (the running one goes on), and of the running one stops it."""
+    key = "agent:main:revokes"
+    running = start_run(services, RunRequest(session_key=key, message="/sleep 30"))["runId"]
+    _status_becomes(services, running, "running")
+    queued = start_run(services, RunRequest(session_key=key, message="after"))["runId"]
+    record = services.store.runs.get(queued)
+    assert record is not None and record.status == "queued"
+    celery_app.control.revoke(queued)
+    assert _ended(services, queued, within_s=5) == "cancelled"
+    record = services.store.runs.get(running)
+    assert record is not None and record.status == "running"
+    celery_app.control.revoke(running)
+    assert _ended(services, running, within_s=8) == "cancelled"
+
+
+def test_revoke_ends_a_parked_run_at_once(
+    worker: Any, celery_app: Celery, services: Services
+) -> None:
+    """A revoke of a run parked on a `sessions_send` wait ends it `cancelled` at once."""
+    send = '{"sessionKey": "agent:main:slow", "message": "/sleep 30", "timeoutSeconds": 60}'
+    parked = start_run(
+        services,
+        RunRequest(session_key="agent:main:waiting", message=f"/tool sessions_send {send}"),
+    )["runId"]
+    _status_becomes(services, parked, "parked")
+    celery_app.control.revoke(parked)
+    assert _ended(services, parked, within_s=5) == "cancelled"

@@ -43,6 +43,7 @@ from switchboard.workers.follow_ups import (
 )
 from switchboard.workers.handback import hand_back_runs, held_runs
 from switchboard.workers.queue import CeleryQueue
+from switchboard.workers.revokes import RevokeWatch
 from switchboard.workers.run_host import Claims, RunHost
 from switchboard.workers.task_events import TaskEvents
 
@@ -64,6 +65,10 @@ def register_tasks(app: Celery, settings: Settings) -> None:
     # Each run's life as a task in Flower (`task_events`): sent by the worker itself.
     events = TaskEvents(app, enabled=settings.task_events)
     app.switchboard_task_events = events
+
+    # A revoke of a run's task id (its runId) cancels the run (`revokes`); started and
+    # stopped with the worker's pool.
+    app.switchboard_revokes = RevokeWatch(lambda: services())
 
     @cache
     def build() -> Services:
