@@ -3,7 +3,10 @@ and a revoke of a run's task id cancelling the run, queued, parked or running.""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -12,6 +15,7 @@ from celery import Celery
 
 from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.shared.services import Services
+from switchboard.shared.store.runs import Claim, RunRecord
 from switchboard.workers.task_events import TaskEvents
 
 pytestmark = pytest.mark.integration
@@ -116,3 +120,77 @@ def test_revoke_ends_a_parked_run_at_once(
     _status_becomes(services, parked, "parked")
     celery_app.control.revoke(parked)
     assert _ended(services, parked, within_s=5) == "cancelled"
+
+
+class _Listener:
+    """Celery's own event receiver on the broker, as Flower listens, in a thread."""
+
+    def __init__(self, app: Celery) -> None:
+        self.events: list[dict[str, Any]] = []
+        self._conn = app.connection_for_read()
+        self._receiver = app.events.Receiver(self._conn, handlers={"*": self.events.append})
+        self._thread = threading.Thread(target=self._listen, daemon=True)
+        self._thread.start()
+        time.sleep(0.5)  # subscribed before anything is published
+
+    def _listen(self) -> None:
+        with contextlib.suppress(Exception):  # the connection closed as the test ends
+            self._receiver.capture(limit=None, timeout=None, wakeup=False)
+
+    def wait_for(self, found: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        """The first event ``found`` accepts (failing after 20 s)."""
+        deadline = time.monotonic() + 20
+        while True:
+            hit = next((e for e in list(self.events) if found(e)), None)
+            if hit is not None:
+                return hit
+            assert time.monotonic() < deadline, self.events
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self._receiver.should_stop = True
+        self._conn.release()
+
+
+@pytest.fixture
+def listener(celery_app: Celery) -> Iterator[_Listener]:
+    """The task events published on the private broker from now on."""
+    watching = _Listener(celery_app)
+    yield watching
+    watching.close()
+
+
+def test_a_sub_agents_task_names_its_label_and_parent(
+    worker: Any, services: Services, listener: _Listener
+) -> None:
+    """A sub-agent's run is received as `switchboard.run` with its label and the session
+    that spawned it in its kwargs, under the worker's node name."""
+    spawn = '{"task": "/reply done", "label": "kid"}'
+    start_run(
+        services, RunRequest(session_key="agent:main:main", message=f"/tool sessions_spawn {spawn}")
+    )
+    received = listener.wait_for(
+        lambda e: e["type"] == "task-received" and "'label': 'kid'" in e.get("kwargs", "")
+    )
+    assert received["name"] == "switchboard.run"
+    assert "'parent': 'agent:main:main'" in received["kwargs"], received
+    assert ":subagent:" in received["kwargs"], received
+    assert received["hostname"] == worker.hostname
+    listener.wait_for(lambda e: e["type"] == "task-succeeded" and e["uuid"] == received["uuid"])
+
+
+def test_a_run_taken_over_from_a_lost_worker_is_retried_then_started(
+    celery_app: Celery, listener: _Listener
+) -> None:
+    """A run claimed again after its worker was lost sends task-retried (naming the
+    attempt) before task-started."""
+    events = celery_app.switchboard_task_events  # type: ignore[attr-defined]
+    run = RunRecord(run_id="r-lost", session_key="agent:main:main", status="running")
+    events.started(run, Claim(attempt=2, deadline_at_ms=0, run=run, first=False))
+    started = listener.wait_for(lambda e: e["type"] == "task-started")
+    kinds = [e["type"] for e in listener.events if e.get("uuid") == "r-lost"]
+    assert kinds[:3] == ["task-received", "task-retried", "task-started"], kinds
+    retried = next(e for e in listener.events if e["type"] == "task-retried")
+    assert "worker was lost (attempt 2)" in retried["exception"]
+    assert started["uuid"] == "r-lost"
+    events.close()

@@ -25,6 +25,7 @@ from celery.concurrency import thread
 
 from switchboard.workers.revokes import revoke_watch
 from switchboard.workers.run_host import run_host
+from switchboard.workers.task_events import task_events
 
 log = logging.getLogger("switchboard.worker")
 
@@ -54,6 +55,9 @@ class TaskPool(thread.TaskPool):  # type: ignore[misc]
         host = run_host(self.app)
         if host is not None:  # an app with the product's tasks
             host.wait_for_runs()
+        events = task_events(self.app)
+        if events is not None:  # the runs' last events published, its thread stopped
+            events.close()
         super().on_stop()
 
 

@@ -213,3 +213,10 @@ def _short(text: str) -> str:
     """The first line of ``text``, cut to `RESULT_CHARS`."""
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line if len(line) <= RESULT_CHARS else line[: RESULT_CHARS - 1] + "…"
+
+
+def task_events(app: Celery | None) -> TaskEvents | None:
+    """The `TaskEvents` of ``app`` (made by `register_tasks`); None for an app without
+    the product's tasks."""
+    events = getattr(app, "switchboard_task_events", None)
+    return events if isinstance(events, TaskEvents) else None
