@@ -160,7 +160,7 @@ def register_tasks(app: Celery, settings: Settings) -> None:
         # The worker's node name on its runs' task events; services handed to the app
         # (tests, embedders) send them too.
         if getattr(sender, "app", app) is app:
-            events.bind(str(getattr(sender, "hostname", "") or "") or None)
+            events.bind(getattr(sender, "hostname", None))
             override = getattr(app, "services_override", None)
             if override is not None:
                 override.watch = events
