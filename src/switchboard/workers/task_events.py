@@ -5,9 +5,9 @@ would say SUCCESS in milliseconds whatever the run did. So the run tasks send no
 (``send_events=False``) and the worker sends the standard events for each run itself,
 the run's id as the task's uuid (a revoke of that id cancels the run, `revokes`):
 
-* ``task-received`` (stamped when the run was accepted: Flower shows its wait in the
-  queue) and ``task-started`` as a worker claims it, named ``switchboard.run``, its
-  kwargs carrying runId, sessionKey, agentId, label and, for a sub-agent, its parent;
+* ``task-received`` and ``task-started`` as a worker claims it, named
+  ``switchboard.run``, its kwargs carrying runId, sessionKey, agentId, label and, for a
+  sub-agent, its parent;
 * ``task-retried`` before them when a worker takes the run over after its worker was lost;
 * as it ends: ``task-succeeded`` with the run's real runtime and a short result (status
   and the start of the reply), ``task-failed`` with its error on one line, or
@@ -65,12 +65,13 @@ class TaskEvents:
         self.hostname = hostname
 
     def started(self, run: RunRecord, claim: Claim) -> None:
-        """A worker claimed the run: received (when accepted), retried (taken over from
+        """A worker claimed the run: received, retried (taken over from
         a lost worker) and started (now)."""
         if not self.enabled:
             return
+        # Stamped now, not when the run was accepted: Celery's event state (Flower's)
+        # takes an event stamped far from its arrival for a worker's clock drifting.
         now = time.time()
-        accepted = run.created_at_ms / 1000 if run.created_at_ms else now
         self._put(
             "task-received",
             uuid=run.run_id,
@@ -78,7 +79,7 @@ class TaskEvents:
             args=repr([run.run_id, run.session_key]),
             kwargs=repr(run_kwargs(run, claim.session)),
             retries=max(0, claim.attempt - 1),
-            timestamp=min(accepted, now),
+            timestamp=now,
         )
         if not claim.first and claim.attempt > 1:
             self._put(
