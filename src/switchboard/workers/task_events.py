@@ -197,8 +197,8 @@ def end_fields(status: str, run: RunRecord) -> dict[str, Any]:
     runtime = None
     if run.started_at_ms is not None and run.ended_at_ms is not None:
         runtime = max(0, run.ended_at_ms - run.started_at_ms) / 1000
-    ended = run.ended_at_ms / 1000 if run.ended_at_ms else time.time()
-    fields: dict[str, Any] = {"uuid": run.run_id, "name": RUN_TASK, "timestamp": ended}
+    # Stamped by this clock (the run's end time may be the store's): see `started`.
+    fields: dict[str, Any] = {"uuid": run.run_id, "name": RUN_TASK, "timestamp": time.time()}
     if runtime is not None:
         fields["runtime"] = runtime
     if status == "ok":
