@@ -15,9 +15,10 @@ the run's id as the task's uuid (a revoke of that id cancels the run, `revokes`)
 
 Cheap: the run loop only puts the event on a queue; one thread per worker process
 publishes what has gathered through one Celery event dispatcher, reused, as one message
-(Celery's ``task.multi`` list, which Flower's receiver takes): at most one Redis
-``PUBLISH`` per batch, two per run when runs come one at a time. An event that cannot be
-published (the broker away) is dropped, with a warning.
+(Celery's ``task.multi`` list, which Flower's receiver takes), at most every
+`PUBLISH_EVERY_S`: one Redis ``PUBLISH`` per batch, two per run when runs come one at a
+time, at most 50 a second under load. An event that cannot be published (the broker
+away) is dropped, with a warning.
 """
 
 from __future__ import annotations
@@ -38,7 +39,13 @@ log = logging.getLogger("switchboard.worker")
 # The name a run shows under in Flower (the task that carries a run alone).
 RUN_TASK = "switchboard.run"
 # Events one publish carries at most.
-BATCH_MAX = 200
+BATCH_MAX = 500
+# The least time between two publishes: what comes in meanwhile goes in the next. A run
+# alone still shows at once (its first publish waits for nothing); under load a worker
+# process publishes at most 50 times a second, whatever its rate of runs. Measured, 300
+# runs started back to back on one worker: 503 publishes without it (1.7 a run), 37-42
+# with it (0.13 a run); runs more than 20 ms apart: 2 a run.
+PUBLISH_EVERY_S = 0.02
 # How much of a reply or an error an event carries.
 RESULT_CHARS = 120
 # How often a publish that keeps failing is logged.
@@ -144,6 +151,8 @@ class TaskEvents:
                 self._warn(exc, len(batch))
                 _close(dispatcher)
                 dispatcher = None
+            if not stop:
+                time.sleep(PUBLISH_EVERY_S)  # what comes meanwhile: one publish
         _close(dispatcher)
 
     def _dispatcher(self) -> Any:
