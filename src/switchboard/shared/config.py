@@ -266,8 +266,12 @@ class SwarmConfig(_Section):
 
 
 class ToolsConfig(_Section):
-    """`tools.*`: session-tool visibility, agent-to-agent policy, sub-agent tools."""
+    """`tools.*`: session-tool visibility, agent-to-agent policy, sub-agent tools, and the
+    allow/deny globs every run's tools pass (session, MCP and Python tools alike)."""
 
+    allow: list[str] = []
+    also_allow: list[str] = []
+    deny: list[str] = []
     sessions: SessionsToolConfig = Field(default_factory=SessionsToolConfig)
     agent_to_agent: AgentToAgentConfig = Field(default_factory=AgentToAgentConfig)
     subagents: SubagentToolsConfig = Field(default_factory=SubagentToolsConfig)
@@ -330,6 +334,8 @@ class AgentEntry(_Section):
     sandbox: SandboxConfig | None = None
     subagents: AgentSubagents | None = None
     system_prompt: str | None = None
+    # The agent's own tool allow/deny globs, applied after `tools.allow|deny`.
+    tools: ToolPolicy | None = None
 
     @field_validator("id", mode="before")
     @classmethod
@@ -424,6 +430,62 @@ class DeliveryConfig(_Section):
     timeout_s: Annotated[float, _positive()] = 10.0
 
 
+class McpToolFilter(_Section):
+    """`mcp.servers.<name>.toolFilter`: the server's tools offered (globs, its own names)."""
+
+    include: list[str] = []
+    exclude: list[str] = []
+
+
+McpTransport = Literal["stdio", "sse", "streamable-http"]
+
+
+class McpServerConfig(_Section):
+    """`mcp.servers.<name>`: an MCP server whose tools agent runs get (OpenClaw's shape).
+
+    stdio: `command`, `args`, `env`, `cwd`; HTTP: `url`, `transport`, `headers` (a `url`
+    without `transport` is SSE, as in OpenClaw). `maxConcurrent` (beyond OpenClaw) caps
+    the calls in flight to the server across the fleet."""
+
+    enabled: bool = True
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = Field(default={}, repr=False)
+    cwd: str | None = None
+    url: HttpUrlStr | None = None
+    transport: McpTransport | None = None
+    headers: dict[str, str] = Field(default={}, repr=False)
+    connection_timeout_ms: Annotated[int, _between(1, 600_000)] = 30_000
+    request_timeout_ms: Annotated[int, _between(1, 3_600_000)] = 60_000
+    tool_filter: McpToolFilter = Field(default_factory=McpToolFilter)
+    max_concurrent: Annotated[int, _between(1, 100_000)] | None = None
+    # OpenClaw keys read and kept (not acted on here).
+    supports_parallel_tool_calls: bool | None = None
+    ssl_verify: bool | None = None
+
+    @model_validator(mode="after")
+    def _reachable(self) -> Self:
+        kind = self.kind
+        if kind == "stdio" and not (self.command or "").strip():
+            raise ValueError("a stdio server needs a `command`")
+        if kind != "stdio" and not self.url:
+            raise ValueError(f"a {kind} server needs a `url`")
+        return self
+
+    @property
+    def kind(self) -> McpTransport:
+        """How the server is reached: the `transport`, else stdio with a `command`, else SSE."""
+        if self.transport is not None:
+            return self.transport
+        return "sse" if self.url and not self.command else "stdio"
+
+
+class McpConfig(_Section):
+    """`mcp.*`: the MCP servers agent runs get tools from."""
+
+    servers: dict[str, McpServerConfig] = {}
+
+
 @dataclass(frozen=True)
 class EffectiveSubagents:
     """An agent's sub-agent settings with its overrides merged over the defaults."""
@@ -444,6 +506,7 @@ class SwitchboardConfig(_Section):
 
     session: SessionConfig = Field(default_factory=SessionConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    mcp: McpConfig = Field(default_factory=McpConfig)
     agents: AgentsConfig = Field(default_factory=AgentsConfig)
     models: ModelsConfig = Field(default_factory=ModelsConfig)
     channels: dict[str, ChannelConfig] = {}

@@ -29,8 +29,10 @@ from switchboard.shared.store.runs import RunStore
 from switchboard.shared.store.sessions import SessionStore
 from switchboard.shared.store.spawns import SpawnStore
 from switchboard.shared.store.stats import ProgressReads, ServerStats
+from switchboard.shared.store.steering import SteerStore
 from switchboard.shared.store.sweeps import SweepStore
 from switchboard.shared.store.tokens import TokenStore
+from switchboard.shared.store.tool_slots import ToolSlotStore
 from switchboard.shared.store.transcripts import TranscriptStore
 from switchboard.shared.store.windows import TranscriptWindows
 from switchboard.shared.store.yields import YieldStore
@@ -52,6 +54,7 @@ __all__ = [
     "Store",
     "SweepStore",
     "TokenStore",
+    "ToolSlotStore",
     "TranscriptStore",
     "TranscriptWindows",
     "YieldStore",
@@ -94,6 +97,7 @@ class Store:
         self.flows = FlowStore(redis, self.ks)  # reply-back flows (sessions_send)
         self.spawns = SpawnStore(redis, self.ks, retention_s=retention_s)  # sub-agents, batches
         self.yields = YieldStore(redis, self.ks, retention_s=retention_s)  # sessions_yield
+        self.steering = SteerStore(redis, self.ks)  # sessions_send steer and notify
         # collector children, their completion logs and agents_wait's tokens
         self.collect = CollectStore(redis, self.ks, retention_s=retention_s)
         self.deliveries = DeliveryStore(redis, self.ks)
@@ -104,6 +108,7 @@ class Store:
         self.sweeps = SweepStore(redis, self.ks)  # the beat sweep's marks and stale entries
         self.tokens = TokenStore(redis, self.ks)  # scoped api tokens (hashes only)
         self.audit = AuditStore(redis, self.ks)  # calls made with scoped tokens
+        self.tool_slots = ToolSlotStore(redis, self.ks)  # tool servers' maxConcurrent slots
         self.list_lengths = ListLengths(redis)  # the broker's queues, when it shares the Redis
         self.stats = ServerStats(redis)  # INFO: calls per command, memory, version
         self.progress = ProgressReads(redis, self.ks)  # how far a burst of work has got
