@@ -789,6 +789,10 @@ class Settings(BaseSettings):
     # The port a worker serves its Prometheus metrics on (`/metrics`, on `host`; unset:
     # none). An api serves its own on its `/metrics` route.
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    # Celery task events from workers (what Flower shows): each run's life as a task
+    # (`workers.task_events`) and the flow steps'. Off: none, and `switchboard flower`
+    # does not switch them on.
+    task_events: bool = True
     # Failed bearer-token checks allowed per client IP within the window before the api
     # answers 429 to that IP until the window ends (counted in Redis, shared by every api).
     auth_max_failures: int = Field(default=20, ge=1, le=1_000_000)

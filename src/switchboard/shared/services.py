@@ -23,9 +23,30 @@ from switchboard.shared.queue import InlineStep, TaskQueue
 from switchboard.shared.store import Store
 
 if TYPE_CHECKING:
-    from switchboard.shared.store.runs import RunRecord
+    from switchboard.shared.store.runs import Claim, RunRecord
 
 RunHook = Callable[["Services", "RunRecord"], None]
+
+
+class RunWatch(Protocol):
+    """Told of each run's life where it is executed or ended (a worker's task events
+    for Flower, `workers.task_events`); it must not block: it runs on the run loop."""
+
+    def started(self, run: RunRecord, claim: Claim) -> None:
+        """A worker claimed the run and starts (or, after a lost worker, restarts) it."""
+
+    def ended(self, status: str, run: RunRecord | None) -> None:
+        """The run ended with ``status`` (``run``: as its end step stored it)."""
+
+
+class Unwatched:
+    """No one watches (the api, the CLI): a `RunWatch` that does nothing."""
+
+    def started(self, run: RunRecord, claim: Claim) -> None:
+        """Nothing."""
+
+    def ended(self, status: str, run: RunRecord | None) -> None:
+        """Nothing."""
 
 
 @dataclass(frozen=True)
@@ -180,6 +201,8 @@ class Services:
     tools: ToolRegistry = field(default_factory=ToolRegistry)
     # This process's Prometheus counters (`shared.metrics`).
     metrics: Metrics = field(default_factory=Metrics)
+    # Told as runs start and end here (a worker's task events for Flower).
+    watch: RunWatch = field(default_factory=Unwatched)
     # The MCP servers and Python tools runs get beside the session tools (None: none).
     extra_tools: ExtraTools | None = None
     # Called after a run ends (flows: reply-back, announces); run by the worker.

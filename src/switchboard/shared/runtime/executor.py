@@ -226,6 +226,8 @@ async def _execute_traced(
     follow_ups: FollowUps,
     ends: EndsTogether | None = None,
 ) -> None:
+    if deferred is None:  # a resumed run goes on: it started before
+        svc.watch.started(rec, claim)
     if rec.cancel_requested or (claim.run is not None and claim.run.cancel_requested):
         _end_cancelled(svc, rec, claim, follow_ups)  # asked while its last worker ran it
         return
@@ -729,6 +731,7 @@ def _queue_finish(
             return False
         log.info("run %s ended: %s", rec.run_id, status, extra={"status": status, "error": error})
         svc.metrics.run_ended(status, res.run)
+        svc.watch.ended(status, res.run)
         after_run_end(
             svc, rec.run_id, res.next_run_id, res.waiters, ended=res.run, follow_ups=follow_ups
         )
