@@ -6,6 +6,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Installed once per change of pyproject.toml.
 STAMP := $(VENV)/.installed
+# `make up EXTRAS=otel` adds the package's optional extras to what `up` installs.
+EXTRAS ?=
+RUNTIME_STAMP := $(VENV)/.installed-runtime$(if $(EXTRAS),-$(EXTRAS))
 # python3.11 when it runs (a pyenv shim may exist without the version), else python3.
 PYTHON ?= $(shell for p in python3.11 python3; do \
 	$$p -c 'import sys' >/dev/null 2>&1 && { echo $$p; break; }; done)
@@ -40,22 +43,35 @@ PIP_INDEX = $(call PIP_INDEX_OF,$(BIN))
 # Users installing the package get pyproject.toml's ranges.
 LOCK := constraints.txt
 
-$(STAMP): pyproject.toml $(LOCK)
+# INSTALL: create .venv if needed and install the package with the extras in $(1) ('' for
+# the runtime alone), pinned by $(LOCK).
+define INSTALL
 	@test -n "$(PYTHON)" || { echo "python3 not found" >&2; exit 1; }
 	@test -x $(BIN)/python || { echo "==> creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
 	@echo "==> installing uv into $(VENV) (pip)"
 	@$(PIP_INDEX); \
 	if $(BIN)/python -m pip install --progress-bar off uv \
-		&& echo "==> installing switchboard and its dev extras, pinned by $(LOCK) (uv pip install)" \
+		&& echo "==> installing switchboard$(1), pinned by $(LOCK) (uv pip install)" \
 		&& $(BIN)/uv pip install --python $(BIN)/python --index-strategy unsafe-best-match \
-			--compile-bytecode "$${index[@]}" -c $(LOCK) -e '.[dev]'; then :; \
+			--compile-bytecode "$${index[@]}" -c $(LOCK) -e '.$(1)'; then :; \
 	else \
 		echo "==> uv could not install: installing with pip instead (slower)"; \
-		$(BIN)/python -m pip install --progress-bar off -c $(LOCK) -e '.[dev]'; \
+		$(BIN)/python -m pip install --progress-bar off -c $(LOCK) -e '.$(1)'; \
 	fi
 	@echo "==> compiling switchboard's own modules to bytecode"
 	@$(BIN)/python -m compileall -q -j 0 src >/dev/null
-	@touch $(STAMP)
+endef
+
+# The service alone (`make up`): the runtime dependencies, no development tools.
+$(RUNTIME_STAMP): pyproject.toml $(LOCK)
+	$(call INSTALL,$(if $(EXTRAS),[$(EXTRAS)]))
+	@touch $(RUNTIME_STAMP)
+	@echo "==> $(VENV) is ready to run the service"
+
+# Everything the tests, lint and bench need: the runtime and the dev extras.
+$(STAMP): pyproject.toml $(LOCK)
+	$(call INSTALL,[dev])
+	@touch $(STAMP) $(VENV)/.installed-runtime
 	@echo "==> $(VENV) is ready"
 
 upgrade: $(STAMP) ## refresh $(LOCK): the newest releases within pyproject.toml's ranges
@@ -76,7 +92,7 @@ browser: ## install Debian's Chromium (the console tests drive it) unless it is 
 				"so that /usr/bin/chromium exists" >&2; exit 1; }; \
 		$$sudo apt-get update -q && $$sudo apt-get install -y -q chromium; }
 
-up: venv ## run everything on this machine (embedded Redis, api, worker, beat)
+up: $(RUNTIME_STAMP) ## run everything on this machine (embedded Redis, api, worker, beat; installs the runtime only)
 	$(BIN)/switchboard up
 
 # `make test` runs the multi-process suites (scale, faults: mostly waiting on processes they

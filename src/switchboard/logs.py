@@ -7,11 +7,13 @@ the context bound with ``log_context`` (``runId``, ``sessionKey``, ``flowId``, â
 ``SWITCHBOARD_LOG_FORMAT`` picks ``console`` (lines for a human), ``json`` (for collectors)
 or ``auto`` (the default: console on a terminal, JSON otherwise).
 
-What an idle stack and an expected condition write is kept short: Celery's INFO lines
-about the periodic sweep task (sent, received, succeeded) are DEBUG lines, so a stack with
-nothing to do writes nothing at INFO; a record carrying an expected condition (the store
-or broker briefly away, a client that went away) is one WARNING line, its exception
-summed up in the message, with no traceback. Tracebacks are for bugs.
+What an idle stack, a run and an expected condition write is kept short: Celery's INFO
+lines about a task's routine receipt and success (and beat's sending of the periodic sweep)
+are DEBUG lines, so a run is the one INFO line of its end and a stack with nothing to do
+writes nothing at INFO; a record carrying an expected condition (the store or broker
+briefly away, a client that went away) is one WARNING line, its exception summed up in the
+message, with no traceback; a Python warning (Celery's about running as root) is one line
+naming its category and where it was raised. Tracebacks are for bugs.
 
 Credentials never reach the output: just before rendering, the values of the configured
 secrets (api token, provider keys, webhook headers, Redis passwords), every field named
@@ -70,10 +72,19 @@ _NOISY_LOGGERS = ("httpx", "httpcore", "openai", "anthropic")
 _BASICS = ("timestamp", "level", "logger", "event")
 # Extra fields some libraries add that only repeat the event (uvicorn's ANSI-coloured copy).
 _DROPPED_FIELDS = frozenset({"color_message"})
-# Periodic tasks whose every run Celery would log at INFO (beat's send, the worker's
-# receipt and success): three lines per sweep interval on a stack with nothing to do.
+# Periodic tasks whose every run beat would log at INFO (its send): a line per sweep
+# interval on a stack with nothing to do.
 PERIODIC_TASKS = ("switchboard.sweep",)
-_PERIODIC_LOGGERS = frozenset({"celery.beat", "celery.worker.strategy", "celery.app.trace"})
+# Celery's INFO lines about every task's routine receipt and success, by logger: the run's
+# own end line says what happened, once (Celery's message formats, celery.app.trace).
+_ROUTINE_TASK_LINES = (
+    ("celery.worker.strategy", "Task %(name)s[%(id)s] received"),
+    ("celery.app.trace", "Task %(name)s[%(id)s] succeeded"),
+)
+# A formatted Python warning: "path:line: Category: message\n  source line\n".
+_WARNING_RE = re.compile(
+    r"^(?P<path>.*?):(?P<line>\d+): (?P<category>\w+): (?P<text>.*?)\n  ", re.S
+)
 # Exceptions that are conditions of the environment, not bugs (by class path, so logging
 # imports none of these libraries): Redis or the broker away, a client that went away.
 _EXPECTED_CLASSES = frozenset(
@@ -125,7 +136,8 @@ def setup_logging(
     handler = logging.StreamHandler(stream) if stream else _StderrHandler()
     rendering = resolve_format(fmt, target)
     handler.setFormatter(formatter(rendering, secrets, colors=_isatty(target)))
-    handler.addFilter(QuietPeriodic())
+    handler.addFilter(QuietRoutine())
+    handler.addFilter(OneLineWarnings())
     handler.addFilter(ExpectedConditions())
     root.handlers[:] = [handler]
     root.setLevel(level)
@@ -218,19 +230,43 @@ def _tidy(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
     return {**first, **rest}
 
 
-class QuietPeriodic(logging.Filter):
-    """Celery's INFO lines about a periodic task's routine run become DEBUG lines (shown
-    only when the root logger is at DEBUG): an idle stack writes nothing at INFO. The
-    task's own lines, and its failures, keep their level."""
+class QuietRoutine(logging.Filter):
+    """Celery's INFO lines about routine task work (every task's receipt and success,
+    beat's send of the periodic sweep) become DEBUG lines, shown only when the root logger
+    is at DEBUG: a run writes its own end line and an idle stack nothing at INFO. Failures
+    and retries keep their level."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno != logging.INFO or record.name not in _PERIODIC_LOGGERS:
-            return True
-        message = record.getMessage()
-        if not any(task in message for task in PERIODIC_TASKS):
+        if record.levelno != logging.INFO or not _routine(record):
             return True
         record.levelno, record.levelname = logging.DEBUG, "DEBUG"
         return logging.getLogger().isEnabledFor(logging.DEBUG)
+
+
+def _routine(record: logging.LogRecord) -> bool:
+    """Whether the record is one of Celery's routine task lines (`QuietRoutine`)."""
+    message = str(record.msg)
+    if any(
+        record.name == name and message.startswith(start) for name, start in _ROUTINE_TASK_LINES
+    ):
+        return True
+    return record.name == "celery.beat" and any(t in record.getMessage() for t in PERIODIC_TASKS)
+
+
+class OneLineWarnings(logging.Filter):
+    """A Python warning captured into logging (`py.warnings`) becomes one line: its
+    category and message, whitespace folded, and where it was raised; the source line that
+    `warnings` appends is left out."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name != "py.warnings":
+            return True
+        found = _WARNING_RE.match(record.getMessage())
+        if found is not None:
+            text = " ".join(found["text"].split())
+            where = f"{os.path.basename(found['path'])}:{found['line']}"
+            record.msg, record.args = f"{found['category']}: {text} ({where})", None
+        return True
 
 
 class ExpectedConditions(logging.Filter):

@@ -8,6 +8,7 @@ from switchboard.shared.config import ConfigError, Settings, SwitchboardConfig, 
 from switchboard.shared.errors import StoreUnavailable, Unavailable
 from switchboard.shared.flows import pending
 from switchboard.shared.queue import TaskQueue
+from switchboard.shared.runtime.external_tools import ExternalTools
 from switchboard.shared.services import Services
 from switchboard.shared.store import Store
 from switchboard.shared.store.client import connect_plain
@@ -44,6 +45,12 @@ def build_services(
     queue = pending.PendingStepsQueue(queue, store.pending, lost_after)
     services = Services(store=store, config=config, settings=settings, queue=queue)
     register_session_tools(services.tools)
+    services.extra_tools = ExternalTools(  # maxConcurrent in the store, per-server metrics
+        config.mcp.servers,
+        slots=store.tool_slots,
+        metrics=services.metrics.tools,
+        lease_s=settings.lane_lease_s,  # a dead worker's slots come back as its lanes do
+    )
     return services
 
 

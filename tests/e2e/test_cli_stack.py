@@ -98,6 +98,35 @@ def test_check_health_finds_redis_and_api(stack: UpProcess) -> None:
     assert health.stderr.count("using the stack") == 1
 
 
+def test_check_health_all_ends_once_the_stacks_workers_answered(stack: UpProcess) -> None:
+    """`check-health --all` beside `up` lists api, worker and beat, and its worker ping ends
+    once the stack's one worker answered, well before the 3 s a ping to unknown workers takes."""
+    started = time.monotonic()
+    health = cli(stack.workdir, "check-health", "--all")
+    took_s = time.monotonic() - started
+    assert health.returncode == 0, health.stdout + health.stderr
+    lines = health.stdout.splitlines()
+    assert [line.split()[0] for line in lines[:-1]] == ["api", "worker", "beat"], lines
+    assert "celery@" in lines[1] and lines[-1] == "healthy"
+    assert health.stderr.count("using the stack") == 1
+    # Pointed at the same Redis by URL it cannot know how many workers to expect: its ping
+    # waits out the full 3 s, so it takes longer by about that much.
+    started = time.monotonic()
+    redis_url = json.loads((stack.workdir / ".switchboard" / RUNFILE).read_text())["redis_url"]
+    env = {**clean_env(), "SWITCHBOARD_REDIS_URL": redis_url}
+    unknown = subprocess.run(
+        [sys.executable, "-m", "switchboard", "check-health", "--all"],
+        cwd=stack.workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    unknown_s = time.monotonic() - started
+    assert unknown.returncode == 0, unknown.stdout + unknown.stderr
+    assert unknown_s >= 3.0 and took_s < unknown_s - 1.0, (took_s, unknown_s)
+
+
 def test_mcp_stdio_lists_the_tools_without_settings(stack: UpProcess) -> None:
     """The MCP SDK's stdio client starts `switchboard mcp` beside `up` and lists the tools."""
     params = StdioServerParameters(
@@ -272,11 +301,130 @@ def test_a_store_that_is_down_exits_3(tmp_path: Path) -> None:
         redis_server.stop()
 
 
+def _up_refused(workdir: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """`switchboard up` in workdir with the given settings, expected to give up by itself."""
+    return subprocess.run(
+        [sys.executable, "-m", "switchboard", "up", "--port", str(free_port())],
+        cwd=workdir,
+        env={**clean_env(), **env},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+
+
+@pytest.mark.parametrize(
+    ("setting", "url", "shown"),
+    [
+        ("SWITCHBOARD_REDIS_URL", "redis://:pw@127.0.0.1:{port}/0", "Redis at redis://:***@"),
+        ("SWITCHBOARD_BROKER_URL", "amqp://guest:pw@127.0.0.1:{port}//", "the broker at amqp"),
+    ],
+)
+def test_up_refuses_a_store_or_broker_that_does_not_answer(
+    tmp_path: Path, setting: str, url: str, shown: str
+) -> None:
+    """`up` with a Redis or broker URL that answers nothing exits 3 in one line naming the
+    URL (password masked), what was tried and how long, before it says it is ready."""
+    done = _up_refused(tmp_path, **{setting: url.format(port=free_port())})
+    assert done.returncode == UNAVAILABLE, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("unreachable: cannot reach ") and shown in lines[0]
+    assert f"({setting})" in lines[0] and "refused" in lines[0] and "tried for 10 s" in lines[0]
+    assert "pw" not in done.stderr and "Ctrl-C" not in done.stdout
+
+
+def test_up_refuses_an_invalid_config_value(tmp_path: Path) -> None:
+    """An invalid config value stops `up` with exit 2 and one line naming key, value and
+    the choices; nothing is started."""
+    config = tmp_path / "switchboard.json5"
+    config.write_text('{tools: {sessions: {visibility: "everyone"}}}')
+    done = _up_refused(tmp_path, SWITCHBOARD_CONFIG=str(config))
+    assert done.returncode == USAGE, done.stderr
+    assert done.stderr.strip() == (
+        'error: invalid config: tools.sessions.visibility = "everyone": '
+        "input should be 'self', 'tree', 'agent' or 'all'"
+    )
+    assert not (tmp_path / ".switchboard" / "redis").exists()
+
+
+# `switchboard ARGS` with the OpenTelemetry SDK missing, as without the `otel` extra.
+WITHOUT_OTEL_SDK = (
+    "import sys; sys.modules['opentelemetry.sdk'] = None; "
+    "from switchboard.cli import main; sys.argv = ['switchboard', *sys.argv[1:]]; main()"
+)
+
+
+@pytest.mark.parametrize("command", ["up", "api", "worker", "beat"])
+def test_tracing_without_its_packages_is_refused_in_one_line(tmp_path: Path, command: str) -> None:
+    """An OTLP endpoint set where the `otel` extra is not installed: exit 2, one line naming
+    the variable and the extra, nothing started."""
+    env = {
+        **clean_env(),
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318",
+        "SWITCHBOARD_REDIS_URL": "redis://127.0.0.1:1/0",  # never reached
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_OTEL_SDK, command],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == USAGE, done.stderr
+    line = done.stderr.strip()
+    assert "\n" not in line and line.startswith("tracing: OTEL_EXPORTER_OTLP_ENDPOINT"), line
+    assert "opentelemetry-sdk" in line and "install switchboard[otel]" in line
+
+
+@pytest.mark.parametrize("command", ["api", "worker", "beat"])
+def test_a_server_without_redis_is_refused_in_one_line(tmp_path: Path, command: str) -> None:
+    """api, worker or beat with no Redis configured: exit 2 and one line saying what to set."""
+    done = cli(tmp_path, command)
+    assert done.returncode == USAGE, done.stderr
+    assert done.stderr.strip() == (
+        "no Redis: set SWITCHBOARD_REDIS_URL (or run `switchboard up`, which starts an "
+        "embedded Redis)"
+    )
+
+
 def test_an_invalid_argument_exits_2(stack: UpProcess) -> None:
     """An api refusal of bad input (a malformed session key) is a usage error: exit 2."""
     bad = cli(stack.workdir, "send", "agent:main:[x]", "hi", "--url", stack.url)
     assert bad.returncode == USAGE, bad.stderr
     assert "illegal characters" in bad.stderr
+
+
+def test_send_reads_the_message_from_stdin(stack: UpProcess) -> None:
+    """`send SESSION -` sends stdin: 500 KB goes through, past 1,000,000 characters exits 2."""
+    big = "x" * 500_000
+    sent = subprocess.run(
+        [sys.executable, "-m", "switchboard", "send", "hook:stdin", "-"],
+        cwd=stack.workdir,
+        env=clean_env(),
+        input=big,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stdout.strip() == big  # the echo model answers the message it was sent
+    too_long = subprocess.run(
+        [sys.executable, "-m", "switchboard", "send", "hook:stdin", "-"],
+        cwd=stack.workdir,
+        env=clean_env(),
+        input="y" * 2_000_000,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert too_long.returncode == USAGE
+    assert "message too long" in too_long.stderr and "Traceback" not in too_long.stderr
+    history = cli(stack.workdir, "history", "hook:stdin", "--json")
+    assert history.returncode == 0, history.stderr
+    assert "yyyy" not in history.stdout  # the refused message never reached the session
 
 
 def test_a_timed_out_send_says_why(stack: UpProcess) -> None:

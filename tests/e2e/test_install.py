@@ -1,5 +1,6 @@
-"""`make venv` as a newcomer's first `make up` runs it: uv installs the package with pip's
-index settings, and plain pip takes over when uv cannot be had.
+"""The Makefile's installs: `make venv` (tests, lint, bench) and the runtime alone that a
+newcomer's first `make up` installs: uv installs the package with pip's index settings, and
+plain pip takes over when uv cannot be had.
 
 The real recipe runs against a stand-in `.venv/bin/python` that records its calls (and
 plays pip), so these tests take a second and need no network.
@@ -36,8 +37,9 @@ esac
 """
 
 
-def make_venv(tmp_path: Path, **env: str) -> tuple[str, list[str]]:
-    """Run `make venv` in a project holding the real Makefile; (output, recorded calls)."""
+def make_venv(tmp_path: Path, *args: str, **env: str) -> tuple[str, list[str]]:
+    """Run `make venv` (or `make ARGS`) in a project holding the real Makefile; (output,
+    recorded calls)."""
     shutil.copy(MAKEFILE, tmp_path / "Makefile")
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "constraints.txt").write_text("")
@@ -47,7 +49,7 @@ def make_venv(tmp_path: Path, **env: str) -> tuple[str, list[str]]:
     python.chmod(0o755)
     calls = tmp_path / "calls"
     done = subprocess.run(
-        ["make", "venv"],
+        ["make", *(args or ("venv",))],
         cwd=tmp_path,
         env={**os.environ, "CALLS": str(calls), **env},
         capture_output=True,
@@ -55,7 +57,8 @@ def make_venv(tmp_path: Path, **env: str) -> tuple[str, list[str]]:
         timeout=60,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert (tmp_path / ".venv" / ".installed").exists()
+    if not args:
+        assert (tmp_path / ".venv" / ".installed").exists()
     return done.stdout, calls.read_text().splitlines()
 
 
@@ -84,3 +87,16 @@ def test_plain_pip_installs_when_uv_cannot_be_installed(tmp_path: Path) -> None:
     ]
     assert not any(call.startswith("uv ") for call in calls)
     assert "installing with pip instead" in out
+
+
+@pytest.mark.parametrize(("extras", "installed"), [("", "-e ."), ("otel", "-e .[otel]")])
+def test_the_service_alone_installs_no_development_tools(
+    tmp_path: Path, extras: str, installed: str
+) -> None:
+    """What `make up` installs first is the package without its dev extras (with
+    `EXTRAS=otel`, with that extra), pinned by the lock."""
+    stamp = ".venv/.installed-runtime" + (f"-{extras}" if extras else "")
+    _, calls = make_venv(tmp_path, stamp, f"EXTRAS={extras}")
+    install = next(call for call in calls if call.startswith("uv pip install"))
+    assert install.endswith(f"-c constraints.txt {installed}")
+    assert (tmp_path / stamp).exists() and not (tmp_path / ".venv" / ".installed").exists()

@@ -48,6 +48,35 @@ def test_an_idle_stack_writes_no_info_line(tmp_path: Path) -> None:
     assert info == [], "".join(info)
 
 
+def test_a_run_is_one_info_line_and_a_model_error_no_traceback(tmp_path: Path) -> None:
+    """At INFO a run writes one line, its end (a model's failure named in it, without a
+    traceback), and the worker neither prints Celery's banner nor a multi-line warning."""
+    with start_up(tmp_path, {}) as up:
+        time.sleep(4)  # the worker's ready lines
+        settled = len(up.lines)
+        headers = {"Authorization": f"Bearer {up.token}"}
+        with httpx.Client(base_url=up.url, headers=headers, timeout=30) as http:
+            for message in ("hello", "/fail the provider is down"):
+                started = http.post(
+                    "/rpc", json={"method": "agent", "params": {"message": message}}
+                )
+                run_id = started.json()["runId"]
+                params = {"runId": run_id, "timeoutMs": 20_000}
+                http.post("/rpc", json={"method": "agent.wait", "params": params})
+        time.sleep(1)
+        startup, written = up.lines[:settled], up.lines[settled:]
+    info = [line for level, line in _levels(written) if level == "info"]
+    assert len(info) == 2, "".join(written)
+    assert all("ended" in line for line in info)
+    assert "the provider is down" in info[1] and '"status": "error"' in info[1]
+    assert "Traceback" not in "".join(up.lines)
+    assert "-------------- celery@" not in "".join(startup)  # no banner at INFO
+    for line in startup:  # Celery's warning about running as root (when it does): one line
+        text = line.split(" | ", 1)[-1].strip()
+        if text.startswith("{") and "SecurityWarning" in text:
+            assert "\n" not in json.loads(text)["event"], text
+
+
 class Api:
     """A `switchboard api` process and the lines it wrote on stderr."""
 

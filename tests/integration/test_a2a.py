@@ -409,3 +409,52 @@ def test_resubscribe_after_api_restart(
     assert run is not None and run.status == "ok"
     # The api that closed the task from its run pushed its end.
     receiver.wait_for(slow.id, "TASK_STATE_COMPLETED")
+
+
+def test_a2a_0_3_clients_on_the_same_endpoint(worker: Any, api_url: str) -> None:
+    """A 0.3 client (no A2A-Version header, `message/send`, kind-tagged parts) is served on
+    the agent's endpoint beside 1.0, through a2a-sdk's compatibility mode: raw JSON-RPC and
+    the SDK's own 0.3 transport; the card advertises both versions."""
+    from a2a.compat.v0_3.jsonrpc_transport import CompatJsonRpcTransport
+    from a2a.types.a2a_pb2 import AgentCard
+
+    async def scenario() -> None:
+        async with http() as hc:
+            card = (await hc.get(f"{api_url}/a2a/main/.well-known/agent-card.json")).json()
+            versions = [i["protocolVersion"] for i in card["supportedInterfaces"]]
+            assert versions == ["1.0", "0.3"]
+            # What a 0.3 client reads from the card: its top-level url and version.
+            assert (card["url"], card["protocolVersion"]) == (f"{api_url}/a2a/main", "0.3")
+            assert card["preferredTransport"] == "JSONRPC"
+
+            body = {
+                "jsonrpc": "2.0",
+                "id": 7,
+                "method": "message/send",
+                "params": {
+                    "message": {
+                        "kind": "message",
+                        "messageId": "m-legacy-1",
+                        "role": "user",
+                        "parts": [{"kind": "text", "text": "hello from 0.3"}],
+                    }
+                },
+            }
+            resp = await hc.post(f"{api_url}/a2a/main", json=body)
+            assert resp.status_code == 200, resp.text
+            result = resp.json()["result"]
+            assert result["kind"] == "task" and result["status"]["state"] == "completed"
+            parts = [p for a in result["artifacts"] for p in a["parts"]]
+            assert parts == [{"kind": "text", "text": "hello from 0.3"}]
+
+            legacy = CompatJsonRpcTransport(hc, AgentCard(), f"{api_url}/a2a/main")
+            answer = await legacy.send_message(send("hello through the 0.3 transport"))
+            assert answer.task.status.state == TaskState.TASK_STATE_COMPLETED
+            assert reply_of(answer.task) == "hello through the 0.3 transport"
+
+            # A 1.0 client on the same endpoint is unchanged.
+            client = await a2a_client(f"{api_url}/a2a/main", hc, streaming=False)
+            (first,) = await collect(client.send_message(send("hello from 1.0")))
+            assert reply_of(first.task) == "hello from 1.0"
+
+    run_asyncio(scenario())

@@ -276,7 +276,8 @@ def test_bad_requests_answer_openai_errors_without_internals(
 
     bad: list[tuple[Any, str]] = [
         ([{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}], "input[0]"),
-        ([{"type": "function_call_output", "call_id": "c", "output": "x"}], "input[0].type"),
+        ([{"type": "computer_call_output", "call_id": "c", "output": "x"}], "input[0].type"),
+        ([{"type": "function_call_output", "call_id": "c", "output": "x"}], "input"),
         ([{"role": "system", "content": "no user message"}], "input"),
         ([{"role": "wizard", "content": "hi"}], "input[0].role"),
         ([{"role": "user", "content": 5}], "input[0].content"),

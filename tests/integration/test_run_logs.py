@@ -121,7 +121,8 @@ def test_run_flow_and_spawn_lines_carry_their_context(
 def test_the_token_and_keys_never_appear_in_the_logs(
     log_lines: Callable[[], list[dict[str, Any]]], rpc: Callable[..., Any], settings: Settings
 ) -> None:
-    """A provider error quoting every credential is logged (traceback too) without them."""
+    """A provider error quoting every credential is logged (its DEBUG traceback too) without
+    them."""
     token = str(settings.token)
     message = f"/fail upstream rejected token {token}, key {API_KEY}, header {HOOK_SECRET}"
     run = rpc("agent", sessionKey="main", message=message)
@@ -135,6 +136,7 @@ def test_the_token_and_keys_never_appear_in_the_logs(
         assert secret not in text
     line = ended(lines, run["runId"])
     assert line["error"].count("[REDACTED]") == 3
-    [failed] = [x for x in lines if x["event"] == f"run {run['runId']} failed"]
-    assert failed["runId"] == run["runId"]
+    # A model's failure: named in the end line; its traceback is a DEBUG line.
+    [failed] = [x for x in lines if x["event"] == f"run {run['runId']}: the model failed"]
+    assert failed["runId"] == run["runId"] and failed["level"] == "debug"
     assert "rejected token [REDACTED], key [REDACTED], header [REDACTED]" in failed["exception"]

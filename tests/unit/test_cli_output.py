@@ -93,7 +93,7 @@ def test_bench_failures_keep_square_brackets() -> None:
 
 def test_a_narrow_table_keeps_one_line_a_session_and_the_short_columns_whole() -> None:
     """On a terminal narrower than the keys, each session is one line: kind, channel, time,
-    tokens and status whole, the key (and model) cut with `…`."""
+    tokens and status whole, the key cut in its middle (its end kept), the model at its end."""
     from rich.console import Console
 
     key = "agent:main:subagent:0b7e3c1e-7d0f-4b43-9a4e-1f6f0a1b2c3d"
@@ -112,4 +112,18 @@ def test_a_narrow_table_keeps_one_line_a_session_and_the_short_columns_whole() -
     assert len(body) == 1, body
     for cell in ("other", "internal", "2026-11-25 08:17:14", "12345", "running"):
         assert cell in body[0], (cell, body[0])
-    assert "agent:main:subagent:" in body[0] and key not in body[0] and "…" in body[0]
+    assert key not in body[0] and "…" in body[0]
+    cut = body[0].split("│")[1].strip()  # the key cell: its start and its distinctive end
+    start, end = cut.split("…")
+    assert key.startswith(start) and key.endswith(end) and len(end) > len(start) > 0
+    assert end.endswith("1f6f0a1b2c3d")
+
+
+@pytest.mark.parametrize("width", [4, 9, 10, 30])
+def test_a_cut_key_keeps_its_start_and_its_end(width: int) -> None:
+    """A key cut to a width is that wide, with `…` in its middle and more of its end."""
+    key = "agent:main:discord:group:ops-room-42"
+    cut = client._middle_cut(key, width)
+    assert len(cut) == width
+    start, end = cut.split("…")
+    assert key.startswith(start) and key.endswith(end) and len(end) >= len(start)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
-import warnings
+import unittest
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,6 @@ from pydantic import ValidationError
 from switchboard.shared.config import (
     BUILTIN_MODEL,
     ConfigError,
-    ConfigWarning,
     EffectiveSubagents,
     Settings,
     SwitchboardConfig,
@@ -88,9 +88,13 @@ def _nested(path: tuple[str, ...], value: object) -> dict[str, Any]:
 
 def _quiet(data: dict[str, Any]) -> SwitchboardConfig:
     """Parse a config, failing the test if it warns."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", ConfigWarning)
+    with unittest.TestCase().assertNoLogs("switchboard.config", logging.WARNING):
         return parse_config(data)
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The config warnings logged so far."""
+    return [r.getMessage() for r in caplog.records if r.name == "switchboard.config"]
 
 
 @pytest.fixture
@@ -141,10 +145,12 @@ def test_no_path_loads_defaults() -> None:
     assert load_config(None) == SwitchboardConfig()
 
 
-def test_openclaw_file_loads_unchanged(openclaw_file: Path) -> None:
+def test_openclaw_file_loads_unchanged(
+    openclaw_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """An OpenClaw JSON5 file with camelCase keys loads into the snake_case attributes."""
-    with pytest.warns(ConfigWarning):
-        config = load_config(openclaw_file)
+    config = load_config(openclaw_file)
+    assert _warnings(caplog)  # OpenClaw's own keys that Switchboard does not use
     assert config.session.main_key == "primary"
     assert config.session.agent_to_agent.max_ping_pong_turns == 2
     assert config.session.send_policy is not None
@@ -213,24 +219,32 @@ def test_config_is_immutable() -> None:
 # --- unknown keys -------------------------------------------------------------------------
 
 
-def test_unknown_key_warns_with_dotted_path() -> None:
-    """An unknown key is ignored with a warning naming its dotted path."""
-    with pytest.warns(ConfigWarning, match=r"^unknown config key: session\.fooBar$"):
-        config = parse_config({"session": {"fooBar": 1, "scope": "global"}})
+def test_unknown_key_warns_with_dotted_path(caplog: pytest.LogCaptureFixture) -> None:
+    """An unknown key is ignored with a log line naming its dotted path."""
+    config = parse_config({"session": {"fooBar": 1, "scope": "global"}})
+    assert _warnings(caplog) == ["unknown config key: session.fooBar"]
+    assert caplog.records[-1].levelno == logging.WARNING
     assert config.session.scope == "global"
 
 
-def test_unknown_keys_in_lists_and_maps_are_located() -> None:
+def test_a_near_miss_names_the_key_it_resembles(caplog: pytest.LogCaptureFixture) -> None:
+    """A misspelt key says which declared key it is closest to."""
+    parse_config({"session": {"mainkey": "x"}, "tools": {"sesions": {}}})
+    assert sorted(_warnings(caplog)) == [
+        "unknown config key: session.mainkey (did you mean session.mainKey?)",
+        "unknown config key: tools.sesions (did you mean tools.sessions?)",
+    ]
+
+
+def test_unknown_keys_in_lists_and_maps_are_located(caplog: pytest.LogCaptureFixture) -> None:
     """Paths through lists and maps show the index and the map key."""
     data = {
         "agents": {"list": [{"id": "a"}, {"id": "b", "workspace": "/w"}]},
         "models": {"providers": {"local": {"headers": {}}}},
         "zzTop": True,
     }
-    with pytest.warns(ConfigWarning) as record:
-        parse_config(data)
-    messages = sorted(str(w.message) for w in record)
-    assert messages == [
+    parse_config(data)
+    assert sorted(_warnings(caplog)) == [
         "unknown config key: agents.list[1].workspace",
         "unknown config key: models.providers.local.headers",
         "unknown config key: zzTop",
@@ -243,11 +257,11 @@ def test_channel_platform_keys_are_silent() -> None:
     assert config.channels["whatsapp"].webhook is None
 
 
-def test_unknown_key_inside_webhook_warns() -> None:
+def test_unknown_key_inside_webhook_warns(caplog: pytest.LogCaptureFixture) -> None:
     """The webhook itself is ours, so its unknown keys do warn."""
     data = {"channels": {"slack": {"webhook": {"url": "http://h.test/x", "retry": 3}}}}
-    with pytest.warns(ConfigWarning, match=r"channels\.slack\.webhook\.retry"):
-        parse_config(data)
+    parse_config(data)
+    assert _warnings(caplog) == ["unknown config key: channels.slack.webhook.retry"]
 
 
 # --- invalid values -----------------------------------------------------------------------
@@ -384,13 +398,13 @@ def test_visibility_is_case_insensitive(raw: str) -> None:
     assert visibility == raw.strip().lower()
 
 
-def test_invalid_visibility_falls_back_to_agent_with_warning() -> None:
-    """An unknown visibility is the default `agent` (OpenClaw PR #133469), and says so."""
-    with pytest.warns(
-        ConfigWarning, match=r"tools\.sessions\.visibility = \"everyone\": using \"agent\""
-    ):
-        config = parse_config({"tools": {"sessions": {"visibility": "everyone"}}})
-    assert config.tools.sessions.visibility == "agent"
+def test_invalid_visibility_is_an_error_naming_what_is_allowed() -> None:
+    """An unknown visibility is refused (OpenClaw falls back to `agent`), naming the choices."""
+    with pytest.raises(ConfigError) as err:
+        parse_config({"tools": {"sessions": {"visibility": "everyone"}}})
+    message = str(err.value)
+    assert 'tools.sessions.visibility = "everyone"' in message
+    assert all(choice in message for choice in ("'self'", "'tree'", "'agent'", "'all'"))
 
 
 def test_agent_ids_are_lower_cased() -> None:

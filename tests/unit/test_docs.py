@@ -141,3 +141,71 @@ def test_relative_links_reach_files_and_headings() -> None:
             if anchor and linked.suffix == ".md":
                 headings = re.findall(r"^#+ (.+)$", linked.read_text(), re.M)
                 assert anchor in {slug(h) for h in headings}, f"{path.name}: {target}"
+
+
+def _config_table() -> list[tuple[str, str, str]]:
+    """(key, default, meaning) of each row of the README's config table."""
+    text = README.read_text()
+    table = text[text.index("| key | default | meaning |") :].split("\n\n", 1)[0]
+    rows = [
+        re.split(r"\s*\|\s*", line.strip().strip("|"), maxsplit=2)
+        for line in table.splitlines()[2:]
+    ]
+    return [(key, default, rest) for key, default, rest in rows]
+
+
+def _documented_defaults() -> dict[str, str]:
+    """Dotted key -> the default the README's config table gives it, where it gives a
+    literal one: the default column (`a.b / c / d` with `1 / 2 / 3` share a prefix) and the
+    `name` N (or name: N) pairs a meaning spells out for a section's fields."""
+    found: dict[str, str] = {}
+    for key, default, meaning in _config_table():
+        keys = [k.strip(" `") for k in key.split(" / ")]
+        prefix = keys[0].rsplit(".", 1)[0]
+        full = [k if "." in k else f"{prefix}.{k}" for k in keys]
+        values = [v.strip(" `") for v in default.split(" / ")] if default else []
+        if len(values) == len(full):
+            found.update(dict(zip(full, values, strict=True)))
+        section = keys[0].removesuffix(".*")
+        for quoted, value, named, number in re.findall(
+            r"`(\w+)` (\d+)\b|\b(\w+): (\d+)\b", meaning
+        ):
+            found[f"{section}.{quoted or named}"] = value or number
+    return found
+
+
+def _plain_number(text: str) -> str:
+    """A default as the README writes it for people (`50,000`, `200 MB`) as the model holds it."""
+    units = {"KB": 1024, "MB": 1024**2, "GB": 1024**3}
+    found = re.fullmatch(r"([\d,]+)(?: (KB|MB|GB))?", text)
+    if found is None:
+        return text
+    return str(int(found[1].replace(",", "")) * units.get(found[2] or "", 1))
+
+
+def _config_value(dump: dict[str, Any], key: str) -> Any:
+    value: Any = dump
+    for part in key.split("."):
+        value = value[part]
+    return value
+
+
+def test_readme_config_defaults_are_the_config_models() -> None:
+    """Every literal default the README's config table states is the config model's own."""
+    from switchboard.shared.config import BUILTIN_MODEL, SwitchboardConfig
+
+    dump = SwitchboardConfig().model_dump(by_alias=True, mode="json")
+    worded = {"allow", "on", "disabled"}  # defaults said in words (no literal to compare)
+    checked = 0
+    for key, documented in _documented_defaults().items():
+        if documented in worded:
+            continue
+        actual = _config_value(dump, key)
+        if actual is None and key == "agents.defaults.model":
+            actual = BUILTIN_MODEL  # no model configured: the built-in one
+        if isinstance(actual, float) and actual.is_integer():
+            actual = int(actual)
+        documented = _plain_number(documented)
+        assert str(actual) == documented, f"README: {key} defaults to {documented}, not {actual}"
+        checked += 1
+    assert checked >= 15  # the table's literal defaults, not a parse that found none

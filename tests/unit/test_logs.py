@@ -9,6 +9,7 @@ import logging
 import os
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -330,30 +331,54 @@ def _celery_task_line(logger: str, task: str) -> logging.LogRecord:
     return record
 
 
-def test_an_idle_sweep_writes_no_info_line_but_a_run_does(fresh_root: None) -> None:
-    """Celery's INFO lines about the periodic sweep (sent, received, succeeded) are DEBUG;
-    a run task's line and the sweep's own report stay INFO."""
+def test_celerys_routine_task_lines_are_debug_and_the_runs_own_line_stays(
+    fresh_root: None,
+) -> None:
+    """Celery's INFO lines about routine task work (beat's send of the sweep, any task's
+    receipt and success) are DEBUG; the run's own end line and the sweep's report stay INFO,
+    and a task's failure keeps its level."""
     stream = FakeStream(False)
     setup_logging("INFO", "json", secrets=(), stream=stream)
     logging.getLogger("celery.beat").info(
         "Scheduler: Sending due task %s (%s)", "sweep", "switchboard.sweep"
     )
-    logging.getLogger("celery.worker.strategy").handle(
-        _celery_task_line("celery.worker.strategy", "switchboard.sweep")
-    )
-    logging.getLogger("celery.app.trace").handle(
-        _celery_task_line("celery.app.trace", "switchboard.sweep")
-    )
-    logging.getLogger("celery.app.trace").handle(
-        _celery_task_line("celery.app.trace", "switchboard.run")
-    )
+    for task in ("switchboard.sweep", "switchboard.run"):
+        received = _celery_task_line("celery.worker.strategy", task)
+        received.msg = "Task %(name)s[%(id)s] received"
+        logging.getLogger("celery.worker.strategy").handle(received)
+        logging.getLogger("celery.app.trace").handle(_celery_task_line("celery.app.trace", task))
+    failed = _celery_task_line("celery.app.trace", "switchboard.run")
+    failed.msg, failed.levelno, failed.levelname = "Task %(name)s[%(id)s] raised", 40, "ERROR"
+    logging.getLogger("celery.app.trace").handle(failed)
+    logging.getLogger("switchboard.run").info("run abc ended: ok")
     logging.getLogger("switchboard.sweep").info("sweep recovered requeued=1")
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert [(line["logger"], line["level"]) for line in lines] == [
-        ("celery.app.trace", "info"),
+        ("celery.app.trace", "error"),
+        ("switchboard.run", "info"),
         ("switchboard.sweep", "info"),
     ]
-    assert "switchboard.run" in lines[0]["event"]
+
+
+def test_a_python_warning_is_one_line(fresh_root: None) -> None:
+    """A captured warning (Celery's about running as root) is one line: category, message
+    with its whitespace folded, and file:line; not the source line."""
+    stream = FakeStream(False)
+    setup_logging("INFO", "json", secrets=(), stream=stream)
+    # What logging.captureWarnings hands the `py.warnings` logger for Celery's warning.
+    text = warnings.formatwarning(
+        "running as root:\nabsolutely not\n\nrecommended!",
+        RuntimeWarning,
+        "/venv/celery/platforms.py",
+        893,
+        "_warn_or_raise_security_error(egid, euid, gid, uid,",
+    )
+    logging.getLogger("py.warnings").warning("%s", text)
+    [line] = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert line["logger"] == "py.warnings" and line["level"] == "warning"
+    assert line["event"] == (
+        "RuntimeWarning: running as root: absolutely not recommended! (platforms.py:893)"
+    )
 
 
 def test_at_debug_the_sweeps_celery_lines_are_shown_as_debug(fresh_root: None) -> None:

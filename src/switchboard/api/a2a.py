@@ -1,4 +1,5 @@
-"""A2A (protocol 1.0, JSON-RPC binding): every configured agent is an A2A agent.
+"""A2A (protocol 1.0, and 0.3 on the same endpoint, JSON-RPC binding): every configured
+agent is an A2A agent.
 
 Served with the official `a2a-sdk`: its JSON-RPC dispatcher and agent-card routes, its
 `DefaultRequestHandler` (SendMessage blocking and not, SendStreamingMessage, GetTask,
@@ -85,7 +86,11 @@ from a2a.types.a2a_pb2 import (
     TaskState,
     TaskStatusUpdateEvent,
 )
-from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_1_0
+from a2a.utils.constants import (
+    AGENT_CARD_WELL_KNOWN_PATH,
+    PROTOCOL_VERSION_0_3,
+    PROTOCOL_VERSION_1_0,
+)
 from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError
 from a2a.utils.push_url_validator import validate_push_notification_url
 from fastapi import FastAPI
@@ -581,12 +586,16 @@ def agent_card(config: SwitchboardConfig, agent_id: str, base_url: str = "") -> 
         name=name,
         description=description,
         version=__version__,
+        # 1.0 first (what current clients pick), then 0.3 on the same endpoint: a2a-sdk's
+        # compatibility mode answers 0.3 clients there (`message/send`, kind-tagged parts),
+        # and the 0.3 interface gives the card the fields they read (url, protocolVersion).
         supported_interfaces=[
             AgentInterface(
                 url=f"{base_url}{PATH}/{agent_id}",
                 protocol_binding="JSONRPC",
-                protocol_version=PROTOCOL_VERSION_1_0,
+                protocol_version=version,
             )
+            for version in (PROTOCOL_VERSION_1_0, PROTOCOL_VERSION_0_3)
         ],
         capabilities=AgentCapabilities(streaming=True, push_notifications=True),
         security_schemes={
@@ -665,7 +674,9 @@ def mount_a2a(app: FastAPI, config: SwitchboardConfig) -> None:
                 card_modifier=_with_base_url(config, agent_id),
                 card_url=AGENT_CARD_WELL_KNOWN_PATH,
             )
-        rpc = create_jsonrpc_routes(handler, rpc_url=base, context_builder=_ContextBuilder())
+        rpc = create_jsonrpc_routes(
+            handler, rpc_url=base, context_builder=_ContextBuilder(), enable_v0_3_compat=True
+        )
         add_a2a_routes_to_fastapi(
             app,
             agent_card_routes=_checked_routes(agent_id, cards),

@@ -111,6 +111,8 @@ def _chat_plan(
     chat = ChatCompletionRequest.model_validate(body)
     if chat.n is not None and chat.n != 1:
         raise _bad("only n=1 is supported", "invalid_value", "n")
+    if chat.tools:
+        raise _bad("client-side 'tools' are not supported in a batch", "invalid_value", "tools")
     agent_id = agent_for_model(svc, chat.model)
     text, extra = last_user_text(chat.messages), system_text(chat.messages)
     return LinePlan(custom_id, agent_id, CHAT, text, number, extra), chat.user
@@ -124,8 +126,13 @@ def _responses_plan(
     if resp.previous_response_id is not None:
         message = "'previous_response_id' is not supported in a batch"
         raise _bad(message, "invalid_value", "previous_response_id")
+    if resp.tools:
+        raise _bad("client-side 'tools' are not supported in a batch", "invalid_value", "tools")
     agent_id = agent_for_model(svc, resp.model)
-    text, extra = request_text(resp)
+    text, extra, results = request_text(resp)
+    if results:
+        message = "'function_call_output' input items are not supported in a batch"
+        raise _bad(message, "invalid_value", "input")
     user = body.get("user")
     plan = LinePlan(
         custom_id,

@@ -6,6 +6,10 @@ request's `user`, else the agent's main session. Only the last user message is s
 session keeps its own transcript, earlier request messages are not replayed. The reply is
 the run's outcome, awaited without blocking (the api's RunWaiter). Errors answer in
 OpenAI's shape `{"error": {"message", "type", "param", "code"}}`.
+
+Function `tools` (and `tool_choice`) are client-side tools (`api.client_tools`): a call of
+one ends the run, answered as `finish_reason: "tool_calls"`; a request ending with `tool`
+messages carries their results, and continues the session.
 """
 
 from __future__ import annotations
@@ -35,6 +39,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from switchboard.api.auth import require_token
 from switchboard.api.body import json_body_schema
+from switchboard.api.client_tools import (
+    ChatTool,
+    chat_tool_deltas,
+    chat_tools,
+    continuation,
+    tools_field,
+)
 from switchboard.api.errors import STATUS, openai_error_response
 from switchboard.api.scopes import Principal, audit_note, principal_of
 from switchboard.shared import keys as sk
@@ -187,12 +198,14 @@ class ContentPart(BaseModel):
 
 
 class ChatMessage(BaseModel):
-    """One request message (tool calls and names are accepted and ignored)."""
+    """One request message (an assistant's tool calls and names are accepted and ignored:
+    the session has them)."""
 
     model_config = ConfigDict(extra="ignore")
 
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: StrictStr | list[ContentPart] | None = None
+    tool_call_id: StrictStr | None = Field(default=None, max_length=256)
 
 
 class StreamOptions(BaseModel):
@@ -204,7 +217,7 @@ class StreamOptions(BaseModel):
 
 
 class ChatCompletionRequest(BaseModel):
-    """A chat completion request; sampling parameters, tools and formats are ignored."""
+    """A chat completion request; sampling parameters and formats are ignored."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -214,6 +227,8 @@ class ChatCompletionRequest(BaseModel):
     stream_options: StreamOptions | None = None
     user: StrictStr | None = Field(default=None, max_length=512)
     n: StrictInt | None = None
+    tools: list[ChatTool] | None = tools_field()
+    tool_choice: StrictStr | dict[str, Any] | None = None
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -358,13 +373,32 @@ def _text_of(message: ChatMessage) -> str:
         return content or ""
     texts = []
     for part in content:
-        if part.type != "text":
+        if part.type not in ("text", "input_text"):
             raise InvalidInput(
                 f"unsupported content part type {part.type!r}: only text is accepted",
                 field="messages",
             )
         texts.append(part.text or "")
     return "\n".join(texts)
+
+
+def tool_results(messages: list[ChatMessage]) -> list[tuple[str, str]]:
+    """The trailing `tool` messages' (call id, content): the client's tool results (a
+    trailing legacy `function` message is refused: its result names no call)."""
+    if messages[-1].role == "function":
+        raise InvalidInput(
+            "function messages are not supported: answer tool calls with tool messages",
+            field=f"messages[{len(messages) - 1}]",
+        )
+    out = []
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        if message.role != "tool":
+            break
+        if not message.tool_call_id:
+            raise InvalidInput("a tool message needs its tool_call_id", field=f"messages[{i}]")
+        out.append((message.tool_call_id, _text_of(message)))
+    return out[::-1]
 
 
 def last_user_text(messages: list[ChatMessage]) -> str:
@@ -422,7 +456,7 @@ async def await_run(request: Request, run_id: str, wait_s: float) -> RunRecord:
 def chunk(
     turn: Turn,
     delta: ChoiceDelta | None = None,
-    finish: Literal["stop"] | None = None,
+    finish: Literal["stop", "tool_calls"] | None = None,
     usage: CompletionUsage | None = None,
 ) -> ServerSentEvent:
     """A `chat.completion.chunk` as one SSE event (no choices when it carries usage)."""
@@ -449,7 +483,7 @@ async def stream_events(
     A run that fails after the stream opened is reported as a `data: {"error": …}` event.
     """
     yield chunk(turn, ChoiceDelta(role="assistant", content=""))
-    usage = None
+    usage, calls = None, []
     if reply is None and turn.run_id is not None:
         try:
             rec = await await_run(request, turn.run_id, wait_s)
@@ -457,10 +491,12 @@ async def stream_events(
             yield ServerSentEvent(data=json.dumps(as_openai_error(exc).body()))
             yield ServerSentEvent(data="[DONE]")
             return
-        reply, usage = rec.reply or "", usage_of(rec)
+        reply, usage, calls = rec.reply or "", usage_of(rec), rec.tool_calls
     if reply:
         yield chunk(turn, ChoiceDelta(content=reply))
-    yield chunk(turn, ChoiceDelta(), finish="stop")
+    for delta in chat_tool_deltas(calls):
+        yield chunk(turn, ChoiceDelta(tool_calls=[delta]))
+    yield chunk(turn, ChoiceDelta(), finish="tool_calls" if calls else "stop")
     if include_usage:
         yield chunk(
             turn,
@@ -487,7 +523,9 @@ async def chat_completions(request: Request) -> Response:
         )
     svc: Services = request.app.state.services
     agent_id = agent_for_model(svc, body.model)
-    text = last_user_text(body.messages)
+    tools, choice = chat_tools(svc, body.tools, body.tool_choice)
+    given = tool_results(body.messages)
+    text = "" if given else last_user_text(body.messages)
     extra = system_text(body.messages)
     principal = principal_of(request)
     check_acting_agent(request, principal, agent_id)
@@ -495,6 +533,11 @@ async def chat_completions(request: Request) -> Response:
         session_for, svc, agent_id, request.headers, body.user, principal.session_key
     )
     check_acting_session(request, principal, key)
+    idempotency_key = request.headers.get("idempotency-key") or None
+    results: list[dict[str, Any]] = []
+    if given:  # the client's tool results continue the session's last run
+        cont = await run_in_threadpool(continuation, svc, key, given, field="messages")
+        results, idempotency_key = cont.results, cont.idempotency_key
     started = await run_in_threadpool(
         start_run,
         svc,
@@ -502,10 +545,13 @@ async def chat_completions(request: Request) -> Response:
             session_key=key,
             message=text,
             channel="webchat",
-            idempotency_key=request.headers.get("idempotency-key") or None,
+            idempotency_key=idempotency_key,
             extra_system_prompt=extra,
             provenance={"kind": "external_user", "sourceChannel": "webchat"},
             owner=principal.is_owner,
+            client_tools=tools,
+            tool_choice=choice,
+            tool_results=results,
         ),
     )
     run_id = started.get("runId")
@@ -534,7 +580,8 @@ async def chat_completions(request: Request) -> Response:
     except OpenAIError as err:
         err.headers.update(turn.headers())
         raise
-    return JSONResponse(completion(turn, rec.reply or "", usage_of(rec)), headers=turn.headers())
+    answer = completion(turn, rec.reply or "", usage_of(rec), rec.tool_calls)
+    return JSONResponse(answer, headers=turn.headers())
 
 
 def check_acting_agent(request: Request, principal: Principal, agent_id: str) -> None:

@@ -11,6 +11,10 @@ output and usage are its run's, read when asked for. `stream: true` answers with
 standard `response.*` Server-Sent Events; `background: true` answers at once (`queued`)
 and `GET /v1/responses/{id}` tells how it is going; cancelling stops the run as
 `subagents cancel` does (`runtime.cancel`). Errors answer in OpenAI's shape.
+
+Function `tools` are client-side tools (`api.client_tools`): a call of one ends the run,
+answered as `function_call` output items; `function_call_output` input items (with
+`previous_response_id`) carry their results and continue the session.
 """
 
 from __future__ import annotations
@@ -43,6 +47,13 @@ from starlette.concurrency import run_in_threadpool
 
 from switchboard.api.auth import require_token
 from switchboard.api.body import json_body_schema
+from switchboard.api.client_tools import (
+    ResponsesTool,
+    continuation,
+    function_call_events,
+    responses_tools,
+    tools_field,
+)
 from switchboard.api.openai_compat import (
     PING_INTERVAL_S,
     WAIT_GRACE_S,
@@ -87,17 +98,21 @@ router = APIRouter(route_class=OpenAIRoute)
 
 
 class InputItem(BaseModel):
-    """One input item; only messages (`type` "message" or left out) are accepted."""
+    """One input item: a message (`type` "message" or left out), a client tool's result
+    (`function_call_output`), or the call it answers (`function_call`, ignored: the
+    session has it)."""
 
     model_config = ConfigDict(extra="ignore")
 
     type: StrictStr | None = Field(default=None, max_length=64)
     role: Literal["user", "system", "developer", "assistant"] | None = None
     content: StrictStr | list[ContentPart] | None = None
+    call_id: StrictStr | None = Field(default=None, max_length=256)
+    output: StrictStr | list[ContentPart] | None = None
 
 
 class ResponseCreateRequest(BaseModel):
-    """`POST /v1/responses`; tools, sampling parameters and text formats are ignored."""
+    """`POST /v1/responses`; sampling parameters and text formats are ignored."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -108,10 +123,12 @@ class ResponseCreateRequest(BaseModel):
     stream: StrictBool | None = None
     background: StrictBool | None = None
     metadata: dict[StrictStr, StrictStr] | None = Field(default=None, max_length=16)
+    tools: list[ResponsesTool] | None = tools_field()
+    tool_choice: StrictStr | dict[str, Any] | None = None
 
 
-def _part_text(item: InputItem, index: int) -> str:
-    content = item.content
+def _part_text(item: InputItem, index: int, *, output: bool = False) -> str:
+    content = item.output if output else item.content
     if content is None or isinstance(content, str):
         return content or ""
     texts = []
@@ -127,15 +144,30 @@ def _part_text(item: InputItem, index: int) -> str:
     return "\n".join(texts)
 
 
-def request_text(body: ResponseCreateRequest) -> tuple[str, str | None]:
-    """(The text sent to the session: the last user message; the run's extra instructions:
-    `instructions` and the input's system and developer messages)."""
+def request_text(body: ResponseCreateRequest) -> tuple[str, str | None, list[tuple[str, str]]]:
+    """(The text sent to the session: the last user message, or '' when
+    `function_call_output` items follow it; the run's extra instructions: `instructions`
+    and the input's system and developer messages; the client's tool results, as (call
+    id, output), that follow the last user message)."""
     extra = [body.instructions or ""]
+    results: list[tuple[str, str]] = []
     if isinstance(body.input, str):
         text = body.input
     else:
         user: str | None = None
         for i, item in enumerate(body.input):
+            if item.type == "function_call":
+                continue
+            if item.type == "function_call_output":
+                if not item.call_id:
+                    raise OpenAIError(
+                        400,
+                        "Missing required parameter: a function_call_output needs its call_id",
+                        code="missing_required_parameter",
+                        param=f"input[{i}].call_id",
+                    )
+                results.append((item.call_id, _part_text(item, i, output=True)))
+                continue
             if item.type not in (None, "message"):
                 raise OpenAIError(
                     400,
@@ -151,16 +183,18 @@ def request_text(body: ResponseCreateRequest) -> tuple[str, str | None]:
                     param=f"input[{i}].role",
                 )
             if item.role == "user":
-                user = _part_text(item, i)
+                user, results = _part_text(item, i), []
             elif item.role in ("system", "developer"):
                 extra.append(_part_text(item, i))
+        if results:  # the client's results continue the session: no user message
+            return "", "\n\n".join(t for t in extra if t.strip()) or None, results
         if user is None:
             raise OpenAIError(400, "input must contain a user message", param="input")
         text = user
     if not text.strip():
         raise OpenAIError(400, "the input's user message is empty", param="input")
     joined = "\n\n".join(t for t in extra if t.strip())
-    return text, joined or None
+    return text, joined or None, results
 
 
 def previous_response(svc: Services, response_id: str, agent_id: str) -> ResponseRecord:
@@ -347,10 +381,15 @@ async def response_events(
             output_index=0,
             item=message_item(rec, text, True),
         ),
+    ]
+    calls = run.tool_calls if run is not None else []
+    if calls:  # the client's calls, after what the model said with them (if anything)
+        makers = [*(makers if text else []), *function_call_events(calls, 1 if text else 0)]
+    makers.append(
         lambda n: ResponseCompletedEvent(
             type="response.completed", sequence_number=n, response=final
-        ),
-    ]
+        )
+    )
     for sse in events(*makers):
         yield sse
 
@@ -396,7 +435,8 @@ async def create_response(request: Request) -> Response:
     body = await parse_openai_body(request, ResponseCreateRequest)
     svc: Services = request.app.state.services
     agent_id = agent_for_model(svc, body.model)
-    text, extra = request_text(body)
+    text, extra, given = request_text(body)
+    tools, choice = responses_tools(svc, body.tools, body.tool_choice)
     principal = principal_of(request)
     check_acting_agent(request, principal, agent_id)
     idempotency_key = request.headers.get("idempotency-key") or None
@@ -410,6 +450,10 @@ async def create_response(request: Request) -> Response:
         named = await run_in_threadpool(header_session, svc, agent_id, request.headers)
         key = named or principal.session_key or new_session(svc, agent_id, idempotency_key)
     check_acting_session(request, principal, key)
+    results: list[dict[str, Any]] = []
+    if given:  # the client's tool results continue the session's last run
+        cont = await run_in_threadpool(continuation, svc, key, given, field="input")
+        results, idempotency_key = cont.results, cont.idempotency_key
     started = await run_in_threadpool(
         start_run,
         svc,
@@ -421,6 +465,9 @@ async def create_response(request: Request) -> Response:
             extra_system_prompt=extra,
             provenance={"kind": "external_user", "sourceChannel": "webchat"},
             owner=principal.is_owner,
+            client_tools=tools,
+            tool_choice=choice,
+            tool_results=results,
         ),
     )
     run_id = started.get("runId")

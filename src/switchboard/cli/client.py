@@ -25,6 +25,7 @@ from switchboard.cli.common import (
     console,
 )
 from switchboard.shared.config import Settings
+from switchboard.shared.gateway.params import MAX_MESSAGE_CHARS
 
 
 class _Client:
@@ -105,13 +106,15 @@ def _wait_reply(client: _Client, run_id: str, timeout_s: float) -> None:
 @app.command()
 def send(
     session: Annotated[str, typer.Argument(help="Session key, `main`, or a sessionId.")],
-    message: Annotated[str, typer.Argument(help="The message.")],
+    message: Annotated[str, typer.Argument(help="The message; `-` reads it from stdin.")],
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the reply; 0 = don't.")] = 30,
     config: ConfigOpt = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
 ) -> None:
     """Send a message into a session and print the reply."""
+    if message == "-":
+        message = _stdin_message()
     client = _Client(_settings(config), url, token)
     started = client.rpc("agent", {"sessionKey": session, "message": message})
     run_id = started["runId"]
@@ -119,6 +122,20 @@ def send(
         console.print(f"accepted run {run_id}", markup=False)
         return
     _wait_reply(client, run_id, timeout)
+
+
+def _stdin_message() -> str:
+    """The message piped to `send SESSION -`, refused in one line past the message limit."""
+    text = sys.stdin.read(MAX_MESSAGE_CHARS + 1)
+    if len(text) > MAX_MESSAGE_CHARS:
+        _fail(
+            "message too long",
+            f"stdin holds more than {MAX_MESSAGE_CHARS:,} characters, the limit of one message",
+            EXIT_USAGE,
+        )
+    if not text.strip():
+        _fail("empty message", "stdin held no message", EXIT_USAGE)
+    return text
 
 
 @app.command()
@@ -213,7 +230,8 @@ def sessions(
 def _sessions_table(rows: list[dict[str, Any]], *, wide: bool, width: int | None = None) -> Table:
     """The sessions as a table, one line a session. With ``wide`` every cell is whole (the
     table may pass the screen's edge); else, in ``width`` columns, kind, channel, time,
-    tokens and status stay whole, and the key, then the model, end in `…` when they must."""
+    tokens and status stay whole, the key is cut in its middle (its start and its
+    distinctive end kept) and the model at its end, with `…`, when they must."""
     from datetime import UTC, datetime
 
     headers = ("key", "kind", "channel", "updated", "model", "tokens", "status")
@@ -246,9 +264,19 @@ def _sessions_table(rows: list[dict[str, Any]], *, wide: bool, width: int | None
         key = max(len(headers[0]), room - model)
         table.columns[0].min_width = table.columns[0].width = key
         table.columns[4].min_width = table.columns[4].width = model
+        cells = [(_middle_cut(line[0], key), *line[1:]) for line in cells]
     for line in cells:
         table.add_row(*(escape(cell) for cell in line))
     return table
+
+
+def _middle_cut(text: str, width: int) -> str:
+    """``text`` in ``width`` characters: whole when it fits, else its start, `…` and its
+    end, the end given two thirds (where sub-agent and thread keys differ)."""
+    if len(text) <= width:
+        return text
+    tail = (width - 1) * 2 // 3
+    return f"{text[: width - 1 - tail]}…{text[len(text) - tail :]}"
 
 
 def _delivery_channel(row: dict[str, Any]) -> str:

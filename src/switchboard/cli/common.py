@@ -42,7 +42,13 @@ ConfigOpt = Annotated[
 HostOpt = Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1).")]
 PortOpt = Annotated[int | None, typer.Option(help="Port (default 8780).")]
 ConcurrencyOpt = Annotated[
-    int, typer.Option(help="Runs one worker process keeps in flight (threads).", min=1, max=4096)
+    int,
+    typer.Option(
+        help="Messages each worker process handles at once (pool threads): flow steps, and "
+        "runs being handed to the run loops. Runs in flight: SWITCHBOARD_WORKER_MAX_IN_FLIGHT.",
+        min=1,
+        max=4096,
+    ),
 ]
 UrlOpt = Annotated[str | None, typer.Option("--url", help="Api base URL (default from settings).")]
 TokenOpt = Annotated[str | None, typer.Option("--token", help="Bearer token.")]
@@ -122,6 +128,27 @@ def _settings(config: Path | None) -> Settings:
     _check_redis_urls(settings)
     get_config(settings.config)  # validate early: a bad config is a clear error, not a trace
     return settings
+
+
+def _check_serving(settings: Settings, *, need_redis: bool = True) -> None:
+    """What a server process (up, api, worker, beat) cannot start without, refused in one
+    line before it starts: a Redis URL (``need_redis``; `up` starts its own), and the
+    tracing packages when tracing is asked for."""
+    from switchboard import telemetry
+
+    if need_redis and not settings.redis_url:
+        _fail(
+            "no Redis",
+            "set SWITCHBOARD_REDIS_URL (or run `switchboard up`, which starts an embedded Redis)",
+            EXIT_USAGE,
+        )
+    if telemetry.enabled() and (missing := telemetry.missing_packages()):
+        _fail(
+            "tracing",
+            f"{' or '.join(telemetry.ENDPOINT_VARS)} is set but {', '.join(missing)} "
+            "is not installed: install switchboard[otel], or unset the variable",
+            EXIT_USAGE,
+        )
 
 
 def _check_redis_urls(settings: Settings) -> None:

@@ -78,7 +78,9 @@ def check_health(
     if all_check:
         problems = _redis_problems(settings, need_redis=True)
         if not problems:
-            problems = _report_all(settings)
+            stack = None if configured.redis_url else _running_stack(configured)
+            expected = len(stack.worker_nodes) if stack is not None else None
+            problems = _report_all(settings, expected)
         for problem in problems:
             err.print(f"[red]unhealthy[/] {escape(problem)}")
         if problems:
@@ -176,8 +178,9 @@ def _beat_problems(settings: Settings) -> list[str]:
     return []
 
 
-def _report_all(settings: Settings) -> list[str]:
-    """Print one line per process seen (role, state, name, detail); the problems."""
+def _report_all(settings: Settings, expected_workers: int | None) -> list[str]:
+    """Print one line per process seen (role, state, name, detail); the problems. With
+    ``expected_workers`` (the `up` running here) the ping ends once they all answered."""
     from switchboard.shared.store.apis import API_HEARTBEAT_S, API_STALE_INTERVALS, ApiHeartbeats
     from switchboard.shared.store.client import connect_plain
     from switchboard.shared.store.keyspace import Keyspace
@@ -200,7 +203,7 @@ def _report_all(settings: Settings) -> list[str]:
             )
     if not apis:
         problems.append("api: no api heartbeat on this Redis")
-    workers, worker_problem = _answering_workers(settings)
+    workers, worker_problem = _answering_workers(settings, expected_workers)
     rows += [("worker", "ok", node, "answered a ping") for node in workers]
     if worker_problem:
         problems.append(worker_problem)
@@ -220,13 +223,15 @@ def _report_all(settings: Settings) -> list[str]:
     return problems
 
 
-def _answering_workers(settings: Settings) -> tuple[list[str], str | None]:
-    """The Celery nodes answering a ping broadcast within 3 s; the problem, if any."""
+def _answering_workers(settings: Settings, expected: int | None) -> tuple[list[str], str | None]:
+    """The Celery nodes answering a ping broadcast within 3 s (or until ``expected`` have);
+    the problem, if any. A spinner on stderr says what is awaited meanwhile."""
     from switchboard.workers.app import create_celery_app
 
     celery_app = create_celery_app(settings)
     try:
-        replies = celery_app.control.ping(timeout=3.0)
+        with err.status("pinging every worker through the broker (up to 3 s)…"):
+            replies = celery_app.control.ping(timeout=3.0, limit=expected)
     except Exception as exc:  # kombu's connection errors vary by transport
         return [], f"worker: broker unreachable: {exc}"
     finally:

@@ -13,6 +13,7 @@ from switchboard.cli.common import (
     ConfigOpt,
     HostOpt,
     PortOpt,
+    _check_serving,
     _fail,
     _settings,
     _with_stack_redis,
@@ -33,10 +34,12 @@ def _check_layout(settings: Settings) -> None:
 
 
 def _celery_quiet(settings: Settings) -> list[str]:
-    """Celery's startup banner is not a log line: left out when logs are JSON lines."""
+    """Celery's startup banner is not a log line: shown only with logs at DEBUG on a
+    terminal (`SWITCHBOARD_LOG_LEVEL=DEBUG`), never in JSON lines."""
     from switchboard.logs import resolve_format
 
-    return ["--quiet"] if resolve_format(settings.log_format, sys.stderr) == "json" else []
+    json_lines = resolve_format(settings.log_format, sys.stderr) == "json"
+    return [] if settings.log_level.upper() == "DEBUG" and not json_lines else ["--quiet"]
 
 
 @app.command()
@@ -54,6 +57,8 @@ def api(
     ] = False,
 ) -> None:
     """Run the HTTP api (FastAPI on uvicorn)."""
+    settings = _settings(config)
+    _check_serving(settings)  # before the imports: a refusal is one line, never a trace
     import uvicorn
 
     from switchboard.api.app import create_app
@@ -61,7 +66,6 @@ def api(
     from switchboard.shared.event_loops import uvicorn_loop
     from switchboard.supervisor.listener import bind_listener
 
-    settings = _settings(config)
     _check_layout(settings)
     setup_logging(settings.log_level)
     bind_host = host or settings.host
@@ -119,10 +123,11 @@ def worker(
     ] = "celery@%h",
 ) -> None:
     """Run a Celery worker executing agent runs (threads pool; runs as coroutines)."""
+    settings = _settings(config)
+    _check_serving(settings)  # before the imports: a refusal is one line, never a trace
     from switchboard.logs import setup_logging
     from switchboard.workers.app import ALL_QUEUES, create_celery_app
 
-    settings = _settings(config)
     _check_layout(settings)
     if max_in_flight is not None:
         settings = settings.model_copy(update={"worker_max_in_flight": max_in_flight})
@@ -145,10 +150,11 @@ def worker(
 @app.command()
 def beat(config: ConfigOpt = None) -> None:
     """Run Celery beat: the periodic recovery sweep."""
+    settings = _settings(config)
+    _check_serving(settings)  # before the imports: a refusal is one line, never a trace
     from switchboard.logs import setup_logging
     from switchboard.workers.app import create_celery_app
 
-    settings = _settings(config)
     _check_layout(settings)
     setup_logging(settings.log_level)
     data_dir = settings.data_dir.resolve()
@@ -276,6 +282,8 @@ def flower(
         # Autoscaled workers come and go: forget offline ones after a minute.
         "--purge_offline_workers=60",
     ]
+    if not settings.task_events:  # off means off: Flower does not switch them on
+        argv.append("--enable_events=False")
     if pairs:
         argv.append(f"--basic_auth={','.join(pairs)}")
     if url_prefix:

@@ -19,12 +19,14 @@ from switchboard.cli.common import (
     ConfigOpt,
     HostOpt,
     PortOpt,
+    _check_serving,
     _fail,
     _saved_token,
     _settings,
     app,
     console,
 )
+from switchboard.cli.reach import require_broker, require_redis
 from switchboard.shared.config import Settings, get_config
 
 if TYPE_CHECKING:
@@ -66,6 +68,7 @@ def up(
     from switchboard.supervisor.runfile import DataDirLock, StackRunning
 
     settings = _settings(config)
+    _check_serving(settings, need_redis=False)
     data_dir = settings.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     lock = DataDirLock(data_dir)
@@ -211,13 +214,26 @@ def _start_redis(settings: Settings, data_dir: Path) -> tuple[RedisServer | None
     from switchboard.supervisor.redis_server import RedisServer
 
     if settings.redis_url:
+        require_redis(settings.redis_url, "SWITCHBOARD_REDIS_URL")
+        _require_broker(settings.broker_url, settings.redis_url)
         return None, settings.redis_url
+    _require_broker(settings.broker_url, "")
     server = RedisServer(data_dir / "redis", appendonly=True)
     server.data_dir.mkdir(parents=True, exist_ok=True)
     server.start()
     where = escape(str(server.data_dir))
     console.print(f"[bold]redis[/] embedded at {escape(server.url)} (data in {where})")
     return server, server.url
+
+
+def _require_broker(broker_url: str | None, redis_url: str) -> None:
+    """A configured broker other than the store's Redis must answer before anything starts."""
+    if not broker_url or broker_url == redis_url:
+        return
+    if broker_url.startswith(("redis", "unix")):
+        require_redis(broker_url, "SWITCHBOARD_BROKER_URL")
+    else:
+        require_broker(broker_url, "SWITCHBOARD_BROKER_URL")
 
 
 def _client_host(bind_host: str) -> str:

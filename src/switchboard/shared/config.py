@@ -2,18 +2,21 @@
 
 Both are built by cached getters (`get_config`, `get_settings`), never at import time.
 Config sections accept OpenClaw's camelCase keys (and the snake_case attribute names); a
-bad value raises `ConfigError` naming the dotted key path, an unknown key only warns.
+bad value raises `ConfigError` naming the dotted key path, an unknown key only warns: a
+record of the `switchboard.config` logger naming the key (and the declared key it is closest
+to, if any).
 """
 
 from __future__ import annotations
 
 import builtins
+import difflib
 import functools
 import json
+import logging
 import math
 import os
 import re
-import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,13 +60,13 @@ class ConfigError(InvalidInput):
         self.key_path = key_path
 
 
-class ConfigWarning(UserWarning):
-    """A config key was ignored or a lenient setting fell back to its default."""
+# Config warnings (unknown keys) are log lines of their own logger, one per key.
+_log = logging.getLogger("switchboard.config")
 
 
 def _warn(message: str) -> None:
-    """Emit a config warning (unknown key, lenient fallback)."""
-    warnings.warn(message, ConfigWarning, stacklevel=2)
+    """Log a config warning (an unknown key)."""
+    _log.warning(message)
 
 
 # --- value checks (messages name the constraint; the caller adds the key path) ------------
@@ -216,14 +219,13 @@ class SessionsToolConfig(_Section):
 
     @field_validator("visibility", mode="before")
     @classmethod
-    def _lenient_visibility(cls, value: object) -> object:
-        # OpenClaw reads this case-insensitively and falls back to the default ("agent")
-        # on anything else.
+    def _any_case(cls, value: object) -> object:
+        # Read case-insensitively, as OpenClaw does. OpenClaw falls back to "agent" on any
+        # other value; here another value is an error, so a typo cannot widen or narrow
+        # what the tools see without anyone noticing.
         if isinstance(value, str) and value.strip().lower() in _VISIBILITIES:
             return value.strip().lower()
-        if value is not None:
-            _warn(f'invalid config: tools.sessions.visibility = {_show(value)}: using "agent"')
-        return "agent"
+        return value
 
 
 class AgentToAgentConfig(_Section):
@@ -264,8 +266,12 @@ class SwarmConfig(_Section):
 
 
 class ToolsConfig(_Section):
-    """`tools.*`: session-tool visibility, agent-to-agent policy, sub-agent tools."""
+    """`tools.*`: session-tool visibility, agent-to-agent policy, sub-agent tools, and the
+    allow/deny globs every run's tools pass (session, MCP and Python tools alike)."""
 
+    allow: list[str] = []
+    also_allow: list[str] = []
+    deny: list[str] = []
     sessions: SessionsToolConfig = Field(default_factory=SessionsToolConfig)
     agent_to_agent: AgentToAgentConfig = Field(default_factory=AgentToAgentConfig)
     subagents: SubagentToolsConfig = Field(default_factory=SubagentToolsConfig)
@@ -328,6 +334,8 @@ class AgentEntry(_Section):
     sandbox: SandboxConfig | None = None
     subagents: AgentSubagents | None = None
     system_prompt: str | None = None
+    # The agent's own tool allow/deny globs, applied after `tools.allow|deny`.
+    tools: ToolPolicy | None = None
 
     @field_validator("id", mode="before")
     @classmethod
@@ -422,6 +430,62 @@ class DeliveryConfig(_Section):
     timeout_s: Annotated[float, _positive()] = 10.0
 
 
+class McpToolFilter(_Section):
+    """`mcp.servers.<name>.toolFilter`: the server's tools offered (globs, its own names)."""
+
+    include: list[str] = []
+    exclude: list[str] = []
+
+
+McpTransport = Literal["stdio", "sse", "streamable-http"]
+
+
+class McpServerConfig(_Section):
+    """`mcp.servers.<name>`: an MCP server whose tools agent runs get (OpenClaw's shape).
+
+    stdio: `command`, `args`, `env`, `cwd`; HTTP: `url`, `transport`, `headers` (a `url`
+    without `transport` is SSE, as in OpenClaw). `maxConcurrent` (beyond OpenClaw) caps
+    the calls in flight to the server across the fleet."""
+
+    enabled: bool = True
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = Field(default={}, repr=False)
+    cwd: str | None = None
+    url: HttpUrlStr | None = None
+    transport: McpTransport | None = None
+    headers: dict[str, str] = Field(default={}, repr=False)
+    connection_timeout_ms: Annotated[int, _between(1, 600_000)] = 30_000
+    request_timeout_ms: Annotated[int, _between(1, 3_600_000)] = 60_000
+    tool_filter: McpToolFilter = Field(default_factory=McpToolFilter)
+    max_concurrent: Annotated[int, _between(1, 100_000)] | None = None
+    # OpenClaw keys read and kept (not acted on here).
+    supports_parallel_tool_calls: bool | None = None
+    ssl_verify: bool | None = None
+
+    @model_validator(mode="after")
+    def _reachable(self) -> Self:
+        kind = self.kind
+        if kind == "stdio" and not (self.command or "").strip():
+            raise ValueError("a stdio server needs a `command`")
+        if kind != "stdio" and not self.url:
+            raise ValueError(f"a {kind} server needs a `url`")
+        return self
+
+    @property
+    def kind(self) -> McpTransport:
+        """How the server is reached: the `transport`, else stdio with a `command`, else SSE."""
+        if self.transport is not None:
+            return self.transport
+        return "sse" if self.url and not self.command else "stdio"
+
+
+class McpConfig(_Section):
+    """`mcp.*`: the MCP servers agent runs get tools from."""
+
+    servers: dict[str, McpServerConfig] = {}
+
+
 class BatchesConfig(_Section):
     """`batches.*` (Switchboard's own): the Files and Batches API's limits."""
 
@@ -454,6 +518,7 @@ class SwitchboardConfig(_Section):
 
     session: SessionConfig = Field(default_factory=SessionConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    mcp: McpConfig = Field(default_factory=McpConfig)
     agents: AgentsConfig = Field(default_factory=AgentsConfig)
     models: ModelsConfig = Field(default_factory=ModelsConfig)
     channels: dict[str, ChannelConfig] = {}
@@ -474,8 +539,8 @@ class SwitchboardConfig(_Section):
         issues = list(_consistency_issues(config))
         if issues:
             raise _error(issues)
-        for path in _unknown_keys(config, ""):
-            _warn(f"unknown config key: {path}")
+        for path, near in _unknown_keys(config, ""):
+            _warn(f"unknown config key: {path}" + (f" (did you mean {near}?)" if near else ""))
         return config
 
     def default_agent_id(self) -> str:
@@ -613,16 +678,19 @@ def _consistency_issues(config: SwitchboardConfig) -> Iterator[_Issue]:
         yield _Issue("delivery.backoffMaxS", delivery.backoff_max_s, problem)
 
 
-def _unknown_keys(section: BaseModel, prefix: str) -> Iterator[str]:
-    """Dotted paths of the keys no section declares."""
+def _unknown_keys(section: BaseModel, prefix: str) -> Iterator[tuple[str, str | None]]:
+    """The dotted path of each key no section declares, with the declared key nearest it."""
+    fields = type(section).model_fields
     if getattr(section, "warn_unknown_keys", True):
+        declared = [field.alias or name for name, field in fields.items()]
         for key in section.model_extra or {}:
-            yield f"{prefix}{key}"
-    for name, field in type(section).model_fields.items():
+            near = difflib.get_close_matches(key, declared, n=1, cutoff=0.75)
+            yield f"{prefix}{key}", f"{prefix}{near[0]}" if near else None
+    for name, field in fields.items():
         yield from _unknown_below(getattr(section, name), f"{prefix}{field.alias or name}")
 
 
-def _unknown_below(value: object, path: str) -> Iterator[str]:
+def _unknown_below(value: object, path: str) -> Iterator[tuple[str, str | None]]:
     """Unknown keys inside a field value (a section, a list or a mapping of sections)."""
     if isinstance(value, BaseModel):
         yield from _unknown_keys(value, f"{path}.")
@@ -721,6 +789,10 @@ class Settings(BaseSettings):
     # The port a worker serves its Prometheus metrics on (`/metrics`, on `host`; unset:
     # none). An api serves its own on its `/metrics` route.
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    # Celery task events from workers (what Flower shows): each run's life as a task
+    # (`workers.task_events`) and the flow steps'. Off: none, and `switchboard flower`
+    # does not switch them on.
+    task_events: bool = True
     # Failed bearer-token checks allowed per client IP within the window before the api
     # answers 429 to that IP until the window ends (counted in Redis, shared by every api).
     auth_max_failures: int = Field(default=20, ge=1, le=1_000_000)

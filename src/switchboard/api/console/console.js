@@ -60,6 +60,7 @@ function runBadge(status) {
   return node;
 }
 
+// Short enough for a narrow column at any age: "12s ago" … "9d ago", then the date alone.
 function when(ms) {
   if (!ms) return "";
   const date = new Date(Number(ms));
@@ -67,7 +68,8 @@ function when(ms) {
   if (age < 60) return `${Math.max(0, Math.floor(age))}s ago`;
   if (age < 3600) return `${Math.floor(age / 60)}m ago`;
   if (age < 86400) return `${Math.floor(age / 3600)}h ago`;
-  return date.toLocaleString();
+  if (age < 864000) return `${Math.floor(age / 86400)}d ago`;
+  return date.toLocaleDateString();
 }
 
 // A relative time that keeps ticking (see tickTimes); the exact time is its tooltip.
@@ -94,6 +96,40 @@ function trunc(text, attrs = {}) {
       event.currentTarget.classList.toggle("open");
       copy(full);
     } });
+}
+
+// Text that, cut, loses its start rather than its end (…e4f20780ff17).
+function endFirst(text, attrs = {}) {
+  return el("span", { ...attrs, class: `end-first ${attrs.class || ""}`.trim() },
+    el("bdi", { text }));
+}
+
+// A session key on one line that keeps its distinctive end: when space runs short the start
+// gives way (agent:main:disc…:release-planning) before the last segment does, and that one
+// loses its own start last. The page holds the whole key: it is the tooltip, and copying any
+// part of it copies all of it (copyKeys).
+function keyText(key, attrs = {}) {
+  const full = String(key ?? "");
+  const cut = full.lastIndexOf(":");
+  return el("span", { ...attrs, class: `mkey mono ${attrs.class || ""}`.trim(), title: full,
+    "data-full": full },
+  cut > 0 ? el("span", { class: "mkey-head", text: full.slice(0, cut) }) : null,
+  endFirst(cut > 0 ? full.slice(cut) : full, { class: "mkey-tail" }));
+}
+
+function lastSegment(key) {
+  return String(key ?? "").split(":").pop();
+}
+
+// A selection inside one key (its drawn end, say) copies the whole key.
+function copyKeys(event) {
+  const selection = getSelection();
+  if (!selection || selection.isCollapsed) return;
+  const inKey = (node) => (node instanceof Element ? node : node?.parentElement)?.closest(".mkey");
+  const box = inKey(selection.anchorNode);
+  if (!box || box !== inKey(selection.focusNode)) return;
+  event.clipboardData.setData("text/plain", box.dataset.full);
+  event.preventDefault();
 }
 
 function copy(text) {
@@ -302,14 +338,14 @@ function sessionRowView(row) {
   return el("tr", {
     "data-key": row.key,
     class: row.key === state.current ? "selected" : null,
-    onclick: () => openSession(row.key),
+    // A click that ends a text selection (a key being copied) does not open the session.
+    onclick: () => { if (getSelection().isCollapsed) openSession(row.key); },
   },
-  el("td", {}, el("span", { class: "mono trunc", title: row.key, text: row.key }),
+  el("td", { class: "grow" }, keyText(row.key, { class: "session-key" }),
     label ? el("div", { class: "muted trunc", title: label, text: label }) : null),
-  el("td", { class: "nowrap", text: row.kind }),
-  el("td", { class: "nowrap", text: row.channel || "", title: row.channel || "" }),
-  el("td", { class: "nowrap" }, runBadge(row.status)),
-  el("td", { class: "nowrap" }, ago(row.updatedAt)));
+  el("td", { class: "snug" }, row.kind, el("div", { class: "muted", text: row.channel || "" })),
+  el("td", { class: "snug" }, runBadge(row.status)),
+  el("td", { class: "snug" }, ago(row.updatedAt)));
 }
 
 function renderSessions() {
@@ -450,12 +486,12 @@ function renderTranscript(messages) {
     if (inter) {
       const from = prov.sourceSessionKey || "another session";
       const via = prov.sourceTool ? ` via ${prov.sourceTool}` : "";
+      // Text around the key keeps its spaces for copy and tests; the flex gap draws them.
       head.append(el("span", {
         class: "badge provenance",
         "data-source": prov.sourceSessionKey || "",
         title: "inter-session message: routed from another session, not typed by a person",
-        text: `from ${from}${via}`,
-      }));
+      }, "from ", prov.sourceSessionKey ? keyText(from) : from, via));
     } else if (prov.kind) {
       head.append(el("span", { class: "badge", text: prov.kind.replace("_", " ") }));
     }
@@ -482,9 +518,11 @@ function renderTranscript(messages) {
   list.dataset.key = state.current;
 }
 
+// A link that opens a session: its middle-cut key, or `text` (the whole key as tooltip).
 function keyLink(key, text) {
   return el("a", { class: "key mono", href: `#session=${encodeURIComponent(key)}`,
-    onclick: (event) => { event.preventDefault(); openSession(key); }, text: text || key });
+    title: text ? key : null, onclick: (event) => { event.preventDefault(); openSession(key); } },
+  text || keyText(key));
 }
 
 // Children shown per node of the tree (newest first); one more is asked to know if there are.
@@ -496,10 +534,11 @@ async function childrenOf(key) {
 }
 
 async function subtree(row, depth) {
+  // One line per node: the key's last segment (whole key on hover), the label, the state.
   const item = el("li", { class: row.key === state.current ? "current" : null, "data-key": row.key },
-    el("span", { class: "node-key" }, keyLink(row.key)), " ",
-    row.label ? el("span", { class: "muted", text: row.label }) : null, " ",
-    runBadge(row.status));
+    el("div", { class: "node" }, keyLink(row.key, endFirst(lastSegment(row.key))), " ",
+      row.label ? el("span", { class: "muted node-label", title: row.label, text: row.label }) : null,
+      " ", runBadge(row.status)));
   if (depth < TREE_DEPTH) {
     const kids = await childrenOf(row.key);
     if (kids.length) {
@@ -518,7 +557,7 @@ async function renderTree(row) {
   const tree = $("tree");
   const root = el("ul", {}, await subtree(row, 0));
   const parts = [];
-  if (row.spawnedBy) parts.push(el("p", {}, "spawned by ", keyLink(row.spawnedBy)));
+  if (row.spawnedBy) parts.push(el("p", { class: "spawned-by" }, "spawned by ", keyLink(row.spawnedBy)));
   parts.push(root);
   if (!root.querySelector("ul")) parts.push(el("p", { class: "muted", text: "no spawned sessions" }));
   tree.replaceChildren(...parts);
@@ -688,6 +727,7 @@ document.addEventListener("DOMContentLoaded", () => {
   setInterval(tickTimes, TICK_MS);
   setInterval(() => { if (state.token && !$("app").hidden) loadBatches(); }, BATCHES_EVERY_MS);
   $("send-form").addEventListener("submit", send);
+  document.addEventListener("copy", copyKeys);
   const saved = localStorage.getItem(TOKEN_KEY);
   if (saved) {
     start(saved).catch((err) => showLogin(err instanceof AuthError ? "Sign in again." : String(err)));

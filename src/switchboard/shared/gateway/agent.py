@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import EllipsisType
 from typing import Any
@@ -65,6 +65,12 @@ class RunRequest:
     # A compare-and-set on the link's hash made in the step that records the run; when the
     # hash has moved on, nothing is recorded and `LinkMoved` is raised (`NewRun.link_advance`).
     link_advance: LinkAdvance | None = None
+    # A request's client-side tools and tool choice (`runtime.client_tools`), checked by
+    # the caller; with ``tool_results`` (the client's results for the calls the session's
+    # last run ended on) the run has no user message (``message`` is left empty).
+    client_tools: Sequence[Mapping[str, Any]] = ()
+    tool_choice: Any = None
+    tool_results: Sequence[Mapping[str, Any]] = ()
 
 
 def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
@@ -74,19 +80,21 @@ def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
     at once; the run executes on a worker.
     """
     text = req.message.strip()
-    if not text:
+    if not text and not req.tool_results:
         raise InvalidInput("message required", field="message")
     key = req.session_key
-    command = parse_send_command(text)
+    command = parse_send_command(text) if text else None
     if command is not None:
         return _apply_send_command(svc, req, command)
     if req.model:
         validate_model_ref(req.model, svc.config.models.providers)
     check_send_policy(svc, key, channel=req.channel, entry=req.entry)
     run_id = svc.store.ks.new_id_beside(key)  # in the session's slot group
-    message: dict[str, Any] = {"role": "user", "content": text, "timestamp": now_ms()}
-    if req.provenance:
-        message["provenance"] = dict(req.provenance)
+    message: dict[str, Any] | None = None
+    if text:
+        message = {"role": "user", "content": text, "timestamp": now_ms()}
+        if req.provenance:
+            message["provenance"] = dict(req.provenance)
     # Runs are capped at an hour (the broker visibility timeout is sized above it).
     timeout_s = min(req.timeout_s, 3600.0) if req.timeout_s and req.timeout_s > 0 else None
     run = NewRun(
@@ -104,6 +112,9 @@ def start_run(svc: Services, req: RunRequest) -> dict[str, Any]:
         link_record=req.link_record,
         watched=req.watched,
         link_advance=req.link_advance,
+        client_tools=req.client_tools,
+        tool_choice=req.tool_choice,
+        tool_results=req.tool_results,
     )
     existing: str | None = None
     if req.label or _delivery_route(req):

@@ -4,14 +4,26 @@ and a Responses API `response`. Pure functions of the run's record, shared by th
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from openai.types import CompletionUsage
-from openai.types.chat import ChatCompletion, ChatCompletionMessage
+from openai.types.chat import (
+    ChatCompletion,
+    ChatCompletionMessage,
+    ChatCompletionMessageFunctionToolCall,
+)
 from openai.types.chat.chat_completion import Choice
+from openai.types.chat.chat_completion_message_function_tool_call import Function
 from openai.types.responses import Response as OpenAIResponse
-from openai.types.responses import ResponseOutputMessage, ResponseOutputText, ResponseUsage
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputItem,
+    ResponseOutputMessage,
+    ResponseOutputText,
+    ResponseUsage,
+)
 from openai.types.responses.response_error import ResponseError
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 from pydantic import BaseModel
@@ -57,8 +69,16 @@ def usage_of(rec: RunRecord | None) -> CompletionUsage | None:
     return CompletionUsage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)
 
 
-def completion(turn: Turn, reply: str, usage: CompletionUsage | None) -> dict[str, Any]:
-    """A `chat.completion` object."""
+def completion(
+    turn: Turn, reply: str, usage: CompletionUsage | None, calls: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """A `chat.completion` object (with the client's tool ``calls``: `finish_reason`
+    "tool_calls")."""
+    message = ChatCompletionMessage(role="assistant", content=reply)
+    if calls:
+        message = ChatCompletionMessage(
+            role="assistant", content=reply or None, tool_calls=chat_tool_calls(calls)
+        )
     body = ChatCompletion(
         id=turn.completion_id,
         object="chat.completion",
@@ -67,14 +87,45 @@ def completion(turn: Turn, reply: str, usage: CompletionUsage | None) -> dict[st
         choices=[
             Choice(
                 index=0,
-                message=ChatCompletionMessage(role="assistant", content=reply),
-                finish_reason="stop",
+                message=message,
+                finish_reason="tool_calls" if calls else "stop",
                 logprobs=None,
             )
         ],
         usage=usage,
     )
     return body.model_dump(mode="json", exclude_unset=True)
+
+
+def chat_tool_calls(
+    calls: Sequence[Mapping[str, Any]],
+) -> list[ChatCompletionMessageFunctionToolCall]:
+    """A run's client calls as a chat message's `tool_calls`."""
+    return [
+        ChatCompletionMessageFunctionToolCall(
+            id=str(c["id"]),
+            type="function",
+            function=Function(name=str(c["name"]), arguments=str(c["arguments"])),
+        )
+        for c in calls
+    ]
+
+
+def function_call_items(
+    calls: Sequence[Mapping[str, Any]], *, done: bool = True
+) -> list[ResponseFunctionToolCall]:
+    """A run's client calls as a response's `function_call` output items."""
+    return [
+        ResponseFunctionToolCall(
+            type="function_call",
+            id=f"fc_{c['id']}",
+            call_id=str(c["id"]),
+            name=str(c["name"]),
+            arguments=str(c["arguments"]) if done else "",
+            status="completed" if done else "in_progress",
+        )
+        for c in calls
+    ]
 
 
 ResponseStatus = Literal["completed", "failed", "in_progress", "cancelled", "queued"]
@@ -136,6 +187,18 @@ def message_item(rec: ResponseRecord, text: str | None, done: bool) -> ResponseO
     )
 
 
+def _output(
+    rec: ResponseRecord, run: RunRecord | None, reply: str | None
+) -> list[ResponseOutputItem]:
+    """A completed response's output: its message, or the client's calls the run ended
+    on (after what the model said with them, if anything)."""
+    calls = run.tool_calls if run is not None else []
+    if not calls:
+        return [message_item(rec, reply, True)]
+    said: list[ResponseOutputItem] = [message_item(rec, reply, True)] if reply else []
+    return [*said, *function_call_items(calls)]
+
+
 def response_object(
     rec: ResponseRecord, run: RunRecord | None, status: ResponseStatus | None = None
 ) -> OpenAIResponse:
@@ -159,7 +222,7 @@ def response_object(
         incomplete_details=None,
         instructions=rec.instructions,
         metadata=dict(rec.metadata),
-        output=[message_item(rec, reply, True)] if done else [],
+        output=_output(rec, run, reply) if done else [],
         parallel_tool_calls=True,
         previous_response_id=rec.previous_response_id,
         temperature=None,

@@ -12,7 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, Valida
 
 from switchboard.shared.errors import InvalidInput
 
-Text = Annotated[StrictStr, Field(max_length=1_000_000)]
+# The longest message (and other free text) a method takes, in characters.
+MAX_MESSAGE_CHARS = 1_000_000
+Text = Annotated[StrictStr, Field(max_length=MAX_MESSAGE_CHARS)]
 ShortText = Annotated[StrictStr, Field(max_length=512)]
 Count = Annotated[int, Field(strict=True, ge=1, le=1_000_000)]
 

@@ -31,8 +31,10 @@ from switchboard.shared.store.runs import RunStore
 from switchboard.shared.store.sessions import SessionStore
 from switchboard.shared.store.spawns import SpawnStore
 from switchboard.shared.store.stats import ProgressReads, ServerStats
+from switchboard.shared.store.steering import SteerStore
 from switchboard.shared.store.sweeps import SweepStore
 from switchboard.shared.store.tokens import TokenStore
+from switchboard.shared.store.tool_slots import ToolSlotStore
 from switchboard.shared.store.transcripts import TranscriptStore
 from switchboard.shared.store.windows import TranscriptWindows
 from switchboard.shared.store.yields import YieldStore
@@ -56,6 +58,7 @@ __all__ = [
     "Store",
     "SweepStore",
     "TokenStore",
+    "ToolSlotStore",
     "TranscriptStore",
     "TranscriptWindows",
     "YieldStore",
@@ -99,6 +102,7 @@ class Store:
         self.flows = FlowStore(redis, self.ks)  # reply-back flows (sessions_send)
         self.spawns = SpawnStore(redis, self.ks, retention_s=retention_s)  # sub-agents, batches
         self.yields = YieldStore(redis, self.ks, retention_s=retention_s)  # sessions_yield
+        self.steering = SteerStore(redis, self.ks)  # sessions_send steer and notify
         # collector children, their completion logs and agents_wait's tokens
         self.collect = CollectStore(redis, self.ks, retention_s=retention_s)
         self.deliveries = DeliveryStore(redis, self.ks)
@@ -109,6 +113,7 @@ class Store:
         self.sweeps = SweepStore(redis, self.ks)  # the beat sweep's marks and stale entries
         self.tokens = TokenStore(redis, self.ks)  # scoped api tokens (hashes only)
         self.audit = AuditStore(redis, self.ks)  # calls made with scoped tokens
+        self.tool_slots = ToolSlotStore(redis, self.ks)  # tool servers' maxConcurrent slots
         # the Files and Batches API: files with their lines, batches with their admission
         self.files = FileStore(redis, self.ks, ttl_s=batch_retention_s)
         self.batches = BatchStore(redis, self.ks, ttl_s=batch_retention_s)

@@ -256,6 +256,17 @@ class Keyspace:
         """List: runs waiting for the session's lane, oldest first."""
         return f"{self._s(key)}laneq:{key}"
 
+    def steer_inbox(self, key: str) -> str:
+        """List: messages steered into the session's running turn (transcript-form JSON),
+        oldest first; a run takes them between its model steps, and they are removed by
+        the step that writes them to the transcript (its park or end)."""
+        return f"{self._s(key)}steer:{key}"
+
+    def notices(self, key: str) -> str:
+        """List: notifications for the session's next turn (transcript-form JSON), oldest
+        first; the next run's first claim moves them into the transcript."""
+        return f"{self._s(key)}notice:{key}"
+
     # -- reply-back flows (sessions_send) ----------------------------------------------
     def flow(self, flow_id: str) -> str:
         """Hash: one reply-back flow (requester, target, turn, max turns, replies, announce
@@ -327,6 +338,23 @@ class Keyspace:
     def collect_group(self, key: str, group_id: str) -> str:
         """Hash: one collector group of ``key`` (``active``, ``total`` children)."""
         return f"{self._s(key)}col:grp:{key}:{group_id}"
+
+    # -- tool servers (fleet-wide limits) -------------------------------------------------
+    def tool_slots(self, server: str) -> str:
+        """Sorted set: the calls holding one of a tool server's ``maxConcurrent`` slots,
+        holder id -> lease end (ms, Redis's clock); in the group of ``tool:<server>``, and
+        expiring with its last lease (`ToolSlotStore`)."""
+        return f"{self._s('tool:' + server)}tslots:{server}"
+
+    def tool_slot_queue(self, server: str) -> str:
+        """Sorted set: the processes with calls waiting for a slot of a tool server, in
+        line (process id -> ticket); beside `tool_slots`."""
+        return f"{self._s('tool:' + server)}tslots:{server}:q"
+
+    def tool_slot_seen(self, server: str) -> str:
+        """Hash: process id -> when it last asked for a slot of a tool server (ms, Redis's
+        clock); a process in line not seen for a while is dropped (it died)."""
+        return f"{self._s('tool:' + server)}tslots:{server}:seen"
 
     # -- api (home group) ---------------------------------------------------------------
     def auth_failures(self, client: str) -> str:

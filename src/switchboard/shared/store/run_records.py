@@ -84,6 +84,15 @@ class RunRecord:
     # The trace context the run was created in (W3C traceparent; None: tracing off): its
     # execution joins that trace (`switchboard.telemetry`).
     traceparent: str | None = None
+    # A request's client-side tools (`runtime.client_tools`): their definitions and the
+    # request's tool choice, offered to the model beside the agent's own.
+    client_tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_choice: Any = None
+    # The client's results for the calls the session's previous run ended on (a run
+    # that continues it has no user message: these join its history).
+    tool_results: list[dict[str, Any]] = field(default_factory=list)
+    # The client-side calls the run ended on (status ok): {id, name, arguments}.
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
     # Hashes the run's end step read for its follow-up step (Redis key -> decoded fields;
     # an absent hash is {}): the step takes them instead of reading them again.
     read_at_end: Mapping[str, Mapping[str, str]] = field(
@@ -141,6 +150,10 @@ class RunRecord:
             wake_run_id=h.get("wakeRunId") or None,
             cancel_at_ms=codec.as_int(h.get("cancelRequested")),
             traceparent=h.get("traceparent"),
+            client_tools=codec.as_json(h.get("clientTools"), []),
+            tool_choice=codec.as_json(h.get("toolChoice")),
+            tool_results=codec.as_json(h.get("toolResults"), []),
+            tool_calls=codec.as_json(h.get("toolCalls"), []),
         )
 
     def outcome(self) -> dict[str, Any]:
@@ -191,6 +204,11 @@ class NewRun:
     watched: bool = False
     # Inline attachments for the run's model (`runtime.attachments`), deleted at its end.
     attachments: Sequence[Mapping[str, Any]] = ()
+    # A request's client-side tools, its tool choice, and its results for the calls the
+    # session's previous run ended on (see `RunRecord`).
+    client_tools: Sequence[Mapping[str, Any]] = ()
+    tool_choice: Any = None
+    tool_results: Sequence[Mapping[str, Any]] = ()
 
 
 @dataclass(frozen=True)
@@ -272,6 +290,9 @@ class FinishResult:
     waiters: tuple[str, ...] = ()
     # The run as ended (read in the same step).
     run: RunRecord | None = None
+    # Not ended: messages were steered into the turn meanwhile (transcript form, oldest
+    # first); what it said so far is kept, and it goes on with them (finish_run.lua).
+    steered: tuple[dict[str, Any], ...] | None = None
 
 
 @dataclass(frozen=True)
