@@ -518,7 +518,8 @@ def test_sub_agents_may_not_spawn_at_the_default_depth(
     ctx = ToolContext(services=services, session_key=child, agent_id="main", spawn_depth=1)
     assert spec.handler(ctx, {"task": "nested"}) == {
         "status": "forbidden",
-        "error": "sessions_spawn is not allowed at this depth (current depth: 1, max: 1)",
+        "error": "sessions_spawn is not allowed at this depth (current depth: 1, max: 1; "
+        "agents.defaults.subagents.maxSpawnDepth).",
     }
     wait_done(services, first["runId"])
 
@@ -554,14 +555,15 @@ def test_max_children_per_session(worker: Any, client: httpx.Client, services: S
     batch = spawn(client, tasks=["go\n/reply b", "go\n/reply c"])
     assert batch == {
         "status": "forbidden",
-        "error": "sessions_spawn has reached max active children for this session (1/2); "
-        "a batch of 2 needs 1 more slot(s)",
+        "error": "sessions_spawn has reached max active children for this session (1/2; "
+        "agents.defaults.subagents.maxChildrenPerAgent). A batch of 2 needs 1 more slot(s).",
     }
     second = spawn(client, task="go\n/sleep 1.5\n/reply b")
     assert second["status"] == "accepted"
     assert spawn(client, task="x") == {
         "status": "forbidden",
-        "error": "sessions_spawn has reached max active children for this session (2/2)",
+        "error": "sessions_spawn has reached max active children for this session (2/2; "
+        "agents.defaults.subagents.maxChildrenPerAgent).",
     }
     wait_done(services, first["runId"])
     wait_done(services, second["runId"])
