@@ -65,7 +65,8 @@ def cross_visibility_message(action: Action) -> str:
     """The message for a cross-agent target when visibility is not ``all``."""
     return (
         f"{_PREFIX[action]} visibility is restricted. "
-        "Set tools.sessions.visibility=all to allow cross-agent access."
+        "Set tools.sessions.visibility=all to allow cross-agent access; "
+        "use tools.agentToAgent to restrict permitted agent pairs."
     )
 
 
