@@ -391,3 +391,26 @@ def test_task_ids_name_runs_in_list_wait_and_cancel(
         "cancelled": True,
     }
     wait_until(lambda: status_of(services, slow["runId"]) == "cancelled", what="the cancel")
+
+
+def test_delivery_status_uses_the_openclaw_vocabulary(
+    worker: Any, client: httpx.Client, rpc: Callable[..., Any], services: Services
+) -> None:
+    """ANNOUNCE_SKIP is `dismissed`, a fire-and-forget child `not_applicable`, an announced
+    one `delivered`, over /tools/invoke and from the model loop."""
+    skipped = spawn(client, task="go\n/reply ANNOUNCE_SKIP")
+    silent = spawn(client, task="go\n/reply x", expectsCompletionMessage=False)
+    told = spawn(client, task="go\n/reply y")
+    for run in (skipped, silent, told):
+        wait_until(lambda run=run: spawn_done(services, run["runId"]), what="the spawns")
+    expected = {
+        skipped["runId"]: "dismissed",
+        silent["runId"]: "not_applicable",
+        told["runId"]: "delivered",
+    }
+    listed = invoke(client, "subagents")
+    assert {t["taskId"]: t["deliveryStatus"] for t in listed["tasks"]} == expected
+    turn = rpc("agent", sessionKey="main", message="/tool subagents {}")
+    reply = rpc("agent.wait", runId=turn["runId"], timeoutMs=20_000)["reply"]
+    through_loop = json.loads(reply.splitlines()[0])
+    assert {t["taskId"]: t["deliveryStatus"] for t in through_loop["tasks"]} == expected

@@ -16,6 +16,7 @@ and so on (``SpawnStore.spawns_of``), never by argument.
   parked runs end ``cancelled`` at once, running ones are stopped by their worker
   (`runtime.cancel`); the requester is told once, by the cancelled run's own announce.
 
+A row's ``deliveryStatus`` is one of OpenClaw 2026.9.6's ``DELIVERY_STATUSES``.
 A row's ``status`` is OpenClaw's (``queued``, ``running``, ``waiting`` while the child's
 session is yielded, ``completed``, ``failed``, ``timed_out``, ``cancelled``; a lost run
 shows ``failed``); ``state`` is the run ledger's exact state (``lost`` included).
@@ -31,7 +32,13 @@ from switchboard.shared import keys as sk
 from switchboard.shared.flows.yield_wake import current_run
 from switchboard.shared.runtime.cancel import cancel_paused, cancel_run, cancel_session_runs
 from switchboard.shared.services import Services
-from switchboard.shared.store.run_records import TERMINAL, RunRecord, ledger_state, now_ms
+from switchboard.shared.store.run_records import (
+    ANNOUNCE_DELIVERY_STATUS,
+    TERMINAL,
+    RunRecord,
+    ledger_state,
+    now_ms,
+)
 from switchboard.shared.store.sessions import SessionEntry
 from switchboard.shared.store.spawns import SpawnRecord
 from switchboard.shared.tools.args import read_int, read_string
@@ -182,12 +189,10 @@ def _tree(svc: Services, root_key: str) -> list[_Node]:
 
 
 def _delivery_status(svc: Services, node: _Node) -> str:
-    """The announce's delivery: pending until it is sent, then the delivery's own status
-    (skipped for ANNOUNCE_SKIP or no announce asked, dropped when the requester is gone,
-    not_applicable for a collector child)."""
+    """The announce's delivery in OpenClaw 2026.9.6's vocabulary (`DELIVERY_STATUSES`)."""
     spawn = node.spawn
-    if spawn.get("collect"):  # a collector child is collected (agents_wait), not announced
-        return "not_applicable"
+    if spawn.get("collect") or spawn.get("expectsCompletionMessage") == "0":
+        return "not_applicable"  # collected with agents_wait, or no announce asked
     announce = str(spawn.get("announce") or "")
     delivery_id = spawn.get("deliveryId")
     if announce == "batched" and spawn.get("batchId"):
@@ -195,11 +200,12 @@ def _delivery_status(svc: Services, node: _Node) -> str:
         announce = str(batch.get("announce") or "") if batch else ""
         delivery_id = batch.get("deliveryId") if batch else None
     if announce in ("skipped", "dropped"):
-        return announce
+        return ANNOUNCE_DELIVERY_STATUS[announce]
     if announce != "delivered":
         return "pending"
-    if not delivery_id:  # a private turn of the requester (completionTarget: parent)
-        return "delivered"
+    if not delivery_id:  # completionTarget: parent, a private turn of the requester
+        # No turn started: the announce waits in the requester's session for its next one.
+        return "delivered" if spawn.get("announceRunId") else "session_queued"
     delivery = svc.store.deliveries.get(str(delivery_id))
     status = str(delivery.get("status") or "") if delivery else "delivered"
     return _DELIVERY_STATUS.get(status, "pending")
