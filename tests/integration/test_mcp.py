@@ -181,6 +181,7 @@ def test_http_acting_as_a_subagent_offers_what_its_policy_allows(
         "sessions_history",
         "sessions_spawn",
         "sessions_yield",
+        "sessions_search",
         "subagents",
         "agents_wait",
     }

@@ -223,6 +223,15 @@ def _sessions_list(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     return result | {"scope": scope}
 
 
+def visible_sessions(ctx: ToolContext, limit: int) -> tuple[list[SessionEntry], bool]:
+    """The ``limit`` most recently updated sessions the caller may see (the listing's
+    sources, no filter), and whether more visible sessions exist beyond them."""
+    query = ListQuery(kinds=None, limit=limit, min_updated_ms=None, message_limit=0)
+    guard = visibility_guard(ctx)
+    found = _candidates(ctx, guard, _agents_in_reach(ctx.services.config, ctx.agent_id), query)
+    return found.entries[:limit], found.partial or len(found.entries) > limit
+
+
 def _candidates(
     ctx: ToolContext, guard: VisibilityGuard, reach: list[str] | None, query: ListQuery
 ) -> _Found:
