@@ -42,6 +42,9 @@ MAX_TERMS = 8
 SCAN_SESSIONS = 200
 SCAN_MESSAGES = 100
 ONE_SESSION_MESSAGES = 2000
+# Candidates read per hit wanted: a candidate may be a tool result, or match only in JSON
+# keys, and then does not count.
+_READ_FACTOR = 4
 _ROLES = ("user", "assistant")
 _WORD = re.compile(r"\w+")
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
@@ -135,8 +138,12 @@ def sessions_search(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     terms = _terms(query)
     needles = [t.translate(_ASCII_LOWER) for t in terms]
     phrase = " ".join(query.lower().split())
+    store = ctx.services.store.search
+    found = store.scan(keys, needles, phrase.translate(_ASCII_LOWER), per_session)
+    # The best by weight, newest first among equals, read whole and confirmed.
+    found.sort(key=lambda c: (c.weight, c.seq), reverse=True)
     scored = []
-    for cand in ctx.services.store.search.scan(keys, needles, per_session):
+    for cand in store.read(found[: limit * _READ_FACTOR]):
         if cand.message.get("role") not in _ROLES:
             continue
         text = _text_of(cand.message)
