@@ -414,3 +414,8 @@ def test_delivery_status_uses_the_openclaw_vocabulary(
     reply = rpc("agent.wait", runId=turn["runId"], timeoutMs=20_000)["reply"]
     through_loop = json.loads(reply.splitlines()[0])
     assert {t["taskId"]: t["deliveryStatus"] for t in through_loop["tasks"]} == expected
+    # The console's spawn tree reads the same statuses from the gateway's sessions.list.
+    rows = rpc("sessions.list", spawnedBy="main", limit=10)["sessions"]
+    keys = {r["childSessionKey"]: r["runId"] for r in (skipped, silent, told)}
+    assert {expected[keys[row["key"]]] for row in rows} == set(expected.values())
+    assert all(row["deliveryStatus"] == expected[keys[row["key"]]] for row in rows)

@@ -16,7 +16,7 @@ and so on (``SpawnStore.spawns_of``), never by argument.
   parked runs end ``cancelled`` at once, running ones are stopped by their worker
   (`runtime.cancel`); the requester is told once, by the cancelled run's own announce.
 
-A row's ``deliveryStatus`` is one of OpenClaw 2026.9.6's ``DELIVERY_STATUSES``.
+A row's ``deliveryStatus`` is OpenClaw 2026.9.6's (`gateway.completion`).
 A row's ``status`` is OpenClaw's (``queued``, ``running``, ``waiting`` while the child's
 session is yielded, ``completed``, ``failed``, ``timed_out``, ``cancelled``; a lost run
 shows ``failed``); ``state`` is the run ledger's exact state (``lost`` included).
@@ -30,10 +30,10 @@ from typing import Any
 
 from switchboard.shared import keys as sk
 from switchboard.shared.flows.yield_wake import current_run
+from switchboard.shared.gateway.completion import delivery_status
 from switchboard.shared.runtime.cancel import cancel_paused, cancel_run, cancel_session_runs
 from switchboard.shared.services import Services
 from switchboard.shared.store.run_records import (
-    ANNOUNCE_DELIVERY_STATUS,
     TERMINAL,
     RunRecord,
     ledger_state,
@@ -57,8 +57,6 @@ LEAF_CANNOT_CONTROL = "Leaf subagents cannot cancel other sessions."
 TOO_MANY_RUNS = f"subagents wait supports at most {MAX_WAIT_RUNS} taskIds."
 # OpenClaw's row status of each ledger state (a lost run shows as failed there).
 _ROW_STATUS = {"succeeded": "completed", "lost": "failed"}
-# A delivery record's status as the row's deliveryStatus.
-_DELIVERY_STATUS = {"delivered": "delivered", "failed": "failed", "denied": "failed"}
 
 DESCRIPTION = (
     "List native subagents, wait for selected taskIds, or cancel a taskId and its "
@@ -188,29 +186,6 @@ def _tree(svc: Services, root_key: str) -> list[_Node]:
     return out
 
 
-def _delivery_status(svc: Services, node: _Node) -> str:
-    """The announce's delivery in OpenClaw 2026.9.6's vocabulary (`DELIVERY_STATUSES`)."""
-    spawn = node.spawn
-    if spawn.get("collect") or spawn.get("expectsCompletionMessage") == "0":
-        return "not_applicable"  # collected with agents_wait, or no announce asked
-    announce = str(spawn.get("announce") or "")
-    delivery_id = spawn.get("deliveryId")
-    if announce == "batched" and spawn.get("batchId"):
-        batch = svc.store.spawns.get_batch(str(spawn["batchId"]))
-        announce = str(batch.get("announce") or "") if batch else ""
-        delivery_id = batch.get("deliveryId") if batch else None
-    if announce in ("skipped", "dropped"):
-        return ANNOUNCE_DELIVERY_STATUS[announce]
-    if announce != "delivered":
-        return "pending"
-    if not delivery_id:  # completionTarget: parent, a private turn of the requester
-        # No turn started: the announce waits in the requester's session for its next one.
-        return "delivered" if spawn.get("announceRunId") else "session_queued"
-    delivery = svc.store.deliveries.get(str(delivery_id))
-    status = str(delivery.get("status") or "") if delivery else "delivered"
-    return _DELIVERY_STATUS.get(status, "pending")
-
-
 def _row(svc: Services, node: _Node, now: int) -> dict[str, Any]:
     """One run as `list` and `wait` show it."""
     spawn = node.spawn
@@ -231,7 +206,7 @@ def _row(svc: Services, node: _Node, now: int) -> dict[str, Any]:
         if error:
             outcome["error"] = _short(str(error), 120)
         row["outcome"] = outcome
-    row["deliveryStatus"] = _delivery_status(svc, node)
+    row["deliveryStatus"] = delivery_status(svc, node.spawn)
     started = (node.run.started_at_ms if node.run is not None else None) or spawn.get("startedAt")
     if started:
         row["startedAt"] = started
