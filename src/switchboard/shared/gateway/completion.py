@@ -10,6 +10,8 @@ collector child, or no announce asked).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from switchboard.shared.services import Services
 from switchboard.shared.store.run_records import ANNOUNCE_DELIVERY_STATUS
 from switchboard.shared.store.spawns import SpawnRecord
@@ -39,12 +41,8 @@ def delivery_status(svc: Services, spawn: SpawnRecord) -> str:
     return _DELIVERY_STATUS.get(status, "pending")
 
 
-def children_delivery_status(svc: Services, requester_key: str) -> dict[str, str]:
-    """The completion delivery status of each child session ``requester_key`` spawned."""
-    spawns = svc.store.spawns
-    [ids] = spawns.spawn_ids_of_many([requester_key])
-    return {
-        str(s.get("childKey")): delivery_status(svc, s)
-        for s in spawns.get_many(ids)
-        if s is not None and s.get("childKey")
-    }
+def delivery_statuses(svc: Services, spawn_ids: Sequence[str]) -> dict[str, str]:
+    """The completion delivery status of each of these spawns (by spawn id; a spawn gone
+    meanwhile is left out), its records read in one round trip."""
+    records = svc.store.spawns.get_many(list(spawn_ids))
+    return {s.id: delivery_status(svc, s) for s in records if s is not None}

@@ -10,7 +10,7 @@ from typing import Any
 from switchboard.shared import keys as sk
 from switchboard.shared.delivery import deliveries_for
 from switchboard.shared.errors import Conflict, InvalidInput, NotFound
-from switchboard.shared.gateway.completion import children_delivery_status
+from switchboard.shared.gateway.completion import delivery_statuses
 from switchboard.shared.gateway.resolve import key_options, resolve_label, resolve_session_ref
 from switchboard.shared.runtime.models import validate_model_ref
 from switchboard.shared.services import Services
@@ -90,9 +90,9 @@ def sessions_list_method(svc: Services, params: Mapping[str, Any]) -> dict[str, 
         if (keys is not None and offset >= len(keys)) or (keys is None and cursor is None):
             break
     if parent is not None and rows:  # children: where each one's completion delivery stands
-        statuses = children_delivery_status(svc, parent)
+        statuses = delivery_statuses(svc, [str(r["spawnId"]) for r in rows if r.get("spawnId")])
         for row in rows:
-            if status := statuses.get(row["key"]):
+            if status := statuses.get(str(row.get("spawnId"))):
                 row["deliveryStatus"] = status
     return {
         "ts": now_ms(),
