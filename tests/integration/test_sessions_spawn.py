@@ -573,6 +573,25 @@ def test_max_children_per_session(worker: Any, client: httpx.Client, services: S
         wait_done(services, run["runId"])
 
 
+@pytest.mark.parametrize("config_data", [subagents(maxChildrenPerAgent=1)], indirect=True)
+def test_admission_text_reaches_the_model(
+    worker: Any, rpc: Callable[..., Any], services: Services
+) -> None:
+    """A model spawning past maxChildrenPerAgent reads OpenClaw 2026.9.6's text, naming
+    the config key, as its tool result."""
+    call = "/tool sessions_spawn " + json.dumps({"task": "go\n/sleep 1\n/reply a"})
+    turn = rpc("agent", sessionKey="main", message=f"{call}\n{call}")
+    reply = rpc("agent.wait", runId=turn["runId"], timeoutMs=20_000)["reply"]
+    first, second = (json.loads(line) for line in reply.splitlines()[:2])
+    assert first["status"] == "accepted"
+    assert second == {
+        "status": "forbidden",
+        "error": "sessions_spawn has reached max active children for this session (1/1; "
+        "agents.defaults.subagents.maxChildrenPerAgent).",
+    }
+    wait_done(services, first["runId"])
+
+
 # -- the sub-agent tool policy ---------------------------------------------------------------
 
 
