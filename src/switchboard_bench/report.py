@@ -164,7 +164,7 @@ def _git_commit() -> str | None:
 
 TABLE_START = "<!-- bench:tables (written by switchboard bench) -->"
 TABLE_END = "<!-- /bench:tables -->"
-_ORDER = ("latency", "throughput", "listing", "history", "fanout", "parked", "scale")
+_ORDER = ("latency", "throughput", "listing", "history", "search", "fanout", "parked", "scale")
 
 
 def write_readme(out_dir: Path) -> Path:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -208,6 +209,8 @@ def test_console_shows_sessions_flows_deliveries_and_live_replies(
     expect(page.locator("#detail-title")).to_have_text(MAIN)
     node = page.locator(f'#tree li[data-key="{child}"]')
     expect(node).to_contain_text("summarizer")
+    # Its completion delivery, in OpenClaw 2026.9.6's vocabulary (its webhook POST was seen).
+    expect(node.locator(".badge.delivery").first).to_have_text(re.compile(r"^(pending|delivered)$"))
     node.locator("a").first.click()
     expect(page.locator("#detail-title")).to_have_text(child)
     expect(page.locator("#tree")).to_contain_text(f"spawned by {MAIN}")

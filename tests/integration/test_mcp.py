@@ -181,6 +181,7 @@ def test_http_acting_as_a_subagent_offers_what_its_policy_allows(
         "sessions_history",
         "sessions_spawn",
         "sessions_yield",
+        "sessions_search",
         "subagents",
         "agents_wait",
     }
@@ -293,3 +294,21 @@ def test_mcp_command_rejects_an_unknown_session_id_clearly(
     err = capsys.readouterr().err
     assert f"Session not found: {missing}" in err
     assert "Traceback" not in err
+
+
+def test_http_sessions_search_answers_as_over_tools_invoke(
+    api_url: str, services: Services
+) -> None:
+    """sessions_search is listed over MCP and its hits are the tool's JSON result."""
+    services.store.sessions.ensure(TARGET, on_create={})
+    message = {"role": "user", "content": [{"type": "text", "text": "the wombat report"}]}
+    services.store.transcripts.append(TARGET, message, 1)
+
+    async def use(session: ClientSession) -> tuple[set[str], dict[str, Any]]:
+        names = await tool_names(session)
+        return names, await call(session, "sessions_search", query="wombat", sessionKey=TARGET)
+
+    names, found = http_session(api_url, use)
+    assert "sessions_search" in names
+    [hit] = found["results"]
+    assert (hit["sessionKey"], hit["snippet"], hit["role"]) == (TARGET, "the wombat report", "user")

@@ -141,7 +141,8 @@ def test_counts_runs_rounds_announces_and_deliveries_exactly(
 def test_skipped_announce_and_failed_delivery_are_counted_by_outcome(
     worker: Any, client: httpx.Client, services: Services, webhook: WebhookReceiver
 ) -> None:
-    """A child answering ANNOUNCE_SKIP counts `skipped`; a webhook refusing counts `failed`."""
+    """A child answering ANNOUNCE_SKIP counts `skipped` (delivery status `dismissed`); a
+    webhook refusing counts `failed`."""
     spawned = invoke(client, "sessions_spawn", task="go\n/reply ANNOUNCE_SKIP")
     spawn_id = str(services.store.runs.get(spawned["runId"]).meta["spawnId"])  # type: ignore[union-attr]
     spawn = wait_until(
@@ -162,6 +163,11 @@ def test_skipped_announce_and_failed_delivery_are_counted_by_outcome(
     assert value(samples, "switchboard_announces_total", kind="a2a", outcome="delivered") == 1
     assert value(samples, "switchboard_deliveries_total", outcome="failed") == 1
     assert value(samples, "switchboard_deliveries_total", outcome="delivered") == 0
+    # The same completion in OpenClaw 2026.9.6's delivery vocabulary; every status shows.
+    statuses = ("pending", "delivered", "session_queued", "failed", "parent_missing")
+    assert value(samples, "switchboard_subagent_deliveries_total", status="dismissed") == 1
+    for status in (*statuses, "not_applicable"):
+        assert value(samples, "switchboard_subagent_deliveries_total", status=status) == 0
 
 
 def test_queue_depths_sum_every_priority_list(

@@ -183,7 +183,8 @@ def test_another_agent_needs_visibility_all(
         assert invoke("session_status", {"sessionKey": target}) == {
             "status": "forbidden",
             "error": "Session status visibility is restricted. "
-            "Set tools.sessions.visibility=all to allow cross-agent access.",
+            "Set tools.sessions.visibility=all to allow cross-agent access; "
+            "use tools.agentToAgent to restrict permitted agent pairs.",
         }
 
 

@@ -518,7 +518,8 @@ def test_sub_agents_may_not_spawn_at_the_default_depth(
     ctx = ToolContext(services=services, session_key=child, agent_id="main", spawn_depth=1)
     assert spec.handler(ctx, {"task": "nested"}) == {
         "status": "forbidden",
-        "error": "sessions_spawn is not allowed at this depth (current depth: 1, max: 1)",
+        "error": "sessions_spawn is not allowed at this depth (current depth: 1, max: 1; "
+        "agents.defaults.subagents.maxSpawnDepth).",
     }
     wait_done(services, first["runId"])
 
@@ -554,14 +555,15 @@ def test_max_children_per_session(worker: Any, client: httpx.Client, services: S
     batch = spawn(client, tasks=["go\n/reply b", "go\n/reply c"])
     assert batch == {
         "status": "forbidden",
-        "error": "sessions_spawn has reached max active children for this session (1/2); "
-        "a batch of 2 needs 1 more slot(s)",
+        "error": "sessions_spawn has reached max active children for this session (1/2; "
+        "agents.defaults.subagents.maxChildrenPerAgent). A batch of 2 needs 1 more slot(s).",
     }
     second = spawn(client, task="go\n/sleep 1.5\n/reply b")
     assert second["status"] == "accepted"
     assert spawn(client, task="x") == {
         "status": "forbidden",
-        "error": "sessions_spawn has reached max active children for this session (2/2)",
+        "error": "sessions_spawn has reached max active children for this session (2/2; "
+        "agents.defaults.subagents.maxChildrenPerAgent).",
     }
     wait_done(services, first["runId"])
     wait_done(services, second["runId"])
@@ -569,6 +571,25 @@ def test_max_children_per_session(worker: Any, client: httpx.Client, services: S
     assert again["status"] == "accepted"
     for run in again["runs"]:
         wait_done(services, run["runId"])
+
+
+@pytest.mark.parametrize("config_data", [subagents(maxChildrenPerAgent=1)], indirect=True)
+def test_admission_text_reaches_the_model(
+    worker: Any, rpc: Callable[..., Any], services: Services
+) -> None:
+    """A model spawning past maxChildrenPerAgent reads OpenClaw 2026.9.6's text, naming
+    the config key, as its tool result."""
+    call = "/tool sessions_spawn " + json.dumps({"task": "go\n/sleep 1\n/reply a"})
+    turn = rpc("agent", sessionKey="main", message=f"{call}\n{call}")
+    reply = rpc("agent.wait", runId=turn["runId"], timeoutMs=20_000)["reply"]
+    first, second = (json.loads(line) for line in reply.splitlines()[:2])
+    assert first["status"] == "accepted"
+    assert second == {
+        "status": "forbidden",
+        "error": "sessions_spawn has reached max active children for this session (1/1; "
+        "agents.defaults.subagents.maxChildrenPerAgent).",
+    }
+    wait_done(services, first["runId"])
 
 
 # -- the sub-agent tool policy ---------------------------------------------------------------

@@ -269,20 +269,23 @@ def test_an_orchestrator_yields_and_completes_once_its_wake_run_answers(
 
 
 @pytest.mark.parametrize("config_data", [NESTED], indirect=True)
-def test_a_leaf_is_not_offered_the_tool(
+def test_a_leaf_is_offered_the_tool_to_wait_for_a_message(
     worker: Any, client: httpx.Client, services: Services
 ) -> None:
-    """A leaf spawns nothing, so it has nothing to wait for: the tool is not offered."""
+    """A leaf spawns nothing, but keeps the tool (OpenClaw 2026.9.6): with nothing pending a
+    plain yield is refused with the no-work text, `waitFor: "message"` yields; an
+    orchestrator yields for its children."""
     orch = invoke(client, "sessions_spawn", task="go\n/sleep 1\n/reply done")
     ended(services, orch["runId"])
     orchestrator = orch["childSessionKey"]
     leaf = invoke(client, "sessions_spawn", orchestrator, task=child_task("leaf-out", 1.5))
     assert leaf["status"] == "accepted"
-    refused = client.post(
+    plain = client.post(
         "/tools/invoke",
         json={"tool": "sessions_yield", "args": {}, "sessionKey": leaf["childSessionKey"]},
     )
-    assert refused.status_code == 404
+    assert plain.status_code == 200, plain.text
+    assert plain.json()["result"]["status"] == "error"
     offered = client.post(
         "/tools/invoke",
         json={"tool": "sessions_yield", "args": {}, "sessionKey": orchestrator},

@@ -191,7 +191,8 @@ def test_max_children_per_agent_holds_at_each_level(
     refused = spawn(client, task="go\n/reply b")
     assert refused == {
         "status": "forbidden",
-        "error": "sessions_spawn has reached max active children for this session (1/1)",
+        "error": "sessions_spawn has reached max active children for this session (1/1; "
+        "agents.defaults.subagents.maxChildrenPerAgent).",
     }
     assert services.store.spawns.active_children(MAIN) == [child]
     wait_until(lambda: len(tool_results(services, child)) == 2, what="the child's two calls")
@@ -199,7 +200,8 @@ def test_max_children_per_agent_holds_at_each_level(
     assert first["status"] == "accepted"
     assert second == {
         "status": "forbidden",
-        "error": "sessions_spawn has reached max active children for this session (1/1)",
+        "error": "sessions_spawn has reached max active children for this session (1/1; "
+        "agents.defaults.subagents.maxChildrenPerAgent).",
     }
     wait_done(services, top["runId"])
     wait_done(services, first["runId"])
@@ -245,5 +247,6 @@ def test_depth_limit_refuses_a_leaf_and_a_grandchild_parent_turn(
     )
     assert spec.handler(ctx, {"task": "deeper"}) == {
         "status": "forbidden",
-        "error": "sessions_spawn is not allowed at this depth (current depth: 2, max: 2)",
+        "error": "sessions_spawn is not allowed at this depth (current depth: 2, max: 2; "
+        "agents.defaults.subagents.maxSpawnDepth).",
     }

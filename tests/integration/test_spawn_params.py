@@ -1,6 +1,6 @@
 """`sessions_spawn`'s newer OpenClaw parameters, end to end (real api, worker and Redis):
 `context: "fork"`, `expectsCompletionMessage: false`, `completionTarget: "parent"`,
-`attachments`, `taskName`, `runTimeoutSeconds` / `timeoutSeconds` and the refused
+`attachments`, `taskName`, `runTimeoutSeconds` (`timeoutSeconds` refused) and the refused
 channel-delivery keys, over /tools/invoke and through the model loop (the echo model's
 `/tool` directive)."""
 
@@ -496,16 +496,30 @@ def test_invalid_task_names(
     assert subagent_sessions(services) == []
 
 
-def test_run_timeout_seconds_and_its_older_name(
+TIMEOUT_REFUSED = (
+    'sessions_spawn does not support "timeoutSeconds". Use "runTimeoutSeconds" for a '
+    "per-run timeout."
+)
+
+
+def test_run_timeout_seconds_and_the_refused_older_name(
     worker: Any, client: httpx.Client, services: Services
 ) -> None:
-    """An integer >= 0 (a numeric string too); `timeoutSeconds` still works; anything
-    else is OpenClaw's error."""
+    """An integer >= 0 (a numeric string too); anything else is OpenClaw's error; the older
+    `timeoutSeconds` is refused with OpenClaw 2026.9.6's text (in a batch entry too)."""
     for bad in ("soon", -1, 1.5, True):
         resp = invoke(client, {"task": "x", "runTimeoutSeconds": bad})
         assert resp.status_code == 400, bad
         assert resp.json()["error"]["message"] == "runTimeoutSeconds must be a non-negative integer"
-    old = spawn(client, task="go\n/sleep 4\n/reply late", timeoutSeconds=1)
+    for args in (
+        {"task": "x", "timeoutSeconds": 1},
+        {"tasks": [{"task": "x", "timeoutSeconds": 1}]},
+    ):
+        resp = invoke(client, args)
+        assert resp.status_code == 400
+        assert resp.json()["error"]["message"] == TIMEOUT_REFUSED
+    assert subagent_sessions(services) == []
+    old = spawn(client, task="go\n/sleep 4\n/reply late", runTimeoutSeconds=1)
     as_text = spawn(client, task="go\n/reply fine", runTimeoutSeconds="30")
     assert wait_done(services, old["runId"])["outcome"] == "timeout"
     assert wait_done(services, as_text["runId"])["runTimeoutSeconds"] == 30
@@ -524,6 +538,20 @@ def test_channel_delivery_keys_are_refused(
     assert resp.json()["error"]["message"] == (
         f'sessions_spawn does not support "{key}"; remove channel-delivery parameters.'
     )
+    assert subagent_sessions(services) == []
+
+
+def test_timeout_seconds_refused_through_the_model_loop(
+    worker: Any, rpc: Callable[..., Any], services: Services
+) -> None:
+    """A model passing `timeoutSeconds` gets `status: error` with OpenClaw 2026.9.6's text."""
+    agent_turn(rpc, "/tool sessions_spawn " + json.dumps({"task": "x", "timeoutSeconds": 5}))
+    [text] = tool_results(services, MAIN)
+    assert json.loads(text) == {
+        "status": "error",
+        "tool": "sessions_spawn",
+        "error": TIMEOUT_REFUSED,
+    }
     assert subagent_sessions(services) == []
 
 

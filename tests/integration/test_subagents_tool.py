@@ -186,11 +186,12 @@ def test_wait_refuses_bad_selections(worker: Any, client: httpx.Client) -> None:
     assert waited["reason"] == "unavailable"
     assert waited["unavailable"] == [other["runId"], "nope"] and waited["runs"] == []
     many = [f"run-{n}" for n in range(33)]
-    assert invoke(client, "subagents", action="wait", runIds=many) == {
+    assert invoke(client, "subagents", action="wait", taskIds=many) == {
         "status": "error",
         "action": "wait",
-        "error": "At most 32 runIds may be waited for",
+        "error": "subagents wait supports at most 32 taskIds.",
     }
+    assert invoke(client, "subagents", action="wait")["error"] == "taskIds required"
     assert invoke(client, "subagents", action="steer")["error"] == "Unsupported action."
 
 
@@ -263,8 +264,8 @@ def test_cancel_of_a_grandparent_cancels_two_levels_below(
     listed = invoke(client, "subagents")
     assert listed["active"] == [] and listed["recent"][0]["state"] == "cancelled"
     again = invoke(client, "subagents", action="cancel", runId=top["runId"])
-    assert (again["status"], again["cancelled"]) == ("ok", False)
-    assert again["reason"] == "run already ended (cancelled)"
+    assert (again["status"], again["found"], again["cancelled"]) == ("error", True, False)
+    assert again["reason"] == "task already ended (cancelled)"
 
 
 def test_cancel_from_an_agent_run_stops_a_queued_child_without_running_it(
@@ -298,13 +299,20 @@ def test_cancel_outside_the_callers_tree_is_refused(
         client, "subagents", mine["childSessionKey"], action="cancel", runId=sibling["runId"]
     )
     assert refused == {
-        "status": "forbidden",
+        "status": "error",
         "action": "cancel",
+        "taskId": sibling["runId"],
         "runId": sibling["runId"],
-        "error": "Run outside the controlled session tree.",
+        "found": False,
+        "cancelled": False,
+        "reason": "Task outside session tree.",
+        "error": "Task outside session tree.",
     }
-    assert invoke(client, "subagents", action="cancel", runId="no-such-run")["status"] == (
-        "forbidden"
+    unknown = invoke(client, "subagents", action="cancel", taskId="no-such-run")
+    assert (unknown["status"], unknown["taskId"], unknown["found"]) == (
+        "error",
+        "no-such-run",
+        False,
     )
     assert status_of(services, sibling["runId"]) == "running"
     for run in (mine, sibling):
@@ -355,3 +363,59 @@ def test_cancel_of_a_yielded_child_ends_it_cancelled_and_tells_the_parent_once(
     assert services.store.runs.lane_holder(key) is None
     entry = services.store.sessions.get(key)
     assert entry is not None and not entry.get("yieldedAt")
+
+
+def test_task_ids_name_runs_in_list_wait_and_cancel(
+    worker: Any, client: httpx.Client, rpc: Callable[..., Any], services: Services
+) -> None:
+    """OpenClaw 2026.9.6's ids: list has taskTotal and tasks[] rows with taskId, wait takes
+    taskIds, cancel takes taskId and answers {status, taskId, found, cancelled}, over
+    /tools/invoke and from the model loop."""
+    done = spawn(client, task="go\n/reply finished")
+    slow = spawn(client, task="go\n/sleep 30")
+    wait_until(lambda: spawn_done(services, done["runId"]), what="the quick child's announce")
+    listed = invoke(client, "subagents")
+    assert listed["taskTotal"] == 2
+    assert {t["taskId"] for t in listed["tasks"]} == {done["runId"], slow["runId"]}
+    assert all(t["taskId"] == t["runId"] for t in listed["tasks"])
+    waited = invoke(client, "subagents", action="wait", taskIds=[done["runId"]], timeoutSeconds=0)
+    assert (waited["reason"], waited["completed"]) == ("completed", [done["runId"]])
+    args = json.dumps({"action": "cancel", "taskId": slow["runId"]})
+    turn = rpc("agent", sessionKey="main", message=f"/tool subagents {args}")
+    reply = rpc("agent.wait", runId=turn["runId"], timeoutMs=20_000)["reply"]
+    cancelled = json.loads(reply.splitlines()[0])
+    assert {k: cancelled[k] for k in ("status", "taskId", "found", "cancelled")} == {
+        "status": "cancelled",
+        "taskId": slow["runId"],
+        "found": True,
+        "cancelled": True,
+    }
+    wait_until(lambda: status_of(services, slow["runId"]) == "cancelled", what="the cancel")
+
+
+def test_delivery_status_uses_the_openclaw_vocabulary(
+    worker: Any, client: httpx.Client, rpc: Callable[..., Any], services: Services
+) -> None:
+    """ANNOUNCE_SKIP is `dismissed`, a fire-and-forget child `not_applicable`, an announced
+    one `delivered`, over /tools/invoke and from the model loop."""
+    skipped = spawn(client, task="go\n/reply ANNOUNCE_SKIP")
+    silent = spawn(client, task="go\n/reply x", expectsCompletionMessage=False)
+    told = spawn(client, task="go\n/reply y")
+    for run in (skipped, silent, told):
+        wait_until(lambda run=run: spawn_done(services, run["runId"]), what="the spawns")
+    expected = {
+        skipped["runId"]: "dismissed",
+        silent["runId"]: "not_applicable",
+        told["runId"]: "delivered",
+    }
+    listed = invoke(client, "subagents")
+    assert {t["taskId"]: t["deliveryStatus"] for t in listed["tasks"]} == expected
+    turn = rpc("agent", sessionKey="main", message="/tool subagents {}")
+    reply = rpc("agent.wait", runId=turn["runId"], timeoutMs=20_000)["reply"]
+    through_loop = json.loads(reply.splitlines()[0])
+    assert {t["taskId"]: t["deliveryStatus"] for t in through_loop["tasks"]} == expected
+    # The console's spawn tree reads the same statuses from the gateway's sessions.list.
+    rows = rpc("sessions.list", spawnedBy="main", limit=10)["sessions"]
+    keys = {r["childSessionKey"]: r["runId"] for r in (skipped, silent, told)}
+    assert {expected[keys[row["key"]]] for row in rows} == set(expected.values())
+    assert all(row["deliveryStatus"] == expected[keys[row["key"]]] for row in rows)

@@ -192,7 +192,8 @@ def test_tree_history_allows_listed_sessions_and_forbids_the_rest(
     assert invoke("sessions_history", {"sessionKey": family["ops_main"]}) == {
         "status": "forbidden",
         "error": "Session history visibility is restricted. "
-        "Set tools.sessions.visibility=all to allow cross-agent access.",
+        "Set tools.sessions.visibility=all to allow cross-agent access; "
+        "use tools.agentToAgent to restrict permitted agent pairs.",
     }
 
 
@@ -220,7 +221,8 @@ def test_agent_lists_every_session_of_the_callers_agent_only(
     assert invoke("sessions_history", {"sessionKey": family["ops_child"]}) == {
         "status": "forbidden",
         "error": "Session history visibility is restricted. "
-        "Set tools.sessions.visibility=all to allow cross-agent access.",
+        "Set tools.sessions.visibility=all to allow cross-agent access; "
+        "use tools.agentToAgent to restrict permitted agent pairs.",
     }
 
 
@@ -829,7 +831,8 @@ def test_the_read_tools_are_offered_to_agent_runs(
     assert cross == {
         "status": "forbidden",
         "error": "Session history visibility is restricted. "
-        "Set tools.sessions.visibility=all to allow cross-agent access.",
+        "Set tools.sessions.visibility=all to allow cross-agent access; "
+        "use tools.agentToAgent to restrict permitted agent pairs.",
     }
     assert missing == {
         "status": "error",

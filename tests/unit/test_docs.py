@@ -168,7 +168,7 @@ def _documented_defaults() -> dict[str, str]:
             found.update(dict(zip(full, values, strict=True)))
         section = keys[0].removesuffix(".*")
         for quoted, value, named, number in re.findall(
-            r"`(\w+)` (\d+)\b|\b(\w+): (\d+)\b", meaning
+            r"`(\w+)` (\d+)\b|\b([A-Za-z]\w*): (\d+)\b", meaning
         ):
             found[f"{section}.{quoted or named}"] = value or number
     return found

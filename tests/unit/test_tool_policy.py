@@ -143,3 +143,33 @@ def test_the_session_catalog_installs_the_sub_agent_offer() -> None:
     registry = register_session_tools(ToolRegistry())
     assert registry.offer is tools_for_session
     assert registry.names() == sorted(spec.name for spec in ALL_TOOLS)
+
+
+NINE_SIX = [
+    ToolInfo(name)
+    for name in (
+        "gateway",
+        "message",
+        "automations",
+        "conversations_list",
+        "conversations_read",
+        "memory_search",
+        "web_search",
+    )
+]
+
+
+def test_openclaw_2026_9_6_always_denied_list() -> None:
+    """Every sub-agent loses gateway, message, automations and conversations_*; memory
+    tools are no longer denied."""
+    for role in ("orchestrator", "leaf"):
+        assert allowed_tools(role, NINE_SIX) == ["memory_search", "web_search"]  # type: ignore[arg-type]
+    rules = ToolRules(also_allow=("conversations_read",))
+    assert "conversations_read" in allowed_tools("leaf", NINE_SIX, rules)
+
+
+def test_leaves_lose_sessions_search_and_orchestrators_keep_it() -> None:
+    """sessions_search is an orchestration tool: a leaf loses it, an orchestrator keeps it."""
+    tools = [ToolInfo("sessions_search", session_tool=True), ToolInfo("web_search")]
+    assert allowed_tools("leaf", tools) == ["web_search"]
+    assert allowed_tools("orchestrator", tools) == ["sessions_search", "web_search"]

@@ -33,13 +33,17 @@ LEVELS: tuple[Visibility, ...] = ("self", "tree", "agent", "all")
 
 CROSS_MSG = {
     "list": "Session list visibility is restricted. "
-    "Set tools.sessions.visibility=all to allow cross-agent access.",
+    "Set tools.sessions.visibility=all to allow cross-agent access; "
+    "use tools.agentToAgent to restrict permitted agent pairs.",
     "history": "Session history visibility is restricted. "
-    "Set tools.sessions.visibility=all to allow cross-agent access.",
+    "Set tools.sessions.visibility=all to allow cross-agent access; "
+    "use tools.agentToAgent to restrict permitted agent pairs.",
     "send": "Session send visibility is restricted. "
-    "Set tools.sessions.visibility=all to allow cross-agent access.",
+    "Set tools.sessions.visibility=all to allow cross-agent access; "
+    "use tools.agentToAgent to restrict permitted agent pairs.",
     "status": "Session status visibility is restricted. "
-    "Set tools.sessions.visibility=all to allow cross-agent access.",
+    "Set tools.sessions.visibility=all to allow cross-agent access; "
+    "use tools.agentToAgent to restrict permitted agent pairs.",
 }
 SELF_MSG = {
     "list": "Session list visibility is restricted to the current session "

@@ -25,9 +25,10 @@ def bench(
         typer.Option(
             "--scenario",
             "-s",
-            help="Scenario to run, repeatable (default all but scale): latency, throughput, "
-            "listing, history, fanout, parked, scale (apis x workers on Redis, RabbitMQ, "
-            "and with the state on a Redis Cluster).",
+            help="Scenario to run, repeatable (default all but scale and search): latency, "
+            "throughput, listing, history, fanout, parked, scale (apis x workers on Redis, "
+            "RabbitMQ, and with the state on a Redis Cluster), search (sessions_search over "
+            "100,000 sessions x 20 messages).",
         ),
     ] = None,
     quick: Annotated[

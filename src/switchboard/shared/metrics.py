@@ -21,7 +21,13 @@ import os
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from switchboard.shared.store.run_records import LEDGER_TERMINAL, RunRecord, ledger_state
+from switchboard.shared.store.run_records import (
+    ANNOUNCE_DELIVERY_STATUS,
+    DELIVERY_STATUSES,
+    LEDGER_TERMINAL,
+    RunRecord,
+    ledger_state,
+)
 
 # Upper bounds of the run duration histogram (s), from the first claim to the end (parked
 # time included).
@@ -102,6 +108,15 @@ class Metrics:
             ["kind", "outcome"],
             registry=r,
         )
+        self.subagent_deliveries = Counter(
+            "switchboard_subagent_deliveries",
+            "Sub-agent completions settled, by OpenClaw 2026.9.6 delivery status (pending, "
+            "delivered, session_queued, failed, dismissed, parent_missing, not_applicable).",
+            ["status"],
+            registry=r,
+        )
+        for status in DELIVERY_STATUSES:  # every status shows, 0 until one settles so
+            self.subagent_deliveries.labels(status)
         self.deliveries = Counter(
             "switchboard_deliveries",
             "Delivery attempts settled, by outcome (delivered, failed, denied, retry).",
@@ -132,6 +147,8 @@ class Metrics:
     def announced(self, kind: str, outcome: str) -> None:
         """An announce settled (``kind``: subagent | a2a)."""
         self.announces.labels(kind, outcome).inc()
+        if kind == "subagent" and outcome in ANNOUNCE_DELIVERY_STATUS:
+            self.subagent_deliveries.labels(ANNOUNCE_DELIVERY_STATUS[outcome]).inc()
 
     def delivery(self, outcome: str) -> None:
         """A delivery attempt settled."""

@@ -60,6 +60,16 @@ function runBadge(status) {
   return node;
 }
 
+// A spawned child's completion delivery (OpenClaw 2026.9.6's vocabulary: pending, delivered,
+// session_queued, failed, dismissed, parent_missing, not_applicable); nothing for a root.
+function deliveryBadge(status) {
+  if (!status) return null;
+  const node = badge(status);
+  node.classList.add("delivery");
+  node.title = `completion delivery: ${status}`;
+  return node;
+}
+
 // Short enough for a narrow column at any age: "12s ago" … "9d ago", then the date alone.
 function when(ms) {
   if (!ms) return "";
@@ -538,7 +548,7 @@ async function subtree(row, depth) {
   const item = el("li", { class: row.key === state.current ? "current" : null, "data-key": row.key },
     el("div", { class: "node" }, keyLink(row.key, endFirst(lastSegment(row.key))), " ",
       row.label ? el("span", { class: "muted node-label", title: row.label, text: row.label }) : null,
-      " ", runBadge(row.status)));
+      " ", runBadge(row.status), " ", deliveryBadge(row.deliveryStatus)));
   if (depth < TREE_DEPTH) {
     const kids = await childrenOf(row.key);
     if (kids.length) {

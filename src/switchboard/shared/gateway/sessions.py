@@ -10,6 +10,7 @@ from typing import Any
 from switchboard.shared import keys as sk
 from switchboard.shared.delivery import deliveries_for
 from switchboard.shared.errors import Conflict, InvalidInput, NotFound
+from switchboard.shared.gateway.completion import delivery_statuses
 from switchboard.shared.gateway.resolve import key_options, resolve_label, resolve_session_ref
 from switchboard.shared.runtime.models import validate_model_ref
 from switchboard.shared.services import Services
@@ -54,6 +55,7 @@ def sessions_list_method(svc: Services, params: Mapping[str, Any]) -> dict[str, 
     search = (params.get("search") or "").strip().lower()
     label = params.get("label")
     spawned_by = params.get("spawnedBy")
+    parent: str | None = None
     if label:
         keys = [resolve_label(svc, label, agent_id)]
     elif spawned_by:
@@ -87,6 +89,11 @@ def sessions_list_method(svc: Services, params: Mapping[str, Any]) -> dict[str, 
                 break
         if (keys is not None and offset >= len(keys)) or (keys is None and cursor is None):
             break
+    if parent is not None and rows:  # children: where each one's completion delivery stands
+        statuses = delivery_statuses(svc, [str(r["spawnId"]) for r in rows if r.get("spawnId")])
+        for row in rows:
+            if status := statuses.get(str(row.get("spawnId"))):
+                row["deliveryStatus"] = status
     return {
         "ts": now_ms(),
         "path": str(svc.settings.data_dir / "sessions"),

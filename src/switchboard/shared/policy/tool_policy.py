@@ -1,11 +1,14 @@
 """Which tools a sub-agent run gets: the full set minus the session tools (SPEC §7).
 
-OpenClaw's rule (reference §7.3): every sub-agent loses ``sessions_send`` and
-``agents_list`` (and the gateway/cron/status tools, when present); a *leaf* (depth at the
-spawn limit) also loses ``sessions_list``, ``sessions_history``, ``sessions_spawn`` and
-``subagents``, while an *orchestrator* (depth below the limit) keeps those to manage its
-children. Here every tool flagged ``session_tool`` that is not one of those orchestration
-tools is treated like ``sessions_send``, so a new session tool is denied by default.
+OpenClaw 2026.9.6's rule: every sub-agent loses ``gateway``, ``agents_list``,
+``session_status``, ``automations`` (once ``cron``), ``message``, ``sessions_send`` and
+``conversations_*`` (those that exist here); a *leaf* (depth at the spawn limit) also loses
+``subagents``, ``sessions_list``, ``sessions_history``, ``sessions_search`` and
+``sessions_spawn`` (and this product's ``agents_wait``; every sub-agent keeps
+``sessions_yield``), while an
+*orchestrator* (depth below the limit) keeps those to manage its children. Here every
+tool flagged ``session_tool`` that is not one of those orchestration tools is treated like
+``sessions_send``, so a new session tool is denied by default.
 
 ``tools.subagents.tools`` then adjusts the result: ``allow`` and ``alsoAllow`` take names
 off the deny list, ``deny`` adds to it, and a non-empty ``allow`` is also an allow list
@@ -22,24 +25,29 @@ from typing import Literal
 
 SubagentRole = Literal["main", "orchestrator", "leaf"]
 
-# Denied to every sub-agent (OpenClaw names; most do not exist here).
+# Denied to every sub-agent (OpenClaw 2026.9.6 names, globs allowed; most do not exist here).
 ALWAYS_DENIED: tuple[str, ...] = (
     "gateway",
     "agents_list",
-    "whatsapp_login",
     "session_status",
-    "cron",
+    "automations",
+    "cron",  # the older name of automations
+    "message",
     "sessions_send",
+    "conversations_*",
 )
 # Kept by orchestrators, denied to leaves.
 ORCHESTRATION_TOOLS: tuple[str, ...] = (
     "subagents",
     "sessions_list",
     "sessions_history",
+    "sessions_search",
     "sessions_spawn",
     "agents_wait",  # an orchestrator collects the collector children it spawned
-    "sessions_yield",  # an orchestrator waits for its children (a leaf has none)
 )
+# Session tools every sub-agent keeps, leaves included (OpenClaw 2026.9.6): with
+# `waitFor: "message"` a leaf ends its turn and waits for its requester's next message.
+SUBAGENT_KEPT: tuple[str, ...] = ("sessions_yield",)
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,7 @@ def base_denied(role: SubagentRole, tools: Iterable[ToolInfo]) -> set[str]:
     """Names denied to a role before the configured rules apply (none for ``main``)."""
     if role == "main":
         return set()
-    kept = set(ORCHESTRATION_TOOLS) if role == "orchestrator" else set()
+    kept = set(SUBAGENT_KEPT) | (set(ORCHESTRATION_TOOLS) if role == "orchestrator" else set())
     denied = set(ALWAYS_DENIED)
     if role == "leaf":
         denied |= set(ORCHESTRATION_TOOLS)
@@ -92,10 +100,12 @@ def allowed_tools(
     if role == "main":
         return [t.name for t in tools]
     explicit = (*rules.allow, *rules.also_allow)
-    denied = {n for n in base_denied(role, tools) if not _matches(n, explicit)}
+    denied = base_denied(role, tools)
     out = []
     for tool in tools:
-        if tool.name in denied or _matches(tool.name, rules.deny):
+        if _matches(tool.name, denied) and not _matches(tool.name, explicit):
+            continue
+        if _matches(tool.name, rules.deny):
             continue
         if rules.allow and not _matches(tool.name, (*rules.allow, *rules.also_allow)):
             continue

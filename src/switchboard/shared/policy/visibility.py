@@ -15,7 +15,7 @@ from typing import Literal
 from switchboard.shared.config import SwitchboardConfig
 from switchboard.shared.keys import agent_id_of
 
-Action = Literal["list", "history", "send", "status"]
+Action = Literal["list", "history", "send", "status", "search"]
 Visibility = Literal["self", "tree", "agent", "all"]
 
 # The exact messages OpenClaw returns (reference §7.1 and, for status, the short reference's
@@ -25,6 +25,7 @@ _PREFIX: dict[str, str] = {
     "history": "Session history",
     "send": "Session send",
     "status": "Session status",
+    "search": "Session search",
 }
 _A2A_DISABLED: dict[str, str] = {
     "list": "Agent-to-agent listing is disabled. "
@@ -35,12 +36,15 @@ _A2A_DISABLED: dict[str, str] = {
     "Set tools.agentToAgent.enabled=true to allow cross-agent sends.",
     "status": "Agent-to-agent status is disabled. "
     "Set tools.agentToAgent.enabled=true to allow cross-agent access.",
+    "search": "Agent-to-agent search is disabled. "
+    "Set tools.agentToAgent.enabled=true to allow cross-agent access.",
 }
 _A2A_DENIED: dict[str, str] = {
     "list": "Agent-to-agent listing denied by tools.agentToAgent.allow.",
     "history": "Agent-to-agent history denied by tools.agentToAgent.allow.",
     "send": "Agent-to-agent messaging denied by tools.agentToAgent.allow.",
     "status": "Agent-to-agent session status denied by tools.agentToAgent.allow.",
+    "search": "Agent-to-agent search denied by tools.agentToAgent.allow.",
 }
 
 
@@ -65,7 +69,8 @@ def cross_visibility_message(action: Action) -> str:
     """The message for a cross-agent target when visibility is not ``all``."""
     return (
         f"{_PREFIX[action]} visibility is restricted. "
-        "Set tools.sessions.visibility=all to allow cross-agent access."
+        "Set tools.sessions.visibility=all to allow cross-agent access; "
+        "use tools.agentToAgent to restrict permitted agent pairs."
     )
 
 

@@ -28,6 +28,7 @@ from switchboard.shared.store.keyspace import Keyspace
 from switchboard.shared.store.pending import PendingStepStore
 from switchboard.shared.store.responses import ResponseStore
 from switchboard.shared.store.runs import RunStore
+from switchboard.shared.store.search import SearchStore
 from switchboard.shared.store.sessions import SessionStore
 from switchboard.shared.store.spawns import SpawnStore
 from switchboard.shared.store.stats import ProgressReads, ServerStats
@@ -53,6 +54,7 @@ __all__ = [
     "Pipeline",
     "ResponseStore",
     "RunStore",
+    "SearchStore",
     "SessionStore",
     "SpawnStore",
     "Store",
@@ -88,6 +90,7 @@ class Store:
         kind_of = partial(sk.session_kind, main_key=main_key, scope=scope)
         self.sessions = SessionStore(redis, self.ks, kind_of)
         self.transcripts = TranscriptStore(redis, self.ks)
+        self.search = SearchStore(redis, self.ks)
         self.runs = RunStore(
             redis,
             self.ks,

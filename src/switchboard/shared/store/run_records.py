@@ -35,6 +35,23 @@ LEDGER_STATES: Mapping[str, str] = {
 
 # The ledger's terminal states.
 LEDGER_TERMINAL: tuple[str, ...] = ("succeeded", "failed", "timed_out", "cancelled", "lost")
+# OpenClaw 2026.9.6's delivery statuses of a task's completion (subagents, /metrics).
+DELIVERY_STATUSES: tuple[str, ...] = (
+    "pending",
+    "delivered",
+    "session_queued",
+    "failed",
+    "dismissed",
+    "parent_missing",
+    "not_applicable",
+)
+# A sub-agent announce's settled outcome (the spawn's `announce` field) as a delivery status:
+# ANNOUNCE_SKIP dismissed it, or the requester was gone (archived) when it came.
+ANNOUNCE_DELIVERY_STATUS: dict[str, str] = {
+    "delivered": "delivered",
+    "skipped": "dismissed",
+    "dropped": "parent_missing",
+}
 
 
 def ledger_state(status: str) -> str:

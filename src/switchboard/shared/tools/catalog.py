@@ -28,6 +28,9 @@ from switchboard.shared.tools import agents_wait
 # isort: split
 from switchboard.shared.tools import subagents
 
+# isort: split
+from switchboard.shared.tools import sessions_search
+
 # TOOLS-END
 
 ALL_TOOLS: list[ToolSpec] = [
@@ -41,6 +44,7 @@ ALL_TOOLS: list[ToolSpec] = [
     sessions_yield.SPEC,
     agents_wait.SPEC,
     subagents.SPEC,
+    sessions_search.SPEC,
     # ALL-TOOLS-END
 ]
 

@@ -6,6 +6,11 @@ credential-looking strings redacted, texts over 4,000 characters cut, image data
 and the whole answer kept under 80 KiB by dropping the oldest messages (SPEC §4, reference
 §4.2). Flags in the result say what was cut, dropped or redacted.
 
+``pendingInputs`` (OpenClaw 2026.9.6): the messages accepted for the session but not yet
+taken by a run, i.e. the runs still ``queued`` on its lane (oldest first, at most
+``MAX_PENDING_INPUTS``), sanitised the same way and counted in the 80 KiB. A run cancelled
+before it started is not listed: it has left the lane and holds no input any more.
+
 Departure from OpenClaw: removing the ``details``/``usage``/``cost`` metadata and thinking
 signatures does not set ``contentTruncated`` (OpenClaw flags it, so nearly every answer
 claims truncation and the flag tells a model nothing); only cut texts and omitted image
@@ -37,6 +42,7 @@ TOOL_ROLES = frozenset({"toolResult", "tool"})
 _METADATA_FIELDS = ("details", "usage", "cost")
 _TEXT_FIELDS = ("text", "partialJson", "errorMessage")
 _SANDBOX_SETTING = "agents.defaults.sandbox.sessionToolsVisibility=spawned"
+MAX_PENDING_INPUTS = 20
 
 
 class SanitizedMessage(NamedTuple):
@@ -172,18 +178,37 @@ def _sessions_history(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         return forbidden_result(ctx, raw, verdict)
     history = chat_history_method(svc, {"sessionKey": key, "limit": limit})
     messages = [m for m in history["messages"] if include_tools or m.get("role") not in TOOL_ROLES]
+    pending = pending_inputs(ctx, key)
     cleaned = [sanitize_message(m) for m in messages]
-    capped = cap_messages([c.message for c in cleaned])
+    capped = cap_messages([c.message for c in cleaned], MAX_RESULT_BYTES - json_size(pending))
     content_truncated = any(c.truncated for c in cleaned)
     return {
         "sessionKey": display_key(svc, key, ctx.agent_id),
         "messages": capped.messages,
+        "pendingInputs": pending,
         "truncated": capped.dropped or content_truncated,
         "droppedMessages": capped.dropped,
         "contentTruncated": content_truncated,
         "contentRedacted": any(c.redacted for c in cleaned),
         "bytes": capped.bytes,
     }
+
+
+def pending_inputs(ctx: ToolContext, key: str) -> list[dict[str, Any]]:
+    """The session's accepted inputs no run has taken yet: its lane's queued runs."""
+    runs = ctx.services.store.runs
+    holder, queued = runs.lane_holder(key), runs.lane_queue(key)
+    ids = ([holder] if holder else []) + queued[:MAX_PENDING_INPUTS]
+    out = []
+    for run in runs.get_many(ids):
+        if run is None or run.status != "queued" or not run.message:
+            continue
+        item: dict[str, Any] = {"runId": run.run_id, "status": "queued"}
+        item["message"] = sanitize_message(run.message).message
+        if run.created_at_ms:
+            item["acceptedAt"] = run.created_at_ms
+        out.append(item)
+    return out[:MAX_PENDING_INPUTS]
 
 
 SPEC = ToolSpec(

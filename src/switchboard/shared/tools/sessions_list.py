@@ -18,6 +18,15 @@ substring of the key as stored or as shown, the label, the display name or the s
 as the gateway's ``sessions.list`` matches) is a row filter over the same bounded index
 scan, so it stops at ``limit`` matches or at the scan bound (``scope.partial``).
 
+Paging and filters of OpenClaw 2026.9.6: ``offset`` skips that many visible rows (the
+scan reads ``offset + limit + 1`` of them, so ``hasMore`` is exact within the scan bound;
+``nextOffset`` is the offset of the next page); ``activeOnly`` keeps sessions with a run
+queued or running; ``excludeSubagents`` drops sub-agent sessions; ``archived``
+(``false`` default, ``true``, ``"all"``): an archived sub-agent session is exported to its
+transcript file and deleted from the store, so ``true`` lists nothing and ``"all"`` is the
+live sessions (the scope note says so). A row's ``status`` is ``queued`` while the
+session's latest run waits for a worker.
+
 Message previews (``messageLimit``) go through the same sanitiser as ``sessions_history``
 (OpenClaw previews skip redaction, which would make this tool a way round it).
 """
@@ -44,7 +53,7 @@ from switchboard.shared.services import Services
 from switchboard.shared.store.runs import now_ms
 from switchboard.shared.store.sessions import SessionEntry
 from switchboard.shared.tools.access import visibility_guard
-from switchboard.shared.tools.args import read_int, read_string, read_string_list
+from switchboard.shared.tools.args import read_bool, read_int, read_string, read_string_list
 from switchboard.shared.tools.registry import ToolContext, ToolSpec
 from switchboard.shared.tools.sessions_history import (
     TOOL_ROLES,
@@ -64,7 +73,7 @@ _SCAN_LIMIT = 5000
 _PREVIEW_OVERFETCH = 3
 # The latest run's state as the session entry records it → OpenClaw's row status.
 _RUN_STATUS = {
-    "queued": "running",
+    "queued": "queued",
     "running": "running",
     "parked": "running",
     "ok": "done",
@@ -82,6 +91,13 @@ _BOOL_FIELDS = ("systemSent", "abortedLastRun")
 _DELIVERY_FIELDS = ("channel", "to", "accountId")
 _GROUP_SLUG = re.compile(r"[^a-z0-9#@._+\-]+")
 _SANDBOX_NOTE = " (sandboxed: agents.defaults.sandbox.sessionToolsVisibility=spawned)"
+# The entry statuses of a session with a run in flight (activeOnly).
+_ACTIVE_STATUSES = frozenset({"queued", "running", "parked"})
+ARCHIVED_ERROR = 'archived must be true, false, or "all"'
+_ARCHIVED_NOTE = (
+    " Archived sub-agent sessions are exported to transcript files and leave the store, "
+    "so none is listed."
+)
 
 
 @dataclass(frozen=True)
@@ -95,6 +111,16 @@ class ListQuery:
     label: str | None = None
     agent_id: str | None = None
     search: str | None = None
+    offset: int = 0
+    active_only: bool = False
+    exclude_subagents: bool = False
+    archived: bool | str = False
+
+    @property
+    def wanted(self) -> int:
+        """Visible rows to find: this page, the ones skipped before it, and one more
+        (which says whether there is a next page)."""
+        return self.offset + self.limit + 1
 
     def accepts(self, entry: SessionEntry, kind: str, names: Callable[[], Iterable[str]]) -> bool:
         """Every filter but visibility (decided separately). ``names`` gives the texts
@@ -107,13 +133,17 @@ class ListQuery:
             return False
         if self.agent_id is not None and sk.agent_id_of(entry.key) != self.agent_id:
             return False
+        if self.active_only and str(entry.get("status")) not in _ACTIVE_STATUSES:
+            return False
+        if self.exclude_subagents and sk.is_subagent_key(entry.key):
+            return False
         return self.search is None or search_hit(self.search, names())
 
     @property
     def filters_rows(self) -> bool:
         """True when many rows of the indexes read may fail the query (a ``search``), so a
         page should be read whole, not just ``limit`` rows of it (``label`` never pages)."""
-        return self.search is not None
+        return self.search is not None or self.active_only or self.exclude_subagents
 
 
 @dataclass
@@ -139,6 +169,7 @@ def read_query(args: Mapping[str, Any]) -> ListQuery:
             f"agentId must be at most {MAX_AGENT_ID_CHARS} characters", field="agentId"
         )
     search = read_string(args, "search")
+    offset = read_int(args, "offset", default=0, lo=0, hi=_SCAN_LIMIT) or 0
     return ListQuery(
         kinds=frozenset(kinds) or None,
         limit=read_int(args, "limit", default=DEFAULT_LIMIT, lo=1, hi=MAX_LIMIT) or DEFAULT_LIMIT,
@@ -148,7 +179,22 @@ def read_query(args: Mapping[str, Any]) -> ListQuery:
         # Agent ids are case-insensitive (stored lower-case); otherwise matched exactly.
         agent_id=agent_id.lower() if agent_id is not None else None,
         search=search.lower() if search is not None else None,
+        offset=offset,
+        active_only=read_bool(args, "activeOnly"),
+        exclude_subagents=read_bool(args, "excludeSubagents"),
+        archived=_read_archived(args),
     )
+
+
+def _read_archived(args: Mapping[str, Any]) -> bool | str:
+    """``archived``: true, false (default) or "all"."""
+    value = args.get("archived", False)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "all"):
+        text = value.strip().lower()
+        return text if text == "all" else text == "true"
+    raise InvalidInput(ARCHIVED_ERROR, field="archived")
 
 
 def _sessions_list(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -156,9 +202,11 @@ def _sessions_list(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     query = read_query(args)
     guard = visibility_guard(ctx)
     reach = _agents_in_reach(svc.config, ctx.agent_id)
-    found = _candidates(ctx, guard, reach, query)
+    found = _candidates(ctx, guard, reach, query) if query.archived is not True else _Found([])
+    page = found.entries[query.offset : query.offset + query.limit]
+    has_more = len(found.entries) > query.offset + query.limit
     rows = []
-    for entry in found.entries:
+    for entry in page:
         row = list_row(svc, entry, ctx.agent_id)
         if query.message_limit > 0:
             row["messages"] = _preview(svc, entry.key, query.message_limit)
@@ -166,13 +214,28 @@ def _sessions_list(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     scope = _scope(ctx, guard.visibility, reach)
     if found.partial:
         scope["partial"] = True
-    return {"count": len(rows), "sessions": rows, "scope": scope}
+    if query.archived is not False:
+        scope["note"] += _ARCHIVED_NOTE
+    result: dict[str, Any] = {"count": len(rows), "sessions": rows, "offset": query.offset}
+    result["hasMore"] = has_more
+    if has_more:
+        result["nextOffset"] = query.offset + len(rows)
+    return result | {"scope": scope}
+
+
+def visible_sessions(ctx: ToolContext, limit: int) -> tuple[list[SessionEntry], bool]:
+    """The ``limit`` most recently updated sessions the caller may see (the listing's
+    sources, no filter), and whether more visible sessions exist beyond them."""
+    query = ListQuery(kinds=None, limit=limit, min_updated_ms=None, message_limit=0)
+    guard = visibility_guard(ctx)
+    found = _candidates(ctx, guard, _agents_in_reach(ctx.services.config, ctx.agent_id), query)
+    return found.entries[:limit], found.partial or len(found.entries) > limit
 
 
 def _candidates(
     ctx: ToolContext, guard: VisibilityGuard, reach: list[str] | None, query: ListQuery
 ) -> _Found:
-    """The visible entries matching the query, newest first, at most ``query.limit``."""
+    """The visible entries matching the query, newest first, at most ``query.wanted``."""
     svc = ctx.services
     if query.label is not None:
         # Labels are unique: one index read, then the same visibility check as any row.
@@ -204,13 +267,13 @@ def _from_keys(svc: Services, keys: list[str], query: ListQuery, requester_agent
         if query.accepts(entry, kind, _names_of(svc, entry, kind, requester_agent)):
             entries.append(entry)
     entries.sort(key=lambda e: e.updated_at_ms, reverse=True)
-    return _Found(entries[: query.limit])
+    return _Found(entries[: query.wanted])
 
 
 def _from_indexes(
     ctx: ToolContext, guard: VisibilityGuard, agents: list[str] | None, query: ListQuery
 ) -> _Found:
-    """Page through the updatedAt indexes until ``query.limit`` visible rows are found.
+    """Page through the updatedAt indexes until ``query.wanted`` visible rows are found.
 
     ``agents`` None means the global index (kinds then filtered per row); otherwise the
     per-agent indexes, or their per-kind indexes when kinds are given.
@@ -224,7 +287,7 @@ def _from_indexes(
     # The first page asks for just what is wanted (usually all visible), with the entries
     # in the same round trip; later pages ask for more. A row filter (search) reads whole
     # pages from the start: most rows may fail it.
-    first = _PAGE_SIZE if query.filters_rows else min(query.limit + 2, _PAGE_SIZE)
+    first = _PAGE_SIZE if query.filters_rows else min(query.wanted + 1, _PAGE_SIZE)
     page, entries, cursor = svc.store.sessions.recent_entries(
         agent_ids=agents,
         kinds=kinds,
@@ -241,7 +304,7 @@ def _from_indexes(
             names = _names_of(svc, entry, kind, ctx.agent_id)
             if query.accepts(entry, kind, names) and guard.check(entry.key, "list").allowed:
                 out.append(entry)
-        if cursor is None or len(out) >= query.limit:
+        if cursor is None or len(out) >= query.wanted:
             break
         if scanned >= _SCAN_LIMIT:
             partial = True
@@ -258,7 +321,7 @@ def _from_indexes(
         entries = svc.store.sessions.get_many(fresh)
     # Transcript appends move an entry's updatedAt ahead of its index score; show the truth.
     out.sort(key=lambda e: e.updated_at_ms, reverse=True)
-    return _Found(out[: query.limit], partial=partial)
+    return _Found(out[: query.wanted], partial=partial)
 
 
 def _agents_in_reach(config: SwitchboardConfig, own: str) -> list[str] | None:
@@ -473,6 +536,23 @@ SPEC = ToolSpec(
                 "minLength": 1,
                 "maxLength": 64,
                 "description": "Only sessions of this agent id.",
+            },
+            "offset": {
+                "type": "number",
+                "minimum": 0,
+                "description": "Skip this many sessions (paging: pass the previous nextOffset).",
+            },
+            "activeOnly": {
+                "type": "boolean",
+                "description": "Only sessions with a run queued or running.",
+            },
+            "excludeSubagents": {
+                "type": "boolean",
+                "description": "Leave out sub-agent sessions.",
+            },
+            "archived": {
+                "anyOf": [{"type": "boolean"}, {"type": "string", "enum": ["all"]}],
+                "description": 'false (default): live sessions; true: archived only; "all".',
             },
             "search": {
                 "type": "string",

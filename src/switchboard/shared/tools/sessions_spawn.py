@@ -10,8 +10,8 @@ OpenClaw's newer parameters: ``taskName`` (a checked alias, kept on the spawn an
 session), ``context: "fork"`` (`flows.spawn.FORK_MESSAGE_LIMIT`), ``expectsCompletionMessage:
 false`` and ``completionTarget: "parent"`` (read by the announce step), ``attachments``
 (`runtime.attachments`: for the child's model only) and ``runTimeoutSeconds`` as an
-integer >= 0 (0: no per-run timeout; the product's run deadline still applies), with
-``timeoutSeconds`` still accepted. The channel-delivery keys are refused first.
+integer >= 0 (0: no per-run timeout; the product's run deadline still applies). As in
+OpenClaw 2026.9.6, ``timeoutSeconds`` and the channel-delivery keys are refused first.
 """
 
 from __future__ import annotations
@@ -70,7 +70,6 @@ _INHERITED = (
     "model",
     "thinking",
     "runTimeoutSeconds",
-    "timeoutSeconds",
     "cleanup",
     "context",
     "expectsCompletionMessage",
@@ -80,6 +79,10 @@ _INHERITED = (
 _TASK_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 _RESERVED_TASK_NAMES = ("all", "last")
 _AGENT_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$", re.IGNORECASE)
+TIMEOUT_SECONDS_REFUSED = (
+    'sessions_spawn does not support "timeoutSeconds". Use "runTimeoutSeconds" for a '
+    "per-run timeout."
+)
 _RUN_NOTE = (
     "Auto-announce is push-based. After spawning children, do NOT call sessions_list, "
     "sessions_history, exec sleep, or any polling tool. Wait for completion events to arrive "
@@ -117,7 +120,7 @@ _ENTRY_PROPERTIES: dict[str, Any] = {
         "type": "integer",
         "minimum": 0,
         "description": "Abort the child run after N seconds (0 disables the per-run timeout; "
-        "the product's run deadline still applies). `timeoutSeconds` is accepted too.",
+        "the product's run deadline still applies).",
     },
     "cleanup": {"type": "string", "enum": ["delete", "keep"]},
     "context": {
@@ -195,6 +198,16 @@ def sessions_spawn(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _reject_unsupported_keys(args: Mapping[str, Any]) -> None:
+    """OpenClaw 2026.9.6 refuses ``timeoutSeconds`` (here or in a batch entry) and the
+    channel-delivery keys before anything else."""
+    entries = args.get("tasks")
+    scopes = (
+        [args, *(e for e in entries if isinstance(e, Mapping))]
+        if isinstance(entries, list)
+        else [args]
+    )
+    if any(k in scope for scope in scopes for k in ("timeoutSeconds", "timeout_seconds")):
+        raise InvalidInput(TIMEOUT_SECONDS_REFUSED, field="timeoutSeconds")
     for key in _UNSUPPORTED_KEYS:
         if key in args:
             raise InvalidInput(
@@ -360,7 +373,7 @@ def _check_depth(req: Requester) -> None:
         raise _Refused(
             "forbidden",
             f"sessions_spawn is not allowed at this depth (current depth: {req.depth}, "
-            f"max: {limit})",
+            f"max: {limit}; agents.defaults.subagents.maxSpawnDepth).",
         )
 
 
@@ -372,9 +385,12 @@ def _check_capacity(svc: Services, records: SpawnStore, req: Requester, wanted: 
 
 
 def _capacity_message(active: int, limit: int, wanted: int) -> str:
-    text = f"sessions_spawn has reached max active children for this session ({active}/{limit})"
+    text = (
+        f"sessions_spawn has reached max active children for this session ({active}/{limit}; "
+        "agents.defaults.subagents.maxChildrenPerAgent)."
+    )
     if wanted > 1:
-        text += f"; a batch of {wanted} needs {active + wanted - limit} more slot(s)"
+        text += f" A batch of {wanted} needs {active + wanted - limit} more slot(s)."
     return text
 
 
@@ -493,11 +509,8 @@ def _thinking(svc: Services, args: Mapping[str, Any], target: str) -> str | None
 
 
 def _run_timeout_s(args: Mapping[str, Any], limits: EffectiveSubagents) -> int:
-    """``runTimeoutSeconds`` (integer >= 0, 0 disables), else its older name
-    ``timeoutSeconds``, else the configured default."""
+    """``runTimeoutSeconds`` (integer >= 0, 0 disables), else the configured default."""
     value = read_non_negative_int(args, "runTimeoutSeconds")
-    if value is None:  # OpenClaw's older name, still accepted here
-        value = read_non_negative_int(args, "timeoutSeconds")
     return limits.run_timeout_seconds if value is None else value
 
 

@@ -7,14 +7,16 @@ and so on (``SpawnStore.spawns_of``), never by argument.
 - ``list`` (default): the caller's children that are active, or ended within
   ``recentMinutes`` (default 30, at most 24 h), with status, outcome, delivery status and
   timings, and a text view.
-- ``wait``: up to 32 ``runIds`` of the caller's tree; answers as soon as one completes or
-  needs attention, else at ``timeoutSeconds`` (0-60, default 30; 0 = a snapshot). It never
-  cancels and never consumes an announce. Inside an agent run the run is parked on the
-  selected runs (no worker slot is held); over HTTP the api waits asynchronously.
-- ``cancel``: the run and every descendant, top down: queued and parked runs end
-  ``cancelled`` at once, running ones are stopped by their worker (`runtime.cancel`); the
-  requester is told once, by the cancelled run's own announce.
+- ``wait``: up to 32 ``taskIds`` (alias ``runIds``; a task is a run) of the caller's
+  tree; answers as soon as one completes or needs attention, else at ``timeoutSeconds``
+  (0-60, default 30; 0 = a snapshot). It never cancels and never consumes an announce.
+  Inside an agent run the run is parked on the selected runs (no worker slot is held);
+  over HTTP the api waits asynchronously.
+- ``cancel``: the ``taskId`` (alias ``runId``) and every descendant, top down: queued and
+  parked runs end ``cancelled`` at once, running ones are stopped by their worker
+  (`runtime.cancel`); the requester is told once, by the cancelled run's own announce.
 
+A row's ``deliveryStatus`` is OpenClaw 2026.9.6's (`gateway.completion`).
 A row's ``status`` is OpenClaw's (``queued``, ``running``, ``waiting`` while the child's
 session is yielded, ``completed``, ``failed``, ``timed_out``, ``cancelled``; a lost run
 shows ``failed``); ``state`` is the run ledger's exact state (``lost`` included).
@@ -28,9 +30,15 @@ from typing import Any
 
 from switchboard.shared import keys as sk
 from switchboard.shared.flows.yield_wake import current_run
+from switchboard.shared.gateway.completion import delivery_status
 from switchboard.shared.runtime.cancel import cancel_paused, cancel_run, cancel_session_runs
 from switchboard.shared.services import Services
-from switchboard.shared.store.run_records import TERMINAL, RunRecord, ledger_state, now_ms
+from switchboard.shared.store.run_records import (
+    TERMINAL,
+    RunRecord,
+    ledger_state,
+    now_ms,
+)
 from switchboard.shared.store.sessions import SessionEntry
 from switchboard.shared.store.spawns import SpawnRecord
 from switchboard.shared.tools.args import read_int, read_string
@@ -44,16 +52,14 @@ MAX_WAIT_S = 60
 MAX_WAIT_RUNS = 32
 # Levels of descendants looked through (maxSpawnDepth is at most 5).
 MAX_TREE_DEPTH = 8
-OUTSIDE_TREE = "Run outside the controlled session tree."
-LEAF_CANNOT_CONTROL = "Leaf subagents cannot control other sessions."
-TOO_MANY_RUNS = f"At most {MAX_WAIT_RUNS} runIds may be waited for"
+OUTSIDE_TREE = "Task outside session tree."
+LEAF_CANNOT_CONTROL = "Leaf subagents cannot cancel other sessions."
+TOO_MANY_RUNS = f"subagents wait supports at most {MAX_WAIT_RUNS} taskIds."
 # OpenClaw's row status of each ledger state (a lost run shows as failed there).
 _ROW_STATUS = {"succeeded": "completed", "lost": "failed"}
-# A delivery record's status as the row's deliveryStatus.
-_DELIVERY_STATUS = {"delivered": "delivered", "failed": "failed", "denied": "failed"}
 
 DESCRIPTION = (
-    "List native subagents, wait for selected runIds, or cancel a runId and its "
+    "List native subagents, wait for selected taskIds, or cancel a taskId and its "
     "descendants. A wait timeout never cancels execution or consumes completion delivery."
 )
 
@@ -70,13 +76,19 @@ PARAMETERS: dict[str, Any] = {
             "minimum": 1,
             "description": "list: how far back ended runs are shown (default 30, max 1440).",
         },
-        "runId": {"type": "string", "description": "cancel: the run to cancel."},
-        "runIds": {
+        "taskId": {"type": "string", "description": "cancel: the task (run) to cancel."},
+        "taskIds": {
             "type": "array",
             "items": {"type": "string", "minLength": 1},
             "minItems": 1,
             "maxItems": MAX_WAIT_RUNS,
-            "description": "wait: the runs to wait for (1-32).",
+            "description": "wait: the tasks (runs) to wait for (1-32).",
+        },
+        "runId": {"type": "string", "description": "Alias of taskId."},
+        "runIds": {
+            "type": "array",
+            "items": {"type": "string", "minLength": 1},
+            "description": "Alias of taskIds.",
         },
         "timeoutSeconds": {
             "type": "integer",
@@ -174,36 +186,13 @@ def _tree(svc: Services, root_key: str) -> list[_Node]:
     return out
 
 
-def _delivery_status(svc: Services, node: _Node) -> str:
-    """The announce's delivery: pending until it is sent, then the delivery's own status
-    (skipped for ANNOUNCE_SKIP or no announce asked, dropped when the requester is gone,
-    not_applicable for a collector child)."""
-    spawn = node.spawn
-    if spawn.get("collect"):  # a collector child is collected (agents_wait), not announced
-        return "not_applicable"
-    announce = str(spawn.get("announce") or "")
-    delivery_id = spawn.get("deliveryId")
-    if announce == "batched" and spawn.get("batchId"):
-        batch = svc.store.spawns.get_batch(str(spawn["batchId"]))
-        announce = str(batch.get("announce") or "") if batch else ""
-        delivery_id = batch.get("deliveryId") if batch else None
-    if announce in ("skipped", "dropped"):
-        return announce
-    if announce != "delivered":
-        return "pending"
-    if not delivery_id:  # a private turn of the requester (completionTarget: parent)
-        return "delivered"
-    delivery = svc.store.deliveries.get(str(delivery_id))
-    status = str(delivery.get("status") or "") if delivery else "delivered"
-    return _DELIVERY_STATUS.get(status, "pending")
-
-
 def _row(svc: Services, node: _Node, now: int) -> dict[str, Any]:
     """One run as `list` and `wait` show it."""
     spawn = node.spawn
     state = node.state
     status = "waiting" if node.waiting else _ROW_STATUS.get(state, state)
     row: dict[str, Any] = {
+        "taskId": node.run_id,
         "runId": node.run_id,
         "sessionKey": node.child_key,
         "label": str(spawn.get("label") or "") or None,
@@ -217,7 +206,7 @@ def _row(svc: Services, node: _Node, now: int) -> dict[str, Any]:
         if error:
             outcome["error"] = _short(str(error), 120)
         row["outcome"] = outcome
-    row["deliveryStatus"] = _delivery_status(svc, node)
+    row["deliveryStatus"] = delivery_status(svc, node.spawn)
     started = (node.run.started_at_ms if node.run is not None else None) or spawn.get("startedAt")
     if started:
         row["startedAt"] = started
@@ -251,13 +240,16 @@ def _list(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
     recent.sort(key=lambda n: n.ended_at or 0, reverse=True)
     active_rows = [_row(svc, n, now) for n in active]
     recent_rows = [_row(svc, n, now) for n in recent]
+    tasks = active_rows + recent_rows
     return {
         "status": "ok",
         "action": "list",
         "requesterSessionKey": ctx.session_key,
         "callerSessionKey": ctx.session_key,
         "callerIsSubagent": sk.is_subagent_key(ctx.session_key),
-        "total": len(active_rows) + len(recent_rows),
+        "total": len(tasks),
+        "taskTotal": len(tasks),
+        "tasks": tasks,
         "active": active_rows,
         "recent": recent_rows,
         "text": _list_text(active_rows, recent_rows, window),
@@ -298,17 +290,21 @@ def _runtime(ms: Any) -> str:
 
 
 def _read_run_ids(args: Mapping[str, Any]) -> list[str] | str:
-    """The distinct run ids to wait for, or the error text."""
-    value = args.get("runIds", args.get("run_ids"))
+    """The distinct task (run) ids to wait for, from ``taskIds`` or its alias ``runIds``,
+    or the error text."""
+    value = next(
+        (args[k] for k in ("taskIds", "task_ids", "runIds", "run_ids") if args.get(k) is not None),
+        None,
+    )
     if value is None:
-        return "runIds required"
+        return "taskIds required"
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        return "runIds must be an array of strings"
+        return "taskIds must be an array of strings"
     ids = list(dict.fromkeys(v.strip() for v in value if v.strip()))
     if not ids:
-        return "runIds required"
+        return "taskIds required"
     if len(ids) > MAX_WAIT_RUNS:
         return TOO_MANY_RUNS
     return ids
@@ -391,23 +387,24 @@ def complete(
 
 def _cancel(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
     svc = ctx.services
-    run_id = read_string(args, "runId")
+    run_id = read_string(args, "taskId") or read_string(args, "runId")
     if not run_id:
-        return {"status": "error", "action": "cancel", "error": "runId required"}
+        return _refused(None, "taskId required")
     entry = svc.store.sessions.get(ctx.session_key)
     if entry is not None and entry.get("subagentControlScope") == "none":
-        return {"status": "forbidden", "action": "cancel", "error": LEAF_CANNOT_CONTROL}
+        return _refused(run_id, LEAF_CANNOT_CONTROL)
     target = next((n for n in _tree(svc, ctx.session_key) if n.run_id == run_id), None)
     if target is None:
-        return {"status": "forbidden", "action": "cancel", "runId": run_id, "error": OUTSIDE_TREE}
+        return _refused(run_id, OUTSIDE_TREE)
     below = _tree(svc, target.child_key)
     outcomes = [(node, _cancel_node(svc, node)) for node in (target, *below)]
     stopped = [(node, verdict) for node, verdict in outcomes if verdict]
     cascade = [node for node, _ in stopped if node is not target]
     labels = [str(n.spawn.get("label") or n.spawn.get("task") or n.run_id) for n in cascade]
     result: dict[str, Any] = {
-        "status": "cancelled" if stopped else "ok",
+        "status": "cancelled" if stopped else "error",
         "action": "cancel",
+        "taskId": run_id,
         "runId": run_id,
         "sessionKey": target.child_key,
         "found": True,
@@ -421,8 +418,16 @@ def _cancel(ctx: ToolContext, args: Mapping[str, Any]) -> dict[str, Any]:
     if labels:
         result["cascadeLabels"] = [_short(label, 48) for label in labels]
     if not stopped:
-        result["reason"] = f"run already ended ({target.state})"
+        result["reason"] = f"task already ended ({target.state})"
     return result
+
+
+def _refused(task_id: str | None, error: str) -> dict[str, Any]:
+    """A cancel that found nothing it may cancel: OpenClaw's error shape."""
+    out: dict[str, Any] = {"status": "error", "action": "cancel"}
+    if task_id:
+        out |= {"taskId": task_id, "runId": task_id}
+    return out | {"found": False, "cancelled": False, "reason": error, "error": error}
 
 
 def _cancel_node(svc: Services, node: _Node) -> str | None:
