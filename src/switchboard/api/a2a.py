@@ -101,6 +101,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from switchboard import __version__
+from switchboard.api.a2a_errors import without_exception_text
 from switchboard.api.errors import error_response
 from switchboard.api.openai_compat import WAIT_GRACE_S
 from switchboard.api.scopes import OWNER, Principal, ScopeRefused, audit_note, principal_of
@@ -575,7 +576,7 @@ def _agent_checked(
         except ScopeRefused as exc:
             return error_response(403, exc.kind, exc.message)
         _BASE_URL.set(str(request.base_url).rstrip("/"))
-        return await endpoint(request)
+        return without_exception_text(await endpoint(request))
 
     return checked
 
