@@ -103,13 +103,15 @@ def read_stack(data_dir: Path) -> StackInfo | None:
 
 
 def write_stack(data_dir: Path, stack: StackInfo) -> Path:
-    """Write the runtime file atomically, readable by its owner only."""
+    """Write the runtime file atomically, readable by its owner only (a configured URL as
+    given, the embedded Redis's without its password)."""
     path = data_dir / RUNFILE
     tmp = path.with_name(f".{RUNFILE}.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     record = asdict(stack)
-    record["redis_url"] = without_password(stack.redis_url)
-    record["broker_url"] = without_password(stack.broker_url)
+    if stack.redis_auth:  # the embedded Redis's password stays in its own file
+        record["redis_url"] = without_password(stack.redis_url)
+        record["broker_url"] = without_password(stack.broker_url)
     with os.fdopen(fd, "w") as out:
         json.dump(record, out)
         out.write("\n")
