@@ -326,3 +326,18 @@ def test_lockout_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("SWITCHBOARD_AUTH_MAX_FAILURES", "7")
     monkeypatch.setenv("SWITCHBOARD_AUTH_FAILURE_WINDOW_S", "300")
     assert (Settings().auth_max_failures, Settings().auth_failure_window_s) == (7, 300)
+
+
+def test_the_console_session_cookie_is_secure_behind_an_https_proxy(
+    redis_url: str, tmp_path: Any, config: SwitchboardConfig, services: Services
+) -> None:
+    """Through a trusted proxy that says https, the events cookie is also `Secure`."""
+    settings = _settings(redis_url, tmp_path, trusted_proxies="127.0.0.14")
+    app = create_app(settings, config, services)
+    with serve(app, **proxy_options(settings)) as url, client_from("127.0.0.14", url) as c:
+        login = c.post(
+            "/console/login",
+            headers={"Authorization": f"Bearer {TOKEN}", "X-Forwarded-Proto": "https"},
+        )
+        cookie = login.headers["set-cookie"]
+        assert "Secure" in cookie and "HttpOnly" in cookie and TOKEN not in cookie

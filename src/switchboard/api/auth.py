@@ -1,6 +1,8 @@
 """Bearer-token authentication of every route but the public ones, with a lockout.
 
-The token holder is the owner. ``AuthGate`` (ASGI middleware) checks each HTTP and
+The token holder is the owner; so is, until it expires, the holder of a console session
+derived from the token (`console_session`: the console and the events cookie use it,
+never the token itself). ``AuthGate`` (ASGI middleware) checks each HTTP and
 WebSocket request before routing, so every router or mounted app (MCP, `/metrics`,
 `/events`, the console's data endpoints) is covered without opting in. Public are only
 ``PUBLIC_PATHS`` and the exact paths given to ``allow_public`` — meant for a static page
@@ -36,6 +38,7 @@ import anyio
 from fastapi import FastAPI, HTTPException, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from switchboard.api.console_session import session_expiry_ms
 from switchboard.api.errors import error_response, openai_error_response
 from switchboard.api.scopes import (
     AUDIT_NOTE,
@@ -68,6 +71,13 @@ def token_matches(authorization: str, expected: str) -> bool:
     )
 
 
+def bearer_session(authorization: str, token: str) -> bool:
+    """Whether an Authorization header value is `Bearer <a live console session>` made
+    from ``token`` (`console_session`: the owner's, for a while)."""
+    scheme, _, value = authorization.partition(" ")
+    return scheme.lower() == "bearer" and session_expiry_ms(value.strip(), token) is not None
+
+
 def presented(authorization: str) -> bool:
     """Whether an Authorization header value presents a credential at all (a guess)."""
     scheme, _, value = authorization.strip().partition(" ")
@@ -84,7 +94,8 @@ async def require_token(request: Request) -> None:
     """Dependency: 401 unless `Authorization: Bearer <token>` matches (the gate's twin)."""
     if request.scope.get(_AUTHENTICATED):
         return
-    if not token_matches(request.headers.get("authorization", ""), configured_token(request)):
+    authorization, token = request.headers.get("authorization", ""), configured_token(request)
+    if not token_matches(authorization, token) and not bearer_session(authorization, token):
         raise HTTPException(
             status_code=401, detail=INVALID_TOKEN, headers={"WWW-Authenticate": "Bearer"}
         )
@@ -152,7 +163,7 @@ class AuthGate:
         if not presented(authorization):  # costs nothing: no guess was made
             await _refuse(scope, receive, send, None)
             return
-        if token_matches(authorization, self.token):
+        if token_matches(authorization, self.token) or bearer_session(authorization, self.token):
             scope[_AUTHENTICATED] = True
             await self.app(scope, receive, send)
             return
