@@ -105,8 +105,8 @@ class Principal:
                 field="sessionKey",
             )
         raise ScopeRefused(
-            f"{self.describe()} may not act as that session: it is not one of agent "
-            f"{self.agent_id!r}'s",
+            f"{self.describe()} may not act as that session: it is not a session of "
+            f"agent {self.agent_id!r}",
             field="sessionKey",
         )
 
