@@ -8,17 +8,17 @@ WebSocket request before routing, so every router or mounted app (MCP, `/metrics
 ``PUBLIC_PATHS`` and the exact paths given to ``allow_public`` — meant for a static page
 shell that carries no data and asks the user for the token; data never is public.
 
-The lockout locks out guessers only. A request that presents no credential (no
-``Authorization`` header, or an empty one: a CORS preflight, a page's ``no-cors`` fetch) is
-answered 401 and counted nowhere. A presented, wrong credential is counted per client IP in
-Redis (a fixed window, so the count holds across api processes): past
+The lockout refuses guesses only. A request that presents no credential (no
+``Authorization`` header, or an empty one: a CORS preflight, a page's ``no-cors`` fetch)
+is answered 401 and counted nowhere. A presented, wrong credential is counted per client IP
+in Redis (a fixed window, so the count holds across api processes): past
 ``auth_max_failures`` failures within ``auth_failure_window_s`` that IP's wrong credentials
-are answered 429 with ``Retry-After`` until the window ends. A right token is never refused
-by the lockout (tokens are 32 random bytes: the lockout bounds what guessing costs the
-api, a guess cannot succeed), so nobody can lock the owner out. The client IP is the
-connection's peer; ``X-Forwarded-For`` is read (by uvicorn) only from the peers named in
-``SWITCHBOARD_TRUSTED_PROXIES`` (`proxy_options`), so a forged header neither rotates an
-attacker's address nor charges another's.
+are answered 429 with ``Retry-After`` until the window ends. A right token is never
+refused by the lockout, so nobody can lock the owner out (and what keeps a guesser out is
+the token's length: `up` makes 24 random bytes, scoped tokens hold 32). The client IP is
+the connection's peer; ``X-Forwarded-For`` is read (by uvicorn) only from the peers named
+in ``SWITCHBOARD_TRUSTED_PROXIES`` (`proxy_options`), so a forged header neither rotates
+an attacker's address nor charges another's.
 
 Besides the owner token, the gate takes scoped tokens (``sbt_…``, `switchboard token
 create`): each is looked up in Redis on every request (one HGETALL, no cache, so a revoke
