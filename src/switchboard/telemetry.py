@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "enabled",
+    "execute_tool",
     "install",
     "instrument_api",
     "invoke_agent",
@@ -52,6 +53,12 @@ class UsageSpan(Protocol):
     def usage(self, usage: Any) -> None: ...
 
 
+class ToolSpan(Protocol):
+    """A span a tool call's error is recorded on."""
+
+    def error(self, kind: str, message: str) -> None: ...
+
+
 class _Off:
     """The span when tracing is off: a context manager that does nothing."""
 
@@ -62,6 +69,9 @@ class _Off:
         return None
 
     def usage(self, usage: Any) -> None:
+        return None
+
+    def error(self, kind: str, message: str) -> None:
         return None
 
 
@@ -275,3 +285,58 @@ def record_usage(model_ref: str, usage: Any) -> None:
         span.set_attribute("gen_ai.provider.name", provider)
     span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
     span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+
+
+class _ToolSpan:
+    """An ``execute_tool`` span open over one tool call."""
+
+    def __init__(self, span: Any) -> None:
+        self._span = span
+
+    def error(self, kind: str, message: str) -> None:
+        from opentelemetry.trace import Status, StatusCode
+
+        self._span.set_attribute("error.type", kind)
+        self._span.set_status(Status(StatusCode.ERROR, message))
+
+
+@contextlib.contextmanager
+def _tool(
+    name: str, call_id: str | None, server: str, description: str | None
+) -> Iterator[ToolSpan]:
+    from opentelemetry import trace
+    from opentelemetry.trace import SpanKind
+
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": name,
+        "gen_ai.tool.type": "function",
+        "switchboard.tool.server": server,
+    }
+    if call_id:
+        attributes["gen_ai.tool.call.id"] = call_id
+    if description:
+        attributes["gen_ai.tool.description"] = description
+    run_attributes = getattr(trace.get_current_span(), "attributes", None) or {}
+    for key in ("switchboard.session_key", "switchboard.run_id"):
+        if run_attributes.get(key):
+            attributes[key] = run_attributes[key]
+    with _tracer.start_as_current_span(
+        f"execute_tool {name}",
+        kind=SpanKind.INTERNAL,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        yield _ToolSpan(span)
+
+
+def execute_tool(
+    name: str, call_id: str | None, *, server: str, description: str | None = None
+) -> contextlib.AbstractContextManager[ToolSpan]:
+    """The span of one call of the tool ``name`` (as the model sees it) on the tool server
+    ``server``: an ``execute_tool`` span (GenAI attributes, ``gen_ai.tool.call.id``) whose
+    ``error`` records the tool error the model got back (``error.type``)."""
+    if _tracer is None:
+        return _OFF
+    return _tool(name, call_id, server, description)

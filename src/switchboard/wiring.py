@@ -8,6 +8,7 @@ from switchboard.shared.config import ConfigError, Settings, SwitchboardConfig, 
 from switchboard.shared.errors import StoreUnavailable, Unavailable
 from switchboard.shared.flows import pending
 from switchboard.shared.queue import TaskQueue
+from switchboard.shared.runtime.external_tools import ExternalTools
 from switchboard.shared.services import Services
 from switchboard.shared.store import Store
 from switchboard.shared.store.client import connect_plain
@@ -37,12 +38,19 @@ def build_services(
         retention_s=int(config.runs.retention_hours * 3600),
         max_attempts=config.runs.max_attempts,
         lease_s=settings.lane_lease_s,
+        batch_retention_s=int(config.batches.retention_hours * 3600),
     )
     _check_layout(store)
     lost_after = pending.lost_after_ms(settings.lane_lease_s)
     queue = pending.PendingStepsQueue(queue, store.pending, lost_after)
     services = Services(store=store, config=config, settings=settings, queue=queue)
     register_session_tools(services.tools)
+    services.extra_tools = ExternalTools(  # maxConcurrent in the store, per-server metrics
+        config.mcp.servers,
+        slots=store.tool_slots,
+        metrics=services.metrics.tools,
+        lease_s=settings.lane_lease_s,  # a dead worker's slots come back as its lanes do
+    )
     return services
 
 

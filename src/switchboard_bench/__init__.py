@@ -28,7 +28,7 @@ from rich.progress import (
 from rich.table import Table
 
 from switchboard.shared.errors import SwitchboardError
-from switchboard_bench import fanout, messaging, parked, scale, shapes
+from switchboard_bench import batches, fanout, messaging, parked, scale, shapes
 from switchboard_bench.harness import BenchRun, Stacks
 from switchboard_bench.report import Outcome, machine_info, python_loop_ns, write_readme
 
@@ -41,10 +41,11 @@ SCENARIOS: dict[str, Callable[[BenchRun], Outcome]] = {
     "fanout": fanout.fanout,
     "parked": parked.parked,
     "scale": shapes.scale,
+    "batch": batches.batch,
 }
 # Run only when named (``-s scale``): six stacks of up to four product processes each, and a
 # RabbitMQ vhost; the default run (every other scenario) stays as long as it was.
-ON_REQUEST = frozenset({"scale"})
+ON_REQUEST = frozenset({"scale", "batch"})
 # Exit codes: a scenario could not run or a check failed; or every figure is sound but a
 # full run missed a speed target (`make bench` tells them apart).
 EXIT_INCOMPLETE = 1

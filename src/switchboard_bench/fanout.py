@@ -95,7 +95,7 @@ def _config(base_url: str, n: int, drain_n: int) -> dict[str, Any]:
     }
 
 
-class _Memory:
+class RssSamples:
     """Samples the worker's RSS every 50 ms on a thread of its own, with the time of each
     sample (so the RSS at the peak of runs in flight can be read afterwards)."""
 
@@ -105,7 +105,7 @@ class _Memory:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
-    def __enter__(self) -> _Memory:
+    def __enter__(self) -> RssSamples:
         self.samples.append((time.time(), self.proc.memory_info().rss))
         self._thread.start()
         return self
@@ -166,7 +166,7 @@ def _measure(st: Stack, progress: Progress, n: int) -> dict[str, Any]:
     tasks = [{"task": f"child {i}: say done", "label": f"bench-{n}-child-{i}"} for i in range(n)]
     task = progress.add_task(f"fanout: {n} sub-agents, announces back", total=n)
     worker = psutil.Process(st.pid("worker0"))
-    with _Memory(worker.pid) as memory:
+    with RssSamples(worker.pid) as memory:
         cpu_before = cpu_s([worker])
         t0 = time.monotonic()
         with st.http() as http:

@@ -22,6 +22,7 @@ from switchboard.shared.policy.send_policy import SEND_BLOCKED
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import RunRecord
 from switchboard.shared.tools.registry import ToolContext, WaitFor
+from switchboard.shared.tools.send_modes import NO_REPLY
 from switchboard.shared.tools.sessions_send import SELF_WAIT, handle
 from switchboard.workers.follow_ups import RUNS_TAKEN_HERE
 from switchboard_testkit.fake_model import FakeModelServer
@@ -147,12 +148,14 @@ def test_waited_send_returns_the_target_runs_own_reply(worker: Any, client: http
 def test_a_stale_earlier_reply_is_never_returned(
     worker: Any, client: httpx.Client, services: Services
 ) -> None:
-    """A target answering only a control token gives no `reply`, not its previous answer."""
+    """A target answering only a control token gives `no_reply` (OpenClaw 2026.9.6's text),
+    not its previous answer."""
     first = send(client, sessionKey="hook:stale", message="/reply old answer", timeoutSeconds=20)
     assert first["reply"] == "old answer"
     for token in ("REPLY_SKIP", "NO_REPLY"):
         result = send(client, sessionKey="hook:stale", message=f"/reply {token}", timeoutSeconds=20)
-        assert result["status"] == "ok"
+        assert result["status"] == "no_reply"
+        assert result["message"] == NO_REPLY
         assert "reply" not in result
         assert run_of(services, result["runId"]).reply == token  # judged on this run's output
 

@@ -24,7 +24,7 @@ from switchboard.shared.flows.yield_wake import BATCH_WINDOW_S, WAKE_STEP
 from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import RunRecord
-from switchboard.shared.tools.sessions_yield import NOTHING_PENDING
+from switchboard.shared.tools.sessions_yield import ALREADY_PENDING, BAD_WAIT_FOR, NOTHING_PENDING
 
 pytestmark = pytest.mark.integration
 
@@ -158,10 +158,15 @@ def test_tools_invoke_yield_wakes_the_session_with_its_children_results(
         accepted = invoke(client, "sessions_spawn", task=child_task(f"out-{c}", 1.0), label=c)
         assert accepted["status"] == "accepted"
     result = invoke(client, "sessions_yield", message="resume with X and Y")
-    assert result == {"status": "yielded", "message": "resume with X and Y"}
+    assert result == {"status": "yielded"}  # OpenClaw 2026.9.6: no `message` field
     entry = services.store.sessions.get(MAIN)
     assert entry is not None and entry.get("yieldedAt") and not entry.get("yieldedRunId")
-    assert invoke(client, "sessions_yield")["message"] == "Turn yielded."  # default message
+    assert entry.get("yieldMessage") == "resume with X and Y"
+    assert invoke(client, "sessions_yield") == {  # a yield waits already
+        "status": "already_pending",
+        "message": ALREADY_PENDING,
+        "pendingChildren": 2,
+    }
     [wake] = wait_until(lambda: announce_messages(services), what="the wake message")
     assert "Result: out-X" in wake["content"] and "Result: out-Y" in wake["content"]
     answered = wait_until(
@@ -399,3 +404,106 @@ def test_worker_kill_while_yielded_loses_and_doubles_nothing(
     for run_id in child_runs:  # each child ran again on the new worker, once
         child = services.store.runs.get(run_id)
         assert child is not None and child.status == "ok" and child.attempt == 2
+
+
+# -- OpenClaw 2026.9.6: acknowledgment, waitFor "message", already_pending -------------------
+
+
+def test_an_acknowledgment_is_the_yielding_turns_reply(
+    worker: Any, rpc: Callable[..., Any], services: Services
+) -> None:
+    """`acknowledgment` comes back in the result and is the yielded run's visible reply."""
+    spawn = tool_line("sessions_spawn", {"task": child_task("late", 1.0)})
+    ack = tool_line("sessions_yield", {"acknowledgment": "On it, back soon."})
+    parent = rpc("agent", sessionKey="main", message=f"{spawn}\n{ack}")
+    outcome = rpc("agent.wait", runId=parent["runId"], timeoutMs=15_000)
+    assert (outcome["status"], outcome["reply"]) == ("ok", "On it, back soon.")
+    rec = services.store.runs.get(parent["runId"])
+    assert rec is not None and rec.yielded
+    yielded = services.store.transcripts.all(MAIN)[-1]
+    assert json.loads(yielded["content"][0]["text"]) == {
+        "status": "yielded",
+        "acknowledgment": "On it, back soon.",
+    }
+    wait_until(lambda: announce_messages(services), what="the wake message")
+
+
+def test_wait_for_message_yields_without_children_until_the_next_message(
+    worker: Any, rpc: Callable[..., Any], services: Services
+) -> None:
+    """`waitFor: "message"` with nothing pending ends the turn (not paused: no child will
+    wake it); the next message (here a plain send) starts the next turn."""
+    key = "agent:main:hook:waiter"
+    parent = rpc(
+        "agent", sessionKey=key, message=tool_line("sessions_yield", {"waitFor": "message"})
+    )
+    outcome = rpc("agent.wait", runId=parent["runId"], timeoutMs=15_000)
+    assert outcome["status"] == "ok" and "reply" not in outcome
+    rec = services.store.runs.get(parent["runId"])
+    assert rec is not None and not rec.yielded
+    assert not services.store.yields.is_yielded(key)  # nothing to wake it but a message
+    yielded = services.store.transcripts.all(key)[-1]
+    assert json.loads(yielded["content"][0]["text"]) == {"status": "yielded"}
+    nxt = rpc("agent", sessionKey=key, message="/reply continued")
+    assert rpc("agent.wait", runId=nxt["runId"], timeoutMs=15_000)["reply"] == "continued"
+
+
+def test_tools_invoke_wait_for_message_and_a_bad_wait_for(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """Over HTTP `waitFor: "message"` answers yielded with nothing pending; another value
+    is refused."""
+    assert invoke(client, "sessions_yield", waitFor="message", acknowledgment="ok!") == {
+        "status": "yielded",
+        "acknowledgment": "ok!",
+    }
+    refused = invoke(client, "sessions_yield", waitFor="children")
+    assert refused == {"status": "error", "error": BAD_WAIT_FOR}
+    assert not services.store.yields.is_yielded(MAIN)
+
+
+def test_a_second_yield_in_a_run_answers_already_pending(
+    worker: Any, client: httpx.Client, rpc: Callable[..., Any], services: Services
+) -> None:
+    """A run of a session already yielded on a pending child is told `already_pending`
+    and its turn goes on."""
+    invoke(client, "sessions_spawn", task=child_task("slow", 4.0))
+    assert invoke(client, "sessions_yield")["status"] == "yielded"
+    run = rpc("agent", sessionKey="main", message=tool_line("sessions_yield", {}))
+    outcome = rpc("agent.wait", runId=run["runId"], timeoutMs=15_000)
+    assert json.loads(outcome["reply"]) == {
+        "status": "already_pending",
+        "message": ALREADY_PENDING,
+        "pendingChildren": 1,
+    }
+    rec = services.store.runs.get(run["runId"])
+    assert rec is not None and not rec.yielded
+
+
+@pytest.mark.parametrize("config_data", [NESTED], indirect=True)
+def test_a_subagent_waiting_for_a_message_is_announced_and_continued_by_a_send(
+    worker: Any, client: httpx.Client, services: Services
+) -> None:
+    """A sub-agent yielding with `waitFor: "message"` and no child of its own: its turn
+    ends (its acknowledgment is the result its parent hears), and its parent's
+    `sessions_send` starts its next turn."""
+    ack = {"waitFor": "message", "acknowledgment": "ready for the data"}
+    task = f"wait for the data\n{tool_line('sessions_yield', ack)}"
+    accepted = invoke(client, "sessions_spawn", task=task, label="waiter")
+    child_run = ended(services, accepted["runId"])
+    assert (child_run.status, child_run.reply, child_run.yielded) == (
+        "ok",
+        "ready for the data",
+        False,
+    )
+    [told] = wait_until(lambda: announce_messages(services), what="the parent to hear")
+    assert "ready for the data" in told["content"]
+    child = accepted["childSessionKey"]
+    resp = client.post(
+        "/tools/invoke",
+        json={
+            "tool": "sessions_send",
+            "args": {"sessionKey": child, "message": "/reply got it", "timeoutSeconds": 20},
+        },
+    )
+    assert resp.json()["result"]["reply"] == "got it"

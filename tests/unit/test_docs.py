@@ -167,9 +167,20 @@ def _documented_defaults() -> dict[str, str]:
         if len(values) == len(full):
             found.update(dict(zip(full, values, strict=True)))
         section = keys[0].removesuffix(".*")
-        for name, value in re.findall(r"`?(\w+)`?:? (\d+)\b", meaning):
-            found[f"{section}.{name}"] = value
+        for quoted, value, named, number in re.findall(
+            r"`(\w+)` (\d+)\b|\b(\w+): (\d+)\b", meaning
+        ):
+            found[f"{section}.{quoted or named}"] = value or number
     return found
+
+
+def _plain_number(text: str) -> str:
+    """A default as the README writes it for people (`50,000`, `200 MB`) as the model holds it."""
+    units = {"KB": 1024, "MB": 1024**2, "GB": 1024**3}
+    found = re.fullmatch(r"([\d,]+)(?: (KB|MB|GB))?", text)
+    if found is None:
+        return text
+    return str(int(found[1].replace(",", "")) * units.get(found[2] or "", 1))
 
 
 def _config_value(dump: dict[str, Any], key: str) -> Any:
@@ -194,6 +205,7 @@ def test_readme_config_defaults_are_the_config_models() -> None:
             actual = BUILTIN_MODEL  # no model configured: the built-in one
         if isinstance(actual, float) and actual.is_integer():
             actual = int(actual)
+        documented = _plain_number(documented)
         assert str(actual) == documented, f"README: {key} defaults to {documented}, not {actual}"
         checked += 1
     assert checked >= 15  # the table's literal defaults, not a parse that found none

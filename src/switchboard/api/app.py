@@ -11,7 +11,16 @@ from fastapi import FastAPI, Request
 from starlette.concurrency import run_in_threadpool
 
 from switchboard import __version__, telemetry
-from switchboard.api import metrics, openai_compat, responses, rpc, tools, transcripts
+from switchboard.api import (
+    batches,
+    files,
+    metrics,
+    openai_compat,
+    responses,
+    rpc,
+    tools,
+    transcripts,
+)
 from switchboard.api.a2a import mount_a2a
 from switchboard.api.auth import install_auth
 from switchboard.api.console import install_console
@@ -103,6 +112,8 @@ def create_app(
     app.include_router(metrics.router)
     app.include_router(openai_compat.router)
     app.include_router(responses.router)
+    app.include_router(files.router)
+    app.include_router(batches.router)
     app.include_router(transcripts.router)
     mount_mcp(app)
     mount_a2a(app, config)  # /a2a/<agentId>, the agent cards

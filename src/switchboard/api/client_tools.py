@@ -18,19 +18,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from openai.types.chat import ChatCompletionMessageFunctionToolCall
 from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall, ChoiceDeltaToolCallFunction
-from openai.types.chat.chat_completion_message_function_tool_call import Function
 from openai.types.responses import (
     ResponseFunctionCallArgumentsDeltaEvent,
     ResponseFunctionCallArgumentsDoneEvent,
-    ResponseFunctionToolCall,
     ResponseOutputItemAddedEvent,
     ResponseOutputItemDoneEvent,
 )
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
 from switchboard.shared.errors import InvalidInput
+from switchboard.shared.gateway.openai_bodies import chat_tool_calls, function_call_items
 from switchboard.shared.runtime.client_tools import MAX_TOOLS, check_client_tools
 from switchboard.shared.services import Services
 
@@ -199,20 +197,6 @@ def continuation(
     return Continuation(results, idempotency_key=f"client-tools:{named}")
 
 
-def chat_tool_calls(
-    calls: Sequence[Mapping[str, Any]],
-) -> list[ChatCompletionMessageFunctionToolCall]:
-    """A run's client calls as a chat message's `tool_calls`."""
-    return [
-        ChatCompletionMessageFunctionToolCall(
-            id=str(c["id"]),
-            type="function",
-            function=Function(name=str(c["name"]), arguments=str(c["arguments"])),
-        )
-        for c in calls
-    ]
-
-
 def chat_tool_deltas(calls: Sequence[Mapping[str, Any]]) -> list[ChoiceDeltaToolCall]:
     """A run's client calls as streamed deltas, the way OpenAI streams them: each call's
     first delta has its index, id, type and name, the next ones its arguments in chunks."""
@@ -235,23 +219,6 @@ def chat_tool_deltas(calls: Sequence[Mapping[str, Any]]) -> list[ChoiceDeltaTool
             for part in chunks
         ]
     return out
-
-
-def function_call_items(
-    calls: Sequence[Mapping[str, Any]], *, done: bool = True
-) -> list[ResponseFunctionToolCall]:
-    """A run's client calls as a response's `function_call` output items."""
-    return [
-        ResponseFunctionToolCall(
-            type="function_call",
-            id=f"fc_{c['id']}",
-            call_id=str(c["id"]),
-            name=str(c["name"]),
-            arguments=str(c["arguments"]) if done else "",
-            status="completed" if done else "in_progress",
-        )
-        for c in calls
-    ]
 
 
 def function_call_events(

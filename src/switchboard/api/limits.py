@@ -14,6 +14,9 @@ from switchboard.api.errors import error_response, openai_error_response
 from switchboard.shared.errors import InvalidInput
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
+# Paths whose bodies are read as they arrive, under limits of their own (file uploads,
+# `batches.maxFileBytes`): not limited here, nor read whole for their depth.
+STREAMED_PATHS = frozenset({"/v1/files"})
 # Arrays and objects inside each other a request body may hold (deeper: 400, before any
 # parser or schema validator recurses into it).
 MAX_JSON_DEPTH = 64
@@ -27,14 +30,21 @@ class _TooLarge(Exception):
 
 
 class BodySizeLimit:
-    """Rejects bodies larger than ``max_bytes`` (by Content-Length or while streaming)."""
+    """Rejects bodies larger than ``max_bytes`` (by Content-Length or while streaming),
+    but on the ``streamed`` paths."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int = MAX_BODY_BYTES,
+        streamed: frozenset[str] = STREAMED_PATHS,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.streamed = streamed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope.get("path") in self.streamed:
             await self.app(scope, receive, send)
             return
         for name, value in scope.get("headers", ()):
@@ -114,14 +124,19 @@ def json_too_deep(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
 
 class JsonDepthLimit:
     """Reads a request's body whole (within `BodySizeLimit`) and answers 400 when it nests
-    deeper than ``max_depth``; the app then reads the same body."""
+    deeper than ``max_depth``; the app then reads the same body. File uploads
+    (`STREAMED_PATHS`) pass as they stream: their lines are checked as they are parsed."""
 
     def __init__(self, app: ASGIApp, max_depth: int = MAX_JSON_DEPTH) -> None:
         self.app = app
         self.max_depth = max_depth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in _NO_BODY_METHODS:
+        if (
+            scope["type"] != "http"
+            or scope["method"] in _NO_BODY_METHODS
+            or scope.get("path") in STREAMED_PATHS  # uploads: read as they arrive
+        ):
             await self.app(scope, receive, send)
             return
         chunks: list[bytes] = []

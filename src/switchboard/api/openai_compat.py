@@ -29,8 +29,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from openai.types import CompletionUsage, Model
-from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessage
-from openai.types.chat.chat_completion import Choice
+from openai.types.chat import ChatCompletionChunk
 from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
@@ -42,7 +41,6 @@ from switchboard.api.auth import require_token
 from switchboard.api.body import json_body_schema
 from switchboard.api.client_tools import (
     ChatTool,
-    chat_tool_calls,
     chat_tool_deltas,
     chat_tools,
     continuation,
@@ -58,13 +56,19 @@ from switchboard.shared.errors import (
     Unavailable,
 )
 from switchboard.shared.gateway.agent import RunRequest, start_run
+from switchboard.shared.gateway.openai_bodies import (
+    MODEL_PREFIX,
+    Turn,
+    completion,
+    model_id,
+    usage_of,
+)
 from switchboard.shared.gateway.resolve import key_options, resolve_session_ref
 from switchboard.shared.services import Services
 from switchboard.shared.store.runs import RunRecord
 
 log = logging.getLogger("switchboard.api")
 
-MODEL_PREFIX = "switchboard/"
 SESSION_HEADERS = ("x-switchboard-session-key", "x-openclaw-session-key")
 USER_SEGMENT = "openai-user"
 # Waiting past the run's own deadline covers the time it may queue behind the session lane.
@@ -301,11 +305,6 @@ async def parse_openai_body(request: Request, model: type[M]) -> M:
         raise body_error(exc) from None
 
 
-def model_id(agent_id: str) -> str:
-    """The model name of an agent."""
-    return f"{MODEL_PREFIX}{agent_id}"
-
-
 def agent_for_model(svc: Services, model: str) -> str:
     """The configured agent a `switchboard/<agentId>` model names, else a 404."""
     prefix, sep, agent = model.strip().partition("/")
@@ -419,35 +418,6 @@ def system_text(messages: list[ChatMessage]) -> str | None:
     return joined or None
 
 
-@dataclass(frozen=True)
-class Turn:
-    """One request's identity in the answers it produces."""
-
-    completion_id: str
-    model: str
-    created: int
-    session_key: str
-    run_id: str | None
-
-    def headers(self) -> dict[str, str]:
-        """Where the message went: the session key and the run id."""
-        out = {"x-switchboard-session-key": self.session_key}
-        if self.run_id:
-            out["x-switchboard-run-id"] = self.run_id
-        return out
-
-
-def usage_of(rec: RunRecord | None) -> CompletionUsage | None:
-    """The run's recorded token usage in OpenAI's terms, if it has one."""
-    usage = rec.usage if rec is not None else {}
-    if "input" not in usage and "output" not in usage:
-        return None
-    prompt = int(usage.get("input") or 0)
-    completion = int(usage.get("output") or 0)
-    total = int(usage.get("totalTokens") or prompt + completion)
-    return CompletionUsage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)
-
-
 async def await_run(request: Request, run_id: str, wait_s: float) -> RunRecord:
     """The run once it ended `ok`; a failed, timed-out or still running run is an error."""
     state = request.app.state
@@ -480,34 +450,6 @@ async def await_run(request: Request, run_id: str, wait_s: float) -> RunRecord:
         code="run_pending",
         headers=dict(_NO_RETRY),
     )
-
-
-def completion(
-    turn: Turn, reply: str, usage: CompletionUsage | None, calls: list[dict[str, Any]] | None = None
-) -> dict[str, Any]:
-    """A `chat.completion` object (with the client's tool ``calls``: `finish_reason`
-    "tool_calls")."""
-    message = ChatCompletionMessage(role="assistant", content=reply)
-    if calls:
-        message = ChatCompletionMessage(
-            role="assistant", content=reply or None, tool_calls=chat_tool_calls(calls)
-        )
-    body = ChatCompletion(
-        id=turn.completion_id,
-        object="chat.completion",
-        created=turn.created,
-        model=turn.model,
-        choices=[
-            Choice(
-                index=0,
-                message=message,
-                finish_reason="tool_calls" if calls else "stop",
-                logprobs=None,
-            )
-        ],
-        usage=usage,
-    )
-    return body.model_dump(mode="json", exclude_unset=True)
 
 
 def chunk(

@@ -27,7 +27,6 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
-from openai.types.responses import Response as OpenAIResponse
 from openai.types.responses import (
     ResponseCompletedEvent,
     ResponseContentPartAddedEvent,
@@ -36,17 +35,12 @@ from openai.types.responses import (
     ResponseErrorEvent,
     ResponseFailedEvent,
     ResponseInProgressEvent,
-    ResponseOutputItem,
     ResponseOutputItemAddedEvent,
     ResponseOutputItemDoneEvent,
-    ResponseOutputMessage,
     ResponseOutputText,
     ResponseTextDeltaEvent,
     ResponseTextDoneEvent,
-    ResponseUsage,
 )
-from openai.types.responses.response_error import ResponseError
-from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
@@ -57,7 +51,6 @@ from switchboard.api.client_tools import (
     ResponsesTool,
     continuation,
     function_call_events,
-    function_call_items,
     responses_tools,
     tools_field,
 )
@@ -72,34 +65,34 @@ from switchboard.api.openai_compat import (
     check_acting_agent,
     check_acting_session,
     header_session,
-    model_id,
     parse_openai_body,
 )
 from switchboard.api.scopes import principal_of
 from switchboard.shared import keys as sk
 from switchboard.shared.gateway.agent import RunRequest, start_run
+from switchboard.shared.gateway.openai_bodies import (
+    RESPONSE_PREFIX,
+    ResponseStatus,
+    as_json,
+    failure_text,
+    message_id,
+    message_item,
+    model_id,
+    response_object,
+    status_of,
+)
 from switchboard.shared.gateway.resolve import key_options
 from switchboard.shared.runtime.cancel import cancel_run
 from switchboard.shared.services import Services
 from switchboard.shared.store.responses import ResponseRecord
 from switchboard.shared.store.runs import RunRecord, now_ms
 
-RESPONSE_PREFIX = "resp_"
 SESSION_SEGMENT = "openai-response"
 # How long a cancel waits for the worker executing the run to stop it (it looks once a second).
 CANCEL_WAIT_S = 10.0
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 # The user message is in the transcript once the run started: clients must not retry.
 _NO_RETRY = {"x-should-retry": "false"}
-
-ResponseStatus = Literal["completed", "failed", "in_progress", "cancelled", "queued"]
-_STATUS: dict[str, ResponseStatus] = {
-    "queued": "queued",
-    "running": "in_progress",
-    "parked": "in_progress",
-    "ok": "completed",
-    "cancelled": "cancelled",
-}
 
 router = APIRouter(route_class=OpenAIRoute)
 
@@ -239,106 +232,6 @@ def new_session(svc: Services, agent_id: str, idempotency_key: str | None) -> st
     return sk.canonical_key(f"{SESSION_SEGMENT}:{name}", agent_id=agent_id, **key_options(svc))
 
 
-def status_of(rec: ResponseRecord, run: RunRecord | None) -> ResponseStatus:
-    """The response's status: its run's, in OpenAI's words."""
-    if rec.run_id is None:
-        return "completed"  # answered without a run
-    if run is None:
-        return "queued"
-    return _STATUS.get(run.status, "failed")
-
-
-def _failure(run: RunRecord) -> str:
-    if run.status == "timeout":
-        return f"the agent run timed out: {run.error or 'deadline passed'}"
-    return f"the agent run failed: {run.error or 'unknown error'}"
-
-
-def usage_of(run: RunRecord | None) -> ResponseUsage | None:
-    """The run's recorded token usage in the Responses API's terms, if it has one."""
-    usage = run.usage if run is not None else {}
-    if "input" not in usage and "output" not in usage:
-        return None
-    given = int(usage.get("input") or 0)
-    made = int(usage.get("output") or 0)
-    return ResponseUsage(
-        input_tokens=given,
-        input_tokens_details=InputTokensDetails(cached_tokens=0, cache_write_tokens=0),
-        output_tokens=made,
-        output_tokens_details=OutputTokensDetails(reasoning_tokens=0),
-        total_tokens=int(usage.get("totalTokens") or given + made),
-    )
-
-
-def _message_id(rec: ResponseRecord) -> str:
-    return "msg_" + rec.response_id.removeprefix(RESPONSE_PREFIX)
-
-
-def _message(rec: ResponseRecord, text: str | None, done: bool) -> ResponseOutputMessage:
-    content = [ResponseOutputText(type="output_text", text=text or "", annotations=[])]
-    return ResponseOutputMessage(
-        id=_message_id(rec),
-        type="message",
-        role="assistant",
-        status="completed" if done else "in_progress",
-        content=content if done else [],
-    )
-
-
-def _output(
-    rec: ResponseRecord, run: RunRecord | None, reply: str | None
-) -> list[ResponseOutputItem]:
-    """A completed response's output: its message, or the client's calls the run ended
-    on (after what the model said with them, if anything)."""
-    calls = run.tool_calls if run is not None else []
-    if not calls:
-        return [_message(rec, reply, True)]
-    said: list[ResponseOutputItem] = [_message(rec, reply, True)] if reply else []
-    return [*said, *function_call_items(calls)]
-
-
-def response_object(
-    rec: ResponseRecord, run: RunRecord | None, status: ResponseStatus | None = None
-) -> OpenAIResponse:
-    """The `response` object: its run's state (or ``status``, while it is being streamed)."""
-    status = status or status_of(rec, run)
-    done = status == "completed"
-    error = None
-    if status == "failed" and run is not None:
-        error = ResponseError(code="server_error", message=_failure(run))
-    reply = rec.reply if rec.run_id is None else (run.reply if run is not None else None)
-    ended = run.ended_at_ms if run is not None and run.ended_at_ms else None
-    return OpenAIResponse(
-        id=rec.response_id,
-        object="response",
-        created_at=rec.created_at_ms // 1000,
-        completed_at=ended // 1000 if done and ended else None,
-        model=model_id(rec.agent_id),
-        status=status,
-        background=rec.background,
-        error=error,
-        incomplete_details=None,
-        instructions=rec.instructions,
-        metadata=dict(rec.metadata),
-        output=_output(rec, run, reply) if done else [],
-        parallel_tool_calls=True,
-        previous_response_id=rec.previous_response_id,
-        temperature=None,
-        text={"format": {"type": "text"}},
-        tool_choice="auto",
-        tools=[],
-        top_p=None,
-        truncation="disabled",
-        usage=usage_of(run) if done else None,
-    )
-
-
-def as_json(obj: BaseModel) -> dict[str, Any]:
-    """An SDK object as sent (only the fields given, `null`s included)."""
-    out: dict[str, Any] = obj.model_dump(mode="json", exclude_unset=True)
-    return out
-
-
 def _headers(rec: ResponseRecord) -> dict[str, str]:
     out = {"x-switchboard-session-key": rec.session_key}
     if rec.run_id:
@@ -450,7 +343,7 @@ async def response_events(
         return
     final = response_object(rec, run)
     text = final.output_text
-    item_id = _message_id(rec)
+    item_id = message_id(rec)
     part = ResponseOutputText(type="output_text", text="", annotations=[])
     whole = ResponseOutputText(type="output_text", text=text, annotations=[])
     where: dict[str, Any] = {"item_id": item_id, "output_index": 0, "content_index": 0}
@@ -459,7 +352,7 @@ async def response_events(
             type="response.output_item.added",
             sequence_number=n,
             output_index=0,
-            item=_message(rec, None, False),
+            item=message_item(rec, None, False),
         ),
         lambda n: ResponseContentPartAddedEvent(
             type="response.content_part.added", sequence_number=n, part=part, **where
@@ -486,7 +379,7 @@ async def response_events(
             type="response.output_item.done",
             sequence_number=n,
             output_index=0,
-            item=_message(rec, text, True),
+            item=message_item(rec, text, True),
         ),
     ]
     calls = run.tool_calls if run is not None else []
@@ -520,9 +413,13 @@ def _outcome_error(rec: ResponseRecord, run: RunRecord, wait_s: float) -> OpenAI
         msg = f"response {rec.response_id} was cancelled"
         return OpenAIError(502, msg, "server_error", code="response_cancelled", headers=headers)
     if run.status in ("error", "lost"):
-        return OpenAIError(502, _failure(run), "server_error", code="run_failed", headers=headers)
+        return OpenAIError(
+            502, failure_text(run), "server_error", code="run_failed", headers=headers
+        )
     if run.status == "timeout":
-        return OpenAIError(504, _failure(run), "server_error", code="run_timeout", headers=headers)
+        return OpenAIError(
+            504, failure_text(run), "server_error", code="run_timeout", headers=headers
+        )
     msg = _still_running(rec, wait_s, run)
     return OpenAIError(504, msg, "server_error", code="run_pending", headers=headers)
 

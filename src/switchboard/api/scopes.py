@@ -37,6 +37,10 @@ SCOPED_SURFACES: tuple[tuple[str, str], ...] = (
     ("/.well-known/agent-card.json", "a2a"),
     ("/v1/responses", "responses"),
     ("/v1/responses/", "responses"),
+    ("/v1/files", "files"),
+    ("/v1/files/", "files"),
+    ("/v1/batches", "batches"),
+    ("/v1/batches/", "batches"),
     ("/v1/", "openai"),
 )
 

@@ -24,9 +24,10 @@ from switchboard.cli import health
 from switchboard.cli import client
 from switchboard.cli import bench
 from switchboard.cli import tokens
+from switchboard.cli import batch
 # isort: on
 
-__all__ = ["app", "bench", "client", "health", "main", "processes", "stack", "tokens"]
+__all__ = ["app", "batch", "bench", "client", "health", "main", "processes", "stack", "tokens"]
 
 
 def main() -> None:

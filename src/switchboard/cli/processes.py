@@ -284,6 +284,8 @@ def flower(
         # Autoscaled workers come and go: forget offline ones after a minute.
         "--purge_offline_workers=60",
     ]
+    if not settings.task_events:  # off means off: Flower does not switch them on
+        argv.append("--enable_events=False")
     if pairs:
         argv.append(f"--basic_auth={','.join(pairs)}")
     if url_prefix:

@@ -267,8 +267,12 @@ class SwarmConfig(_Section):
 
 
 class ToolsConfig(_Section):
-    """`tools.*`: session-tool visibility, agent-to-agent policy, sub-agent tools."""
+    """`tools.*`: session-tool visibility, agent-to-agent policy, sub-agent tools, and the
+    allow/deny globs every run's tools pass (session, MCP and Python tools alike)."""
 
+    allow: list[str] = []
+    also_allow: list[str] = []
+    deny: list[str] = []
     sessions: SessionsToolConfig = Field(default_factory=SessionsToolConfig)
     agent_to_agent: AgentToAgentConfig = Field(default_factory=AgentToAgentConfig)
     subagents: SubagentToolsConfig = Field(default_factory=SubagentToolsConfig)
@@ -331,6 +335,8 @@ class AgentEntry(_Section):
     sandbox: SandboxConfig | None = None
     subagents: AgentSubagents | None = None
     system_prompt: str | None = None
+    # The agent's own tool allow/deny globs, applied after `tools.allow|deny`.
+    tools: ToolPolicy | None = None
 
     @field_validator("id", mode="before")
     @classmethod
@@ -425,6 +431,74 @@ class DeliveryConfig(_Section):
     timeout_s: Annotated[float, _positive()] = 10.0
 
 
+class McpToolFilter(_Section):
+    """`mcp.servers.<name>.toolFilter`: the server's tools offered (globs, its own names)."""
+
+    include: list[str] = []
+    exclude: list[str] = []
+
+
+McpTransport = Literal["stdio", "sse", "streamable-http"]
+
+
+class McpServerConfig(_Section):
+    """`mcp.servers.<name>`: an MCP server whose tools agent runs get (OpenClaw's shape).
+
+    stdio: `command`, `args`, `env`, `cwd`; HTTP: `url`, `transport`, `headers` (a `url`
+    without `transport` is SSE, as in OpenClaw). `maxConcurrent` (beyond OpenClaw) caps
+    the calls in flight to the server across the fleet."""
+
+    enabled: bool = True
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = Field(default={}, repr=False)
+    cwd: str | None = None
+    url: HttpUrlStr | None = None
+    transport: McpTransport | None = None
+    headers: dict[str, str] = Field(default={}, repr=False)
+    connection_timeout_ms: Annotated[int, _between(1, 600_000)] = 30_000
+    request_timeout_ms: Annotated[int, _between(1, 3_600_000)] = 60_000
+    tool_filter: McpToolFilter = Field(default_factory=McpToolFilter)
+    max_concurrent: Annotated[int, _between(1, 100_000)] | None = None
+    # OpenClaw keys read and kept (not acted on here).
+    supports_parallel_tool_calls: bool | None = None
+    ssl_verify: bool | None = None
+
+    @model_validator(mode="after")
+    def _reachable(self) -> Self:
+        kind = self.kind
+        if kind == "stdio" and not (self.command or "").strip():
+            raise ValueError("a stdio server needs a `command`")
+        if kind != "stdio" and not self.url:
+            raise ValueError(f"a {kind} server needs a `url`")
+        return self
+
+    @property
+    def kind(self) -> McpTransport:
+        """How the server is reached: the `transport`, else stdio with a `command`, else SSE."""
+        if self.transport is not None:
+            return self.transport
+        return "sse" if self.url and not self.command else "stdio"
+
+
+class McpConfig(_Section):
+    """`mcp.*`: the MCP servers agent runs get tools from."""
+
+    servers: dict[str, McpServerConfig] = {}
+
+
+class BatchesConfig(_Section):
+    """`batches.*` (Switchboard's own): the Files and Batches API's limits."""
+
+    # Lines of one batch running at once (a batch's `metadata.maxConcurrent` may lower it).
+    max_concurrent: Annotated[int, _between(1, 100_000)] = 256
+    # An upload over either limit is refused (OpenAI's own limits by default).
+    max_file_bytes: Annotated[int, _between(1, 2**31)] = 200 * 1024 * 1024
+    max_lines: Annotated[int, _between(1, 1_000_000)] = 50_000
+    # How long files, batches and their results are kept (30 days, as OpenAI's outputs).
+    retention_hours: Annotated[float, _positive()] = 720.0
+
+
 @dataclass(frozen=True)
 class EffectiveSubagents:
     """An agent's sub-agent settings with its overrides merged over the defaults."""
@@ -445,12 +519,14 @@ class SwitchboardConfig(_Section):
 
     session: SessionConfig = Field(default_factory=SessionConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    mcp: McpConfig = Field(default_factory=McpConfig)
     agents: AgentsConfig = Field(default_factory=AgentsConfig)
     models: ModelsConfig = Field(default_factory=ModelsConfig)
     channels: dict[str, ChannelConfig] = {}
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     runs: RunsConfig = Field(default_factory=RunsConfig)
     delivery: DeliveryConfig = Field(default_factory=DeliveryConfig)
+    batches: BatchesConfig = Field(default_factory=BatchesConfig)
 
     @model_validator(mode="wrap")
     @classmethod
@@ -714,6 +790,10 @@ class Settings(BaseSettings):
     # The port a worker serves its Prometheus metrics on (`/metrics`, on `host`; unset:
     # none). An api serves its own on its `/metrics` route.
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    # Celery task events from workers (what Flower shows): each run's life as a task
+    # (`workers.task_events`) and the flow steps'. Off: none, and `switchboard flower`
+    # does not switch them on.
+    task_events: bool = True
     # Failed bearer-token checks allowed per client IP within the window before the api
     # answers 429 to that IP until the window ends (counted in Redis, shared by every api).
     auth_max_failures: int = Field(default=20, ge=1, le=1_000_000)

@@ -237,6 +237,16 @@ def is_subagent_key(key: str) -> bool:
     return strip_agent_prefix(key.strip().lower()).startswith("subagent:")
 
 
+def batch_line_key(agent_id: str, batch_id: str, line: int) -> str:
+    """Return the ``agent:<id>:batch:<batchId>:<n>`` key of one line of a Batches API batch."""
+    return format_key(normalize_agent_id(agent_id), f"batch:{batch_id}:{line}")
+
+
+def is_batch_line_key(key: str) -> bool:
+    """Tell whether a key (bare or agent-prefixed) names a batch line's own session."""
+    return strip_agent_prefix(key.strip().lower()).startswith("batch:batch_")
+
+
 def transcript_url(key: str) -> str:
     """The api path serving a session's transcript as JSONL (`transcriptPath`), key quoted."""
     return f"/sessions/{quote(key, safe='')}/transcript.jsonl"

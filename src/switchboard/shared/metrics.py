@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from switchboard.shared.store.run_records import LEDGER_TERMINAL, RunRecord, ledger_state
@@ -40,6 +40,24 @@ RUN_DURATION_BUCKETS_S: tuple[float, ...] = (
     600.0,
     1800.0,
     3600.0,
+)
+
+# Upper bounds of the tool call latency and slot wait histograms (s).
+TOOL_LATENCY_BUCKETS_S: tuple[float, ...] = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
 )
 
 # The environment variable that puts prometheus_client in multiprocess mode (its own name).
@@ -90,6 +108,14 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        self.tools = ToolMetrics(r)  # per tool server: calls, errors, latency, in flight
+
+        self.batch_lines = Counter(
+            "switchboard_batch_lines",
+            "Batch lines answered, by outcome (completed, failed, cancelled, expired, refused).",
+            ["outcome"],
+            registry=r,
+        )
 
     def run_started(self) -> None:
         """A run was claimed for the first time."""
@@ -110,6 +136,65 @@ class Metrics:
     def delivery(self, outcome: str) -> None:
         """A delivery attempt settled."""
         self.deliveries.labels(outcome).inc()
+
+    def batch_line(self, outcome: str, count: int = 1) -> None:
+        """``count`` batch lines were answered with ``outcome``."""
+        self.batch_lines.labels(outcome).inc(count)
+
+
+class ToolMetrics:
+    """Per tool server (label ``server``): calls, errors by kind, call latency, slot wait,
+    and the calls in flight and waiting for a slot in this process (gauges summed over the
+    host's live processes in multiprocess mode)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.calls = Counter(
+            "switchboard_tool_calls", "Tool calls ended, by tool server.", ["server"], registry=r
+        )
+        self.errors = Counter(
+            "switchboard_tool_errors",
+            "Tool calls that returned a tool error, by server and kind (error, timeout, no_slot).",
+            ["server", "kind"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "switchboard_tool_call_duration_seconds",
+            "Tool call duration, slot wait excluded, by tool server.",
+            ["server"],
+            buckets=TOOL_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.slot_wait = Histogram(
+            "switchboard_tool_slot_wait_seconds",
+            "Time a tool call waited for a slot of its server's maxConcurrent.",
+            ["server"],
+            buckets=TOOL_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "switchboard_tool_calls_in_flight",
+            "Tool calls under way, by tool server.",
+            ["server"],
+            multiprocess_mode="livesum",
+            registry=r,
+        )
+        self.waiting = Gauge(
+            "switchboard_tool_calls_waiting",
+            "Tool calls waiting for a slot of their server's maxConcurrent.",
+            ["server"],
+            multiprocess_mode="livesum",
+            registry=r,
+        )
+
+    def ended(self, server: str, seconds: float | None, error: str | None) -> None:
+        """A call to ``server`` ended after running ``seconds`` (None: it never ran, no
+        slot came) with ``error``, its kind (None: it succeeded)."""
+        self.calls.labels(server).inc()
+        if seconds is not None:
+            self.latency.labels(server).observe(seconds)
+        if error is not None:
+            self.errors.labels(server, error).inc()
 
 
 def multiprocess_dir() -> str | None:

@@ -13,9 +13,9 @@ run's outcome into the tool result, so both paths answer the same.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from switchboard.shared.config import Settings, SwitchboardConfig
 from switchboard.shared.metrics import Metrics
@@ -23,9 +23,30 @@ from switchboard.shared.queue import InlineStep, TaskQueue
 from switchboard.shared.store import Store
 
 if TYPE_CHECKING:
-    from switchboard.shared.store.runs import RunRecord
+    from switchboard.shared.store.runs import Claim, RunRecord
 
 RunHook = Callable[["Services", "RunRecord"], None]
+
+
+class RunWatch(Protocol):
+    """Told of each run's life where it is executed or ended (a worker's task events
+    for Flower, `workers.task_events`); it must not block: it runs on the run loop."""
+
+    def started(self, run: RunRecord, claim: Claim) -> None:
+        """A worker claimed the run and starts (or, after a lost worker, restarts) it."""
+
+    def ended(self, status: str, run: RunRecord | None) -> None:
+        """The run ended with ``status`` (``run``: as its end step stored it)."""
+
+
+class Unwatched:
+    """No one watches (the api, the CLI): a `RunWatch` that does nothing."""
+
+    def started(self, run: RunRecord, claim: Claim) -> None:
+        """Nothing."""
+
+    def ended(self, status: str, run: RunRecord | None) -> None:
+        """Nothing."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +126,24 @@ class ToolSpec:
 # Which tools a session is offered (`tools.offer.tools_for_session`), given the session's
 # stored entry when the caller has just read it (None: read it if needed).
 Offer = Callable[["Services", ToolContext, Mapping[str, Any] | None], list[ToolSpec]]
+# Which of the MCP and Python tools (their names) a session may use
+# (`tools.offer.external_for_session`).
+ExternalOffer = Callable[
+    ["Services", ToolContext, Sequence[str], Mapping[str, Any] | None], list[str]
+]
+
+
+class ExtraTools(Protocol):
+    """The MCP servers and Python tools of a process (`runtime.external_tools`)."""
+
+    def known_names(self) -> list[str]:
+        """The tools' names as known in this process."""
+        ...
+
+    def toolset(self, permit: Callable[[Sequence[str]], Collection[str]]) -> Any:
+        """A run's toolset (a pydantic-ai toolset) of the tools ``permit`` lets it use, or
+        None when there are none."""
+        ...
 
 
 @dataclass
@@ -115,6 +154,8 @@ class ToolRegistry:
     # Set with the tools (`tools.catalog.register_session_tools`): the offer is policy the
     # runtime must not import. Without one every tool is offered.
     offer: Offer | None = None
+    # The same policy for the MCP and Python tools (None: all of them).
+    external: ExternalOffer | None = None
 
     def register(self, spec: ToolSpec) -> ToolSpec:
         """Add (or replace) a tool."""
@@ -134,6 +175,14 @@ class ToolRegistry:
         wanted = set(names)
         return [t for n, t in self.tools.items() if n in wanted]
 
+    def permitted_external(
+        self, ctx: ToolContext, names: Sequence[str], session: Mapping[str, Any] | None = None
+    ) -> list[str]:
+        """Of the MCP and Python tools ``names``, those the acting session may use."""
+        if self.external is None:
+            return list(names)
+        return self.external(ctx.services, ctx, names, session)
+
     def offered(self, ctx: ToolContext, session: Mapping[str, Any] | None = None) -> list[ToolSpec]:
         """The tools the acting session may use (``session``: its entry, when just read)."""
         if self.offer is None:
@@ -152,6 +201,10 @@ class Services:
     tools: ToolRegistry = field(default_factory=ToolRegistry)
     # This process's Prometheus counters (`shared.metrics`).
     metrics: Metrics = field(default_factory=Metrics)
+    # Told as runs start and end here (a worker's task events for Flower).
+    watch: RunWatch = field(default_factory=Unwatched)
+    # The MCP servers and Python tools runs get beside the session tools (None: none).
+    extra_tools: ExtraTools | None = None
     # Called after a run ends (flows: reply-back, announces); run by the worker.
     on_run_end: list[RunHook] = field(default_factory=list)
     # Set only on the copy of the services a worker task hands a follow-up step it runs in

@@ -3,9 +3,9 @@
 Run outcomes live in the run records in Redis, so tasks ignore results. Tasks are thin:
 they carry ids, load state from Redis and call into ``switchboard.shared``.
 
-Task events (a broker round trip per task state) are off until a monitor asks for them:
-Flower (`switchboard flower`) turns them on in every worker with the `enable_events`
-control command, and keeps doing so for workers that start later.
+Task events are on (``SWITCHBOARD_TASK_EVENTS``, default on): a run's task shows its
+life in Flower (`task_events`), flow steps send Celery's own; the housekeeping sweep
+sends none (its task list stays the runs').
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def create_celery_app(settings: Settings | None = None) -> Celery:
         task_routes=TASK_ROUTES,
         # Celery's threads pool, its threads started up front (workers/pool.py).
         worker_pool="switchboard.workers.pool:TaskPool",
-        worker_send_task_events=False,
+        worker_send_task_events=settings.task_events,
         task_send_sent_event=False,
         worker_hijack_root_logger=False,
         beat_schedule={

@@ -6,7 +6,8 @@ behind every busy thread, taken by the consumer thread that receives the tasks: 
 (a batch spawn of a thousand sub-agents) was let in at a few dozen tasks a second. Started
 before the first task arrives, the threads cost nothing then.
 
-As it stops, it waits for the runs the process still has in flight on its run loops, or
+It watches for revokes of runs' task ids while it runs (`revokes.RevokeWatch`). As it
+stops, it waits for the runs the process still has in flight on its run loops, or
 for their hand-back when a signal stops the worker (`RunHost.wait_for_runs`): its tasks
 return once their runs are claimed, not when they end.
 
@@ -22,7 +23,9 @@ import time
 
 from celery.concurrency import thread
 
+from switchboard.workers.revokes import revoke_watch
 from switchboard.workers.run_host import run_host
+from switchboard.workers.task_events import task_events
 
 log = logging.getLogger("switchboard.worker")
 
@@ -39,13 +42,22 @@ class TaskPool(thread.TaskPool):  # type: ignore[misc]
         started = time.monotonic()
         count = prestart(self.executor, self.limit, PRESTART_TIMEOUT_S)
         log.info("started %d pool threads in %.2fs", count, time.monotonic() - started)
+        watch = revoke_watch(self.app)
+        if watch is not None:  # revokes of runs' task ids cancel the runs from now on
+            watch.start()
 
     def on_stop(self) -> None:
+        watch = revoke_watch(self.app)
+        if watch is not None:
+            watch.stop()
         # The pool's tasks return once their runs are claimed: the runs still going on
         # the run loops are handed back (a signal) or waited for before the pool goes.
         host = run_host(self.app)
         if host is not None:  # an app with the product's tasks
             host.wait_for_runs()
+        events = task_events(self.app)
+        if events is not None:  # the runs' last events published, its thread stopped
+            events.close()
         super().on_stop()
 
 

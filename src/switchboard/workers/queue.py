@@ -15,7 +15,7 @@ from celery import Celery
 from kombu.exceptions import KombuError
 
 from switchboard.shared.errors import BrokerUnavailable
-from switchboard.workers.routing import FLOWS_QUEUE, RUNS_QUEUE
+from switchboard.workers.routing import FLOWS_QUEUE, run_queue
 
 # Runs of a batch per message (see `CeleryQueue.enqueue_runs`).
 RUNS_PER_MESSAGE = 20
@@ -148,7 +148,7 @@ class CeleryQueue:
 
     def _publish_runs(self, runs: list[tuple[str, str]]) -> None:
         if len(runs) == 1:
-            self._send("switchboard.run", list(runs[0]), RUNS_QUEUE)
+            self._send("switchboard.run", list(runs[0]), run_queue(runs[0][1]))
         else:
             self.enqueue_runs(runs)
 
@@ -157,23 +157,25 @@ class CeleryQueue:
         takes in a thousand sub-agents as fifty messages, not a thousand, and runs each
         message's runs together. The messages go over one broker connection; where kombu
         batches publishes (5.7+), in one pipelined round trip."""
+        by_queue: dict[str, list[tuple[str, str]]] = {}
+        for run_id, key in runs:
+            by_queue.setdefault(run_queue(key), []).append((run_id, key))
         with _broker_errors(), self.app.producer_or_acquire() as producer:
             batch = getattr(producer, "batch", None)
             with batch() if batch is not None else contextlib.nullcontext():
-                for start in range(0, len(runs), RUNS_PER_MESSAGE):
-                    chunk = [
-                        [run_id, key] for run_id, key in runs[start : start + RUNS_PER_MESSAGE]
-                    ]
-                    if len(chunk) == 1:
-                        self._send("switchboard.run", chunk[0], RUNS_QUEUE, producer)
-                    else:
-                        self._send_many(chunk, producer)
+                for queue, queued in by_queue.items():
+                    for start in range(0, len(queued), RUNS_PER_MESSAGE):
+                        chunk = [list(pair) for pair in queued[start : start + RUNS_PER_MESSAGE]]
+                        if len(chunk) == 1:
+                            self._send("switchboard.run", chunk[0], queue, producer)
+                        else:
+                            self._send_many(chunk, queue, producer)
 
-    def _send_many(self, chunk: list[list[str]], producer: Any) -> None:
+    def _send_many(self, chunk: list[list[str]], queue: str, producer: Any) -> None:
         self.app.send_task(
             "switchboard.runs",
             args=[chunk],
-            queue=RUNS_QUEUE,
+            queue=queue,
             ignore_result=True,
             producer=producer,
             argsrepr=f"[{len(chunk)} runs: {chunk[0][0]}, …]",
@@ -184,7 +186,7 @@ class CeleryQueue:
     def enqueue_resume(self, run_id: str, session_key: str) -> None:
         """Continue a parked run."""
         with _broker_errors():
-            self._send("switchboard.resume", [run_id, session_key], RUNS_QUEUE)
+            self._send("switchboard.resume", [run_id, session_key], run_queue(session_key))
 
     def enqueue(self, task: str, *args: str, countdown_s: float | None = None) -> None:
         """Any other named follow-up task."""

@@ -4,6 +4,10 @@ A run's task hands the run to the worker's `RunHost` (`run_host`) and returns on
 claimed; the run's follow-up steps run in place after it (`follow_ups`). Flow steps are a
 task each, named as the step. The worker tunes the garbage collector once it is up
 (`gc_tune`).
+
+The run tasks send no Celery task events: their message ends as the run is claimed, so
+the worker sends each run's own (`task_events`). Nor does the sweep: housekeeping every
+few seconds would bury the runs in Flower's task list.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from celery import Celery
 from celery.signals import worker_init, worker_ready, worker_shutdown, worker_shutting_down
 
 from switchboard.shared import gc_tune
+from switchboard.shared.batches.lines import sweep_batches
 from switchboard.shared.config import Settings
 from switchboard.shared.errors import Unavailable
 from switchboard.shared.event_loops import new_event_loop
@@ -39,7 +44,9 @@ from switchboard.workers.follow_ups import (
 )
 from switchboard.workers.handback import hand_back_runs, held_runs
 from switchboard.workers.queue import CeleryQueue
+from switchboard.workers.revokes import RevokeWatch
 from switchboard.workers.run_host import Claims, RunHost
+from switchboard.workers.task_events import TaskEvents
 
 log = logging.getLogger("switchboard.worker")
 
@@ -56,9 +63,19 @@ _RETRY = {
 def register_tasks(app: Celery, settings: Settings) -> None:
     """Register every task on ``app``, and make its `RunHost` (``run_host(app)``)."""
 
+    # Each run's life as a task in Flower (`task_events`): sent by the worker itself.
+    events = TaskEvents(app, enabled=settings.task_events)
+    app.switchboard_task_events = events
+
+    # A revoke of a run's task id (its runId) cancels the run (`revokes`); started and
+    # stopped with the worker's pool.
+    app.switchboard_revokes = RevokeWatch(lambda: services())
+
     @cache
     def build() -> Services:
-        return build_services(settings, queue=CeleryQueue(app))
+        svc = build_services(settings, queue=CeleryQueue(app))
+        svc.watch = events
+        return svc
 
     def services() -> Services:
         # Tests (and embedders) may hand the app ready-made services.
@@ -71,7 +88,7 @@ def register_tasks(app: Celery, settings: Settings) -> None:
     host = RunHost(settings.worker_max_in_flight, new_loop=new_event_loop, waves=waves)
     app.switchboard_run_host = host
 
-    @app.task(name="switchboard.run", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
+    @app.task(name="switchboard.run", shared=False, send_events=False, **_RETRY)  # type: ignore[untyped-decorator]
     def run(run_id: str, session_key: str) -> None:
         """Execute one agent run in its session, then its follow-up step if it has one."""
         svc = services()
@@ -87,7 +104,7 @@ def register_tasks(app: Celery, settings: Settings) -> None:
 
         host.hand_over(1, body)
 
-    @app.task(name="switchboard.runs", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
+    @app.task(name="switchboard.runs", shared=False, send_events=False, **_RETRY)  # type: ignore[untyped-decorator]
     def runs(pairs: list[list[str]]) -> None:
         """Execute the runs of one message (a batch, or runs enqueued together) together,
         each in its own session, then each one's follow-up step as it ends."""
@@ -97,7 +114,7 @@ def register_tasks(app: Celery, settings: Settings) -> None:
             lambda claims: run_together(svc, pairs, claims, host.waves),
         )
 
-    @app.task(name="switchboard.resume", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
+    @app.task(name="switchboard.resume", shared=False, send_events=False, **_RETRY)  # type: ignore[untyped-decorator]
     def resume(run_id: str, session_key: str) -> None:
         """Continue a parked run with the results it waited for, then its follow-up step."""
         svc = services()
@@ -110,10 +127,11 @@ def register_tasks(app: Celery, settings: Settings) -> None:
 
         host.hand_over(1, body)
 
-    @app.task(name="switchboard.sweep", shared=False, **_RETRY)  # type: ignore[untyped-decorator]
+    @app.task(name="switchboard.sweep", shared=False, send_events=False, **_RETRY)  # type: ignore[untyped-decorator]
     def sweep_task() -> None:
-        """Recover expired lanes and overdue parked runs."""
+        """Recover expired lanes and overdue parked runs, and the live batches."""
         sweep(services())
+        sweep_batches(services())
 
     for step_name in FLOW_STEPS:
         _register_flow_step(app, step_name, services)
@@ -122,6 +140,7 @@ def register_tasks(app: Celery, settings: Settings) -> None:
         # Recover what a killed predecessor left behind without waiting for beat.
         try:
             sweep(services())
+            sweep_batches(services())
         except Exception:
             log.exception("startup sweep failed")
 
@@ -138,6 +157,16 @@ def register_tasks(app: Celery, settings: Settings) -> None:
         if getattr(sender, "app", app) is app:  # this app's worker stopped
             close_clients()
             host.close()
+            events.close()
+
+    def _watch_runs(sender: Any = None, **_: Any) -> None:
+        # The worker's node name on its runs' task events; services handed to the app
+        # (tests, embedders) send them too.
+        if getattr(sender, "app", app) is app:
+            events.bind(getattr(sender, "hostname", None))
+            override = getattr(app, "services_override", None)
+            if override is not None:
+                override.watch = events
 
     def _hand_back_on_stop(sender: Any = None, **_: Any) -> None:
         # Sent from the main process's signal handler as a warm (SIGTERM) or cold shutdown
@@ -157,6 +186,7 @@ def register_tasks(app: Celery, settings: Settings) -> None:
             gc_tune.tune_gc()
 
     worker_ready.connect(_tune_gc_on_start, weak=False)
+    worker_init.connect(_watch_runs, weak=False)
     worker_init.connect(_preload_models, weak=False)
     worker_shutdown.connect(_close_model_clients, weak=False)
     worker_shutting_down.connect(_hand_back_on_stop, weak=False)

@@ -13,6 +13,8 @@ const FETCH_LIMIT = 1000;
 const PAGE_SIZE = 50;
 const DELIVERIES_LIMIT = 200;
 const TICK_MS = 5000;
+const BATCHES_SHOWN = 20; // the newest batches listed, their progress refreshed every few seconds
+const BATCHES_EVERY_MS = 2000;
 // The URL hash carries the whole view: these filter fields, the page, the open session.
 const FILTERS = { kind: "filter-kind", agent: "filter-agent", active: "filter-active",
   search: "filter-search" };
@@ -60,6 +62,7 @@ function runBadge(status) {
   return node;
 }
 
+// Short enough for a narrow column at any age: "12s ago" … "9d ago", then the date alone.
 function when(ms) {
   if (!ms) return "";
   const date = new Date(Number(ms));
@@ -67,7 +70,8 @@ function when(ms) {
   if (age < 60) return `${Math.max(0, Math.floor(age))}s ago`;
   if (age < 3600) return `${Math.floor(age / 60)}m ago`;
   if (age < 86400) return `${Math.floor(age / 3600)}h ago`;
-  return date.toLocaleString();
+  if (age < 864000) return `${Math.floor(age / 86400)}d ago`;
+  return date.toLocaleDateString();
 }
 
 // A relative time that keeps ticking (see tickTimes); the exact time is its tooltip.
@@ -94,6 +98,40 @@ function trunc(text, attrs = {}) {
       event.currentTarget.classList.toggle("open");
       copy(full);
     } });
+}
+
+// Text that, cut, loses its start rather than its end (…e4f20780ff17).
+function endFirst(text, attrs = {}) {
+  return el("span", { ...attrs, class: `end-first ${attrs.class || ""}`.trim() },
+    el("bdi", { text }));
+}
+
+// A session key on one line that keeps its distinctive end: when space runs short the start
+// gives way (agent:main:disc…:release-planning) before the last segment does, and that one
+// loses its own start last. The page holds the whole key: it is the tooltip, and copying any
+// part of it copies all of it (copyKeys).
+function keyText(key, attrs = {}) {
+  const full = String(key ?? "");
+  const cut = full.lastIndexOf(":");
+  return el("span", { ...attrs, class: `mkey mono ${attrs.class || ""}`.trim(), title: full,
+    "data-full": full },
+  cut > 0 ? el("span", { class: "mkey-head", text: full.slice(0, cut) }) : null,
+  endFirst(cut > 0 ? full.slice(cut) : full, { class: "mkey-tail" }));
+}
+
+function lastSegment(key) {
+  return String(key ?? "").split(":").pop();
+}
+
+// A selection inside one key (its drawn end, say) copies the whole key.
+function copyKeys(event) {
+  const selection = getSelection();
+  if (!selection || selection.isCollapsed) return;
+  const inKey = (node) => (node instanceof Element ? node : node?.parentElement)?.closest(".mkey");
+  const box = inKey(selection.anchorNode);
+  if (!box || box !== inKey(selection.focusNode)) return;
+  event.clipboardData.setData("text/plain", box.dataset.full);
+  event.preventDefault();
 }
 
 function copy(text) {
@@ -139,6 +177,16 @@ async function rpc(method, params = {}, token = state.token) {
   return body;
 }
 
+async function getJson(path, token = state.token) {
+  const resp = await fetch(path, { headers: { Authorization: `Bearer ${token}` } });
+  const body = await resp.json().catch(() => ({}));
+  if (resp.status === 401 || resp.status === 429) {
+    throw new AuthError(body?.error?.message || "token rejected");
+  }
+  if (!resp.ok) throw new Error(`${path}: ${body?.error?.message || resp.statusText}`);
+  return body;
+}
+
 async function post(path, token = state.token) {
   const resp = await fetch(path, { method: "POST", headers: { Authorization: `Bearer ${token}` } });
   if (!resp.ok) throw new AuthError("token rejected");
@@ -172,6 +220,7 @@ async function start(credential) {
   $("logout").hidden = false;
   connectEvents();
   await applyRoute();
+  await loadBatches();
 }
 
 async function login(event) {
@@ -295,14 +344,14 @@ function sessionRowView(row) {
   return el("tr", {
     "data-key": row.key,
     class: row.key === state.current ? "selected" : null,
-    onclick: () => openSession(row.key),
+    // A click that ends a text selection (a key being copied) does not open the session.
+    onclick: () => { if (getSelection().isCollapsed) openSession(row.key); },
   },
-  el("td", {}, el("span", { class: "mono trunc", title: row.key, text: row.key }),
+  el("td", { class: "grow" }, keyText(row.key, { class: "session-key" }),
     label ? el("div", { class: "muted trunc", title: label, text: label }) : null),
-  el("td", { class: "nowrap", text: row.kind }),
-  el("td", { class: "nowrap", text: row.channel || "", title: row.channel || "" }),
-  el("td", { class: "nowrap" }, runBadge(row.status)),
-  el("td", { class: "nowrap" }, ago(row.updatedAt)));
+  el("td", { class: "snug" }, row.kind, el("div", { class: "muted", text: row.channel || "" })),
+  el("td", { class: "snug" }, runBadge(row.status)),
+  el("td", { class: "snug" }, ago(row.updatedAt)));
 }
 
 function renderSessions() {
@@ -337,6 +386,28 @@ function turnPage(delta) {
   $("sessions").parentElement.scrollTop = 0;
   pushRoute();
 }
+
+// ---- batches (the Batches API) ----------------------------------------------------------
+
+function batchRowView(batch) {
+  const counts = batch.request_counts || { completed: 0, failed: 0, total: 0 };
+  const answered = counts.completed + counts.failed;
+  const failed = counts.failed ? `, ${counts.failed} failed` : "";
+  return el("tr", { "data-batch": batch.id },
+    el("td", {}, el("span", { class: "mono trunc", title: batch.id, text: batch.id }),
+      el("div", { class: "muted trunc", text: batch.endpoint })),
+    el("td", { class: "nowrap" }, badge(batch.status)),
+    el("td", { class: "nowrap" },
+      el("progress", { max: Math.max(1, counts.total), value: answered }),
+      el("div", { class: "muted", text: `${answered}/${counts.total}${failed}` })),
+    el("td", { class: "nowrap" }, ago(batch.created_at * 1000)));
+}
+
+const loadBatches = guard(async () => {
+  const page = await getJson(`/v1/batches?limit=${BATCHES_SHOWN}`);
+  $("batches").tBodies[0].replaceChildren(...page.data.map(batchRowView));
+  $("batches-count").textContent = page.data.length ? "" : "No batches yet.";
+});
 
 // ---- one session -----------------------------------------------------------------------
 
@@ -421,12 +492,12 @@ function renderTranscript(messages) {
     if (inter) {
       const from = prov.sourceSessionKey || "another session";
       const via = prov.sourceTool ? ` via ${prov.sourceTool}` : "";
+      // Text around the key keeps its spaces for copy and tests; the flex gap draws them.
       head.append(el("span", {
         class: "badge provenance",
         "data-source": prov.sourceSessionKey || "",
         title: "inter-session message: routed from another session, not typed by a person",
-        text: `from ${from}${via}`,
-      }));
+      }, "from ", prov.sourceSessionKey ? keyText(from) : from, via));
     } else if (prov.kind) {
       head.append(el("span", { class: "badge", text: prov.kind.replace("_", " ") }));
     }
@@ -453,9 +524,11 @@ function renderTranscript(messages) {
   list.dataset.key = state.current;
 }
 
+// A link that opens a session: its middle-cut key, or `text` (the whole key as tooltip).
 function keyLink(key, text) {
   return el("a", { class: "key mono", href: `#session=${encodeURIComponent(key)}`,
-    onclick: (event) => { event.preventDefault(); openSession(key); }, text: text || key });
+    title: text ? key : null, onclick: (event) => { event.preventDefault(); openSession(key); } },
+  text || keyText(key));
 }
 
 // Children shown per node of the tree (newest first); one more is asked to know if there are.
@@ -467,10 +540,11 @@ async function childrenOf(key) {
 }
 
 async function subtree(row, depth) {
+  // One line per node: the key's last segment (whole key on hover), the label, the state.
   const item = el("li", { class: row.key === state.current ? "current" : null, "data-key": row.key },
-    el("span", { class: "node-key" }, keyLink(row.key)), " ",
-    row.label ? el("span", { class: "muted", text: row.label }) : null, " ",
-    runBadge(row.status));
+    el("div", { class: "node" }, keyLink(row.key, endFirst(lastSegment(row.key))), " ",
+      row.label ? el("span", { class: "muted node-label", title: row.label, text: row.label }) : null,
+      " ", runBadge(row.status)));
   if (depth < TREE_DEPTH) {
     const kids = await childrenOf(row.key);
     if (kids.length) {
@@ -489,7 +563,7 @@ async function renderTree(row) {
   const tree = $("tree");
   const root = el("ul", {}, await subtree(row, 0));
   const parts = [];
-  if (row.spawnedBy) parts.push(el("p", {}, "spawned by ", keyLink(row.spawnedBy)));
+  if (row.spawnedBy) parts.push(el("p", { class: "spawned-by" }, "spawned by ", keyLink(row.spawnedBy)));
   parts.push(root);
   if (!root.querySelector("ul")) parts.push(el("p", { class: "muted", text: "no spawned sessions" }));
   tree.replaceChildren(...parts);
@@ -657,7 +731,9 @@ document.addEventListener("DOMContentLoaded", () => {
   window.addEventListener("popstate", onUrlChange);
   window.addEventListener("hashchange", onUrlChange);
   setInterval(tickTimes, TICK_MS);
+  setInterval(() => { if (state.token && !$("app").hidden) loadBatches(); }, BATCHES_EVERY_MS);
   $("send-form").addEventListener("submit", send);
+  document.addEventListener("copy", copyKeys);
   localStorage.removeItem(TOKEN_KEY);
   const saved = localStorage.getItem(SESSION_KEY);
   if (saved) {

@@ -319,7 +319,11 @@ def _prepare(
         model=plan.model,
         channel=req.channel,
         kind="subagent",
-        meta={"spawnId": child.spawn_id, **({"batchId": batch[0]} if batch else {})},
+        meta={
+            "spawnId": child.spawn_id,
+            **({"batchId": batch[0]} if batch else {}),
+            **({"label": plan.label} if plan.label else {}),
+        },
         on_end={"task": ANNOUNCE_STEP, "args": [child.spawn_id]},
         attachments=[a.to_json() for a in plan.attachments],
     )

@@ -101,3 +101,24 @@ def allowed_tools(
             continue
         out.append(tool.name)
     return out
+
+
+def passes(name: str, rules: ToolRules) -> bool:
+    """Whether ``name`` passes one allow/deny layer (`tools.allow|deny`, an agent's
+    `tools`): no ``deny`` glob matches it, and a non-empty ``allow`` (with ``alsoAllow``)
+    matches it. Deny wins."""
+    if _matches(name, rules.deny):
+        return False
+    return not rules.allow or _matches(name, (*rules.allow, *rules.also_allow))
+
+
+def permitted(
+    role: SubagentRole,
+    tools: Sequence[ToolInfo],
+    subagent_rules: ToolRules = ToolRules(),
+    layers: Sequence[ToolRules] = (),
+) -> list[str]:
+    """The names (in order) a session may use: the sub-agent rules for its role, then
+    every layer (the global `tools.allow|deny`, the agent's own) in turn."""
+    names = allowed_tools(role, tools, subagent_rules)
+    return [n for n in names if all(passes(n, rules) for rules in layers)]

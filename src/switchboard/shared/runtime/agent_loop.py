@@ -25,6 +25,9 @@ this loop makes one `model_request` per step.
   parks, and the ending call's return says the turn could not end (`TURN_NOT_ENDED`).
 - ``before_tools`` runs (off the loop) before each answer's tool calls: the executor's
   attempt fence.
+- Messages steered into the run (`steering.Steering`) join the request after a step's
+  tool returns (one look at the session's steer inbox per step that called tools), and
+  the first request when the run starts with some waiting.
 - Each model request waits for a slot of its loop (`model_slots`) and has its ``chat``
   span (tracing on).
 """
@@ -54,6 +57,7 @@ from pydantic_ai.messages import (
     RetryInfo,
     ToolCallPart,
     ToolRetryCause,
+    ToolReturn,
     ToolReturnPart,
 )
 from pydantic_ai.models import Model, ModelRequestParameters
@@ -66,6 +70,7 @@ from pydantic_ai.usage import RunUsage
 from switchboard import telemetry
 from switchboard.shared.runtime.models import model_slots
 from switchboard.shared.runtime.off_loop import off_loop
+from switchboard.shared.runtime.steering import Steering
 from switchboard.shared.runtime.toolset import (
     MAX_RETRIES,
     TURN_NOT_ENDED,
@@ -86,11 +91,13 @@ Tools = dict[str, ToolsetTool[ToolRun]]
 
 @dataclass(frozen=True)
 class TurnEnded:
-    """The output of a run a tool ended (`EndTurn`): what the model said with the call."""
+    """The output of a run a tool ended (`EndTurn`): what the model said with the call
+    (or the tool's reply), and whether the run is paused (waiting for its children)."""
 
     text: str | None
     result: Mapping[str, Any]
     session_fields: Mapping[str, Any]
+    paused: bool = True
 
 
 @dataclass
@@ -100,6 +107,13 @@ class RunResult:
     output: str | DeferredToolRequests | TurnEnded
     messages: list[ModelMessage]
     usage: RunUsage = field(default_factory=RunUsage)
+    # The messages of the session's steer inbox the run took (`steering.Steering`).
+    steered: Sequence[Mapping[str, Any]] = ()
+
+    @property
+    def steer_taken(self) -> int:
+        """How many messages of the session's steer inbox the run took."""
+        return len(self.steered)
 
     def new_messages(self) -> list[ModelMessage]:
         """The messages this run added (requests and responses), in order."""
@@ -117,14 +131,22 @@ async def run_model_loop(
     tool_results: Sequence[ToolReturnPart] = (),
     before_tools: Callable[[], None] | None = None,
     model_settings: ModelSettings | None = None,
+    steering: Steering | None = None,
 ) -> RunResult:
     """Run the model on ``history`` with ``tools`` until it answers without tool calls.
 
     ``tool_results`` resume a run that deferred calls: they answer those calls first.
     ``before_tools`` is called (off the loop) before each answer's tool calls execute (it
     raises to stop the run there: the executor's attempt fence). ``model_settings`` go
-    with every model request (a client's tool choice)."""
+    with every model request (a client's tool choice). ``steering``: where messages
+    steered into the run come from."""
     messages, new = _resumed(history, tool_results, instructions)
+    if steering is not None and (steering.carried or steering.look_first):
+        steered = await off_loop(steering.first)
+        if steered:
+            request = ModelRequest(parts=steered, instructions=instructions)
+            messages.append(request)
+            new.append(request)
     if not messages:
         raise UserError("the run has no message to answer")
     run = ToolRun(ctx, defer)
@@ -154,7 +176,7 @@ async def run_model_loop(
             new.append(response)
             if not response.tool_calls:
                 if response.text:
-                    return RunResult(output=response.text, messages=new, usage=usage)
+                    return _result(response.text, new, usage, steering)
                 feedback = _no_output_feedback(retries)
                 request = ModelRequest(parts=[feedback], instructions=instructions)
             else:
@@ -165,15 +187,28 @@ async def run_model_loop(
                     if parts:
                         new.append(ModelRequest(parts=parts))
                     if deferred.calls:
-                        return RunResult(output=deferred, messages=new, usage=usage)
+                        return _result(deferred, new, usage, steering)
                     assert run.ended is not None
                     end = run.ended
-                    output = TurnEnded(response.text or None, end.result, end.session_fields)
-                    return RunResult(output=output, messages=new, usage=usage)
+                    text = end.reply or response.text or None
+                    output = TurnEnded(text, end.result, end.session_fields, end.paused)
+                    return _result(output, new, usage, steering)
+                if steering is not None:  # what was steered in while the tools ran
+                    parts = [*parts, *await off_loop(steering.take)]
                 request = ModelRequest(parts=parts, instructions=instructions)
             messages.append(request)
             new.append(request)
     raise UsageLimitExceeded(f"The next request would exceed the request_limit of {REQUEST_LIMIT}")
+
+
+def _result(
+    output: str | DeferredToolRequests | TurnEnded,
+    new: list[ModelMessage],
+    usage: RunUsage,
+    steering: Steering | None,
+) -> RunResult:
+    steered = list(steering.took) if steering is not None else []
+    return RunResult(output=output, messages=new, usage=usage, steered=steered)
 
 
 def _resumed(
@@ -255,14 +290,29 @@ async def _call_tools(
             deferred.metadata[call.tool_call_id] = wait.metadata or {}
             deferred.validated_args[call.tool_call_id] = arguments
             continue
-        parts.append(
-            ToolReturnPart(tool_name=call.tool_name, content=result, tool_call_id=call.tool_call_id)
-        )
+        parts.append(_returned(call, result))
     run = run_ctx.deps
     if run.ended is not None and deferred.calls:  # parking wins: the turn goes on once resumed
         parts = [_not_ended(p, run.ending) for p in parts]
         run.ended = None
     return parts, deferred
+
+
+def _returned(call: ToolCallPart, result: Any) -> ToolReturnPart:
+    """A call's return; a `ToolReturn` (MCP and Python tools) carries its call record
+    (``metadata['call']``, kept in the transcript) and says whether the call failed."""
+    if not isinstance(result, ToolReturn):
+        return ToolReturnPart(
+            tool_name=call.tool_name, content=result, tool_call_id=call.tool_call_id
+        )
+    record = (result.metadata or {}).get("call") or {}
+    return ToolReturnPart(
+        tool_name=call.tool_name,
+        content=result.return_value,
+        tool_call_id=call.tool_call_id,
+        metadata=result.metadata,
+        outcome="success" if record.get("outcome", "ok") == "ok" else "failed",
+    )
 
 
 def _not_ended(part: ModelRequestPart, ending: set[str]) -> ModelRequestPart:

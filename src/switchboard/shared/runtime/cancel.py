@@ -28,6 +28,7 @@ def cancel_run(svc: Services, run_id: str, session_key: str) -> CancelResult:
     if res.verdict == "cancelled":
         log.info("run %s cancelled", run_id, extra={"status": "cancelled"})
         svc.metrics.run_ended("cancelled", res.run)
+        svc.watch.ended("cancelled", res.run)
         after_run_end(svc, run_id, res.next_run_id, res.waiters, ended=res.run)
     elif res.verdict == "requested":
         log.info("run %s asked to stop (cancel)", run_id)

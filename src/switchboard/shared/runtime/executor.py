@@ -23,7 +23,7 @@ from functools import partial
 from typing import Any, TypedDict, Unpack
 
 from pydantic_ai.exceptions import AgentRunError, FallbackExceptionGroup
-from pydantic_ai.messages import ModelRequest, ToolReturnPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
 from pydantic_ai.tools import DeferredToolRequests
 from pydantic_ai.toolsets import AbstractToolset, CombinedToolset
 
@@ -53,6 +53,7 @@ from switchboard.shared.runtime.history_cache import model_history
 from switchboard.shared.runtime.leases import FENCED, keeper_for
 from switchboard.shared.runtime.models import resolve_model
 from switchboard.shared.runtime.off_loop import off_loop
+from switchboard.shared.runtime.steering import Steering, restore_steered
 from switchboard.shared.runtime.together import Together
 from switchboard.shared.runtime.toolset import ToolRun, toolset_for
 from switchboard.shared.runtime.transcript import to_model_messages, to_transcript
@@ -225,6 +226,8 @@ async def _execute_traced(
     follow_ups: FollowUps,
     ends: EndsTogether | None = None,
 ) -> None:
+    if deferred is None:  # a resumed run goes on: it started before
+        svc.watch.started(rec, claim)
     if rec.cancel_requested or (claim.run is not None and claim.run.cancel_requested):
         _end_cancelled(svc, rec, claim, follow_ups)  # asked while its last worker ran it
         return
@@ -234,6 +237,39 @@ async def _execute_traced(
     if not claim.started_published:  # a fresh claim adds the event itself
         started = run_event(rec, attempt=claim.attempt, resumed=deferred is not None or None)
         svc.store.events.publish("run.started", started)
+    steering = Steering.at_claim(svc.store.steering, rec.session_key, claim.session)
+    while True:
+        try:
+            await _execute_steered(svc, rec, claim, deferred, follow_ups, ends, steering)
+            return
+        except RunSteered as steered:  # its end found messages steered in: it goes on
+            log.info("run %s goes on with %d steered message(s)", rec.run_id, len(steered.waiting))
+            steering = steering.continued(steered.waiting)
+            # What it said so far is in the transcript now: its history is read from there.
+            claim = replace(claim, history=None, entries=None)
+            deferred = None
+
+
+class RunSteered(Exception):
+    """A run's end step did not end it: messages were steered into the turn meanwhile
+    (``waiting``, transcript form); what it said so far is in the transcript."""
+
+    def __init__(self, waiting: Sequence[Mapping[str, Any]]) -> None:
+        super().__init__(f"{len(waiting)} steered message(s) waiting")
+        self.waiting = list(waiting)
+
+
+async def _execute_steered(
+    svc: Services,
+    rec: RunRecord,
+    claim: Claim,
+    deferred: Sequence[ToolReturnPart] | None,
+    follow_ups: FollowUps,
+    ends: EndsTogether | None,
+    steering: Steering,
+) -> None:
+    """Run the model loop and record its result (raises `RunSteered` when the end step
+    hands the turn messages steered into it meanwhile)."""
     remaining_s = (claim.deadline_at_ms - now_ms()) / 1000
     if remaining_s <= 0:
         _finish(
@@ -257,7 +293,7 @@ async def _execute_traced(
     ):
         try:
             async with asyncio.timeout(remaining_s):
-                result = await stop.run(_run_agent(svc, rec, claim, deferred))
+                result = await stop.run(_run_agent(svc, rec, claim, deferred, steering))
         except RunCancelled:
             if stop.reason == SUPERSEDED:  # another attempt has it: nothing of ours is kept
                 log.warning("run %s attempt %d stopped: superseded", rec.run_id, claim.attempt)
@@ -297,8 +333,9 @@ async def _execute_traced(
                 raise failed
         else:  # its end step off the loop: the loop's runs go on
             await off_loop(lambda: _record_result(svc, rec, claim, result, follow_ups))
-    except StoreUnavailable:
-        raise  # the store is away: the lane lease lapses and the sweep runs it again
+    except (StoreUnavailable, RunSteered):
+        raise  # the store is away (the lane lease lapses and the sweep runs it again), or
+        # the turn goes on
     except Exception as exc:  # the result itself cannot be stored: end the run, never strand it
         log.exception("run %s: its result could not be recorded", rec.run_id)
         error = f"the run's result could not be recorded ({type(exc).__name__}: {exc})"
@@ -317,7 +354,11 @@ def _timeout_text(rec: RunRecord) -> str:
 
 
 async def _run_agent(
-    svc: Services, rec: RunRecord, claim: Claim, deferred: Sequence[ToolReturnPart] | None
+    svc: Services,
+    rec: RunRecord,
+    claim: Claim,
+    deferred: Sequence[ToolReturnPart] | None,
+    steering: Steering,
 ) -> RunResult:
     agent_id = sk.agent_id_of(rec.session_key)
     model_ref = rec.model or svc.config.model_for(agent_id)
@@ -329,7 +370,7 @@ async def _run_agent(
         history = model_history(claim.entries)  # read incrementally: model forms kept
     else:
         history = to_model_messages(_with_attachments(rec, _history(claim.history or [])))
-    tools: AbstractToolset[ToolRun] = toolset_for(svc.tools.offered(ctx, claim.session))
+    tools = _run_tools(svc, ctx, claim.session)
     client = client_toolset(rec.client_tools, rec.tool_choice)
     if client is not None:  # a request's client-side tools, beside the agent's own
         tools = CombinedToolset([tools, client])
@@ -347,9 +388,21 @@ async def _run_agent(
         tool_results=deferred or (),
         before_tools=lambda: _fence_tools(svc, rec, claim),
         model_settings=tool_settings(rec.tool_choice) if client is not None else None,
+        steering=steering,
     )
     telemetry.record_usage(model_ref, result.usage)
     return result
+
+
+def _run_tools(
+    svc: Services, ctx: ToolContext, session: Mapping[str, str] | None
+) -> AbstractToolset[ToolRun]:
+    """The run's toolset: its session tools, and its MCP and Python tools if any."""
+    tools = toolset_for(svc.tools.offered(ctx, session))
+    if svc.extra_tools is None:
+        return tools
+    extra = svc.extra_tools.toolset(lambda names: svc.tools.permitted_external(ctx, names, session))
+    return tools if extra is None else CombinedToolset([tools, extra])
 
 
 def _fence_tools(svc: Services, rec: RunRecord, claim: Claim) -> None:
@@ -507,20 +560,21 @@ def _queue_result(
     if isinstance(result.output, DeferredToolRequests):
         calls, others = client_calls(result.output)
         if not calls:
-            messages = to_transcript(new, model=model_name, provider=provider)
-            _park(svc, rec, claim, result.output, messages)
+            messages = _transcript_of(result, new, model_name, provider)
+            _park(svc, rec, claim, result.output, messages, result.steer_taken)
             return None
         # The run ends with the client's calls (status ok), for the client to execute.
         if others:
             new = [*new, ModelRequest(parts=list(others))]
         reply, run_fields = last_text(new), {"toolCalls": [c.to_json() for c in calls]}
         session_fields[CLIENT_CALLS_FIELD] = 1
-    messages = to_transcript(new, model=model_name, provider=provider)
+    messages = _transcript_of(result, new, model_name, provider)
     usage = result.usage
     # A turn a tool ended (sessions_yield) ends ok, marked, with what the model said.
     ended = result.output if isinstance(result.output, TurnEnded) else None
     if ended is not None:
-        reply, run_fields = ended.text, {"yielded": True}
+        reply = ended.text
+        run_fields = {"yielded": True} if ended.paused else None
     return _queue_finish(
         svc,
         rec,
@@ -531,6 +585,7 @@ def _queue_result(
         reply=reply,
         run_fields=run_fields,
         messages=messages,
+        steer_taken=result.steer_taken,
         usage={
             "input": usage.input_tokens,
             "output": usage.output_tokens,
@@ -551,12 +606,22 @@ def _queue_result(
     )
 
 
+def _transcript_of(
+    result: RunResult, new: list[ModelMessage], model_name: str, provider: str
+) -> list[dict[str, Any]]:
+    """The run's new messages as transcript entries; steered ones as they were sent
+    (content and provenance), not as the model was shown them."""
+    messages = to_transcript(new, model=model_name, provider=provider)
+    return restore_steered(messages, result.steered) if result.steered else messages
+
+
 def _park(
     svc: Services,
     rec: RunRecord,
     claim: Claim,
     requests: DeferredToolRequests,
     messages: Sequence[Mapping[str, Any]],
+    steer_taken: int,
 ) -> None:
     calls = []
     for part in requests.calls:
@@ -572,7 +637,12 @@ def _park(
             )
         )
     verdict = svc.store.runs.park(
-        rec.run_id, rec.session_key, claim.attempt, calls=calls, messages=messages
+        rec.run_id,
+        rec.session_key,
+        claim.attempt,
+        calls=calls,
+        messages=messages,
+        steer_taken=steer_taken,
     )
     if verdict == "stale":
         _log_fenced(rec, claim, "park")
@@ -598,6 +668,7 @@ class _EndFields(TypedDict, total=False):
     session_incr: Mapping[str, int] | None
     aborted: bool
     run_fields: Mapping[str, Any] | None
+    steer_taken: int
 
 
 def _finish(
@@ -647,16 +718,20 @@ def _queue_finish(
             event=("run.ended", {**event, "ts": now_ms()}, EVENTS_MAXLEN),
             follow_up_reads=_follow_up_reads(svc, rec),
             run_fields=end.get("run_fields"),
+            steer_taken=end.get("steer_taken", 0),
         ),
     )
 
     def ended(replies: Sequence[Any]) -> bool:
         res = read(replies)
+        if res.steered is not None:
+            raise RunSteered(res.steered)
         if not res.applied:
             _log_fenced(rec, claim, f"end ({status})")
             return False
         log.info("run %s ended: %s", rec.run_id, status, extra={"status": status, "error": error})
         svc.metrics.run_ended(status, res.run)
+        svc.watch.ended(status, res.run)
         after_run_end(
             svc, rec.run_id, res.next_run_id, res.waiters, ended=res.run, follow_ups=follow_ups
         )

@@ -63,14 +63,23 @@ class EndTurn(Exception):
     """Raised by a tool handler to end the run after this answer's calls.
 
     ``result`` is the call's tool return; ``session_fields`` are written on the session
-    in the step that ends the run."""
+    in the step that ends the run; ``reply``, when given, is the run's reply (else what
+    the model said with the call); ``paused``: the run waits for its children (it ends
+    marked ``yielded``), else it is simply over."""
 
     def __init__(
-        self, result: Mapping[str, Any], *, session_fields: Mapping[str, Any] | None = None
+        self,
+        result: Mapping[str, Any],
+        *,
+        session_fields: Mapping[str, Any] | None = None,
+        reply: str | None = None,
+        paused: bool = True,
     ) -> None:
         super().__init__(result.get("status"))
         self.result = dict(result)
         self.session_fields = dict(session_fields or {})
+        self.reply = reply
+        self.paused = paused
 
 
 # What a call that must wait leaves for parking: WaitFor → the call's metadata.

@@ -7,7 +7,8 @@ A transcript message is a JSON-ready dict:
      "usage": {"input", "output", "totalTokens"},
      "stopReason": "stop" | "toolUse" | "length" | "error"}
     {"role": "toolResult", "toolCallId", "toolName", "content": [{"type": "text", "text"}],
-     "isError", "timestamp"}
+     "isError", "timestamp", "call"?: {server, tool, kind, arguments, durationMs, outcome,
+     cut?}}   (`call`: a call of an MCP or Python tool, `external_tools`)
     {"role": "system", "content": [{"type": "text", "text"}], "timestamp"}
 
 with blocks `{type: "text", text}`, `{type: "toolCall", id, name, arguments}` and
@@ -170,7 +171,7 @@ def _request_messages(request: ModelRequest) -> Iterator[Message]:
 
 
 def _tool_result_message(part: ToolReturnPart) -> Message:
-    return {
+    message: Message = {
         "role": "toolResult",
         "toolCallId": part.tool_call_id,
         "toolName": part.tool_name,
@@ -178,6 +179,10 @@ def _tool_result_message(part: ToolReturnPart) -> Message:
         "isError": part.outcome in ERROR_OUTCOMES,
         "timestamp": _to_ms(part.timestamp),
     }
+    call = part.metadata.get("call") if isinstance(part.metadata, dict) else None
+    if call:  # an MCP or Python tool's call: server, tool, arguments, duration, outcome
+        message["call"] = call
+    return message
 
 
 def _assistant_message(response: ModelResponse, *, model: str, provider: str) -> Message:

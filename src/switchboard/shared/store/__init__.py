@@ -15,11 +15,13 @@ from redis.client import Pipeline
 from switchboard.shared import keys as sk
 from switchboard.shared.store.a2a_tasks import A2ATaskStore
 from switchboard.shared.store.audit import AuditStore
+from switchboard.shared.store.batches import BatchStore
 from switchboard.shared.store.client import connect
 from switchboard.shared.store.collect import CollectStore
 from switchboard.shared.store.deliveries import DeliveryStore
 from switchboard.shared.store.durability import NO_WAIT, Durability
 from switchboard.shared.store.events import EventStore
+from switchboard.shared.store.files import FileStore
 from switchboard.shared.store.flows import FlowStore
 from switchboard.shared.store.gauges import GaugeStore, ListLengths
 from switchboard.shared.store.keyspace import Keyspace
@@ -29,17 +31,21 @@ from switchboard.shared.store.runs import RunStore
 from switchboard.shared.store.sessions import SessionStore
 from switchboard.shared.store.spawns import SpawnStore
 from switchboard.shared.store.stats import ProgressReads, ServerStats
+from switchboard.shared.store.steering import SteerStore
 from switchboard.shared.store.sweeps import SweepStore
 from switchboard.shared.store.tokens import TokenStore
+from switchboard.shared.store.tool_slots import ToolSlotStore
 from switchboard.shared.store.transcripts import TranscriptStore
 from switchboard.shared.store.windows import TranscriptWindows
 from switchboard.shared.store.yields import YieldStore
 
 __all__ = [
     "AuditStore",
+    "BatchStore",
     "CollectStore",
     "DeliveryStore",
     "EventStore",
+    "FileStore",
     "FlowStore",
     "GaugeStore",
     "Keyspace",
@@ -52,6 +58,7 @@ __all__ = [
     "Store",
     "SweepStore",
     "TokenStore",
+    "ToolSlotStore",
     "TranscriptStore",
     "TranscriptWindows",
     "YieldStore",
@@ -74,6 +81,7 @@ class Store:
         lease_s: int = 30,
         windows: TranscriptWindows | None = None,
         publish_ends_after_wait: bool = False,
+        batch_retention_s: int = 30 * 24 * 3600,
     ) -> None:
         self.redis = redis
         self.ks = Keyspace(prefix, groups)
@@ -94,6 +102,7 @@ class Store:
         self.flows = FlowStore(redis, self.ks)  # reply-back flows (sessions_send)
         self.spawns = SpawnStore(redis, self.ks, retention_s=retention_s)  # sub-agents, batches
         self.yields = YieldStore(redis, self.ks, retention_s=retention_s)  # sessions_yield
+        self.steering = SteerStore(redis, self.ks)  # sessions_send steer and notify
         # collector children, their completion logs and agents_wait's tokens
         self.collect = CollectStore(redis, self.ks, retention_s=retention_s)
         self.deliveries = DeliveryStore(redis, self.ks)
@@ -104,6 +113,10 @@ class Store:
         self.sweeps = SweepStore(redis, self.ks)  # the beat sweep's marks and stale entries
         self.tokens = TokenStore(redis, self.ks)  # scoped api tokens (hashes only)
         self.audit = AuditStore(redis, self.ks)  # calls made with scoped tokens
+        self.tool_slots = ToolSlotStore(redis, self.ks)  # tool servers' maxConcurrent slots
+        # the Files and Batches API: files with their lines, batches with their admission
+        self.files = FileStore(redis, self.ks, ttl_s=batch_retention_s)
+        self.batches = BatchStore(redis, self.ks, ttl_s=batch_retention_s)
         self.list_lengths = ListLengths(redis)  # the broker's queues, when it shares the Redis
         self.stats = ServerStats(redis)  # INFO: calls per command, memory, version
         self.progress = ProgressReads(redis, self.ks)  # how far a burst of work has got

@@ -256,6 +256,17 @@ class Keyspace:
         """List: runs waiting for the session's lane, oldest first."""
         return f"{self._s(key)}laneq:{key}"
 
+    def steer_inbox(self, key: str) -> str:
+        """List: messages steered into the session's running turn (transcript-form JSON),
+        oldest first; a run takes them between its model steps, and they are removed by
+        the step that writes them to the transcript (its park or end)."""
+        return f"{self._s(key)}steer:{key}"
+
+    def notices(self, key: str) -> str:
+        """List: notifications for the session's next turn (transcript-form JSON), oldest
+        first; the next run's first claim moves them into the transcript."""
+        return f"{self._s(key)}notice:{key}"
+
     # -- reply-back flows (sessions_send) ----------------------------------------------
     def flow(self, flow_id: str) -> str:
         """Hash: one reply-back flow (requester, target, turn, max turns, replies, announce
@@ -328,6 +339,23 @@ class Keyspace:
         """Hash: one collector group of ``key`` (``active``, ``total`` children)."""
         return f"{self._s(key)}col:grp:{key}:{group_id}"
 
+    # -- tool servers (fleet-wide limits) -------------------------------------------------
+    def tool_slots(self, server: str) -> str:
+        """Sorted set: the calls holding one of a tool server's ``maxConcurrent`` slots,
+        holder id -> lease end (ms, Redis's clock); in the group of ``tool:<server>``, and
+        expiring with its last lease (`ToolSlotStore`)."""
+        return f"{self._s('tool:' + server)}tslots:{server}"
+
+    def tool_slot_queue(self, server: str) -> str:
+        """Sorted set: the processes with calls waiting for a slot of a tool server, in
+        line (process id -> ticket); beside `tool_slots`."""
+        return f"{self._s('tool:' + server)}tslots:{server}:q"
+
+    def tool_slot_seen(self, server: str) -> str:
+        """Hash: process id -> when it last asked for a slot of a tool server (ms, Redis's
+        clock); a process in line not seen for a while is dropped (it died)."""
+        return f"{self._s('tool:' + server)}tslots:{server}:seen"
+
     # -- api (home group) ---------------------------------------------------------------
     def auth_failures(self, client: str) -> str:
         """String: failed token checks from one client IP; expires with its window
@@ -338,6 +366,59 @@ class Keyspace:
         """Hash: one OpenAI Responses API response (its run, session, agent, previous
         response, instructions, background flag); RESPONSE_TTL_S."""
         return f"{self.home.prefix}resp:{response_id}"
+
+    # -- OpenAI Files and Batches API (home group) ----------------------------------------
+    def file(self, file_id: str) -> str:
+        """Hash: one uploaded or produced file (filename, purpose, bytes, lines, owner,
+        created); `batches.retentionHours`."""
+        return f"{self.home.prefix}ofile:{file_id}"
+
+    def file_lines(self, file_id: str) -> str:
+        """List: a file's lines (bytes, without their newline), in order; as its hash."""
+        return f"{self.home.prefix}ofile:{file_id}:lines"
+
+    def files_of(self, owner: str) -> str:
+        """Sorted set: the file ids one owner (a token id, or ``owner``) made, by creation (ms)."""
+        return f"{self.home.prefix}idx:ofiles:{owner}"
+
+    def obatch(self, batch_id: str) -> str:
+        """Hash: one batch of the Batches API (endpoint, input file, status, counts, the
+        admission cursor, its cap, output and error files, timestamps, owner)."""
+        return f"{self.home.prefix}obatch:{batch_id}"
+
+    def obatch_plans(self, batch_id: str) -> str:
+        """List: a batch's lines as validated (JSON: custom id, agent, text, session), by line."""
+        return f"{self.home.prefix}obatch:{batch_id}:plans"
+
+    def obatch_runs(self, batch_id: str) -> str:
+        """Hash: line number -> the run started for it."""
+        return f"{self.home.prefix}obatch:{batch_id}:runs"
+
+    def obatch_inflight(self, batch_id: str) -> str:
+        """Sorted set: line numbers admitted and not yet answered (at most the batch's
+        cap), scored by when they were admitted (ms)."""
+        return f"{self.home.prefix}obatch:{batch_id}:inflight"
+
+    def obatch_done(self, batch_id: str) -> str:
+        """Set: line numbers answered (in the output or the error lines, once each)."""
+        return f"{self.home.prefix}obatch:{batch_id}:done"
+
+    def obatch_out(self, batch_id: str) -> str:
+        """List: a batch's output lines so far; renamed to its output file's lines at the end."""
+        return f"{self.home.prefix}obatch:{batch_id}:out"
+
+    def obatch_err(self, batch_id: str) -> str:
+        """List: a batch's error lines so far; renamed to its error file's lines at the end."""
+        return f"{self.home.prefix}obatch:{batch_id}:err"
+
+    def batches_of(self, owner: str) -> str:
+        """Sorted set: the batch ids one owner made, by creation (ms)."""
+        return f"{self.home.prefix}idx:obatches:{owner}"
+
+    @property
+    def batches_active(self) -> str:
+        """Sorted set: batches not yet ended, by creation (ms): the sweep advances them."""
+        return f"{self.home.prefix}idx:obatchlive"
 
     def a2a_task(self, task_id: str) -> str:
         """Hash: one A2A task (its agent, run, session, the task object as JSON, state,

@@ -290,6 +290,9 @@ class FinishResult:
     waiters: tuple[str, ...] = ()
     # The run as ended (read in the same step).
     run: RunRecord | None = None
+    # Not ended: messages were steered into the turn meanwhile (transcript form, oldest
+    # first); what it said so far is kept, and it goes on with them (finish_run.lua).
+    steered: tuple[dict[str, Any], ...] | None = None
 
 
 @dataclass(frozen=True)

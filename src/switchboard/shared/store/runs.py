@@ -218,8 +218,9 @@ class RunEnd:
     outcome and usage, the session's fields and counters to set, the ``event`` (type,
     data, stream cap) for the events stream if the end applies, the hash its follow-up
     step reads first (``follow_up_reads``: it and the session hash are read in the same
-    step, `RunRecord.read_at_end`) and more fields for the run (``run_fields``:
-    ``yielded``)."""
+    step, `RunRecord.read_at_end`), more fields for the run (``run_fields``:
+    ``yielded``) and how many messages of its session's steer inbox it took
+    (``steer_taken``: they are among its messages)."""
 
     status: str
     messages: Sequence[Mapping[str, Any]] = ()
@@ -231,6 +232,7 @@ class RunEnd:
     event: tuple[str, Mapping[str, Any], int] | None = None
     follow_up_reads: str | None = None
     run_fields: Mapping[str, Any] | None = None
+    steer_taken: int = 0
 
 
 class RunStore:
@@ -450,6 +452,7 @@ class RunStore:
             link=run.link[0] if run.link else own,
             transcript=self.ks.transcript(key),
             events=group.events,
+            notices=self.ks.notices(key),
             record_indexes=indexes,
             session_key=key,
             now=now,
@@ -551,6 +554,7 @@ class RunStore:
             session=self.ks.session(session_key),
             transcript=self.ks.transcript(session_key),
             events=self.ks.beside(session_key).events,
+            notices=self.ks.notices(session_key),
             run_id=run_id,
             session_key=session_key,
             now=now,
@@ -728,6 +732,7 @@ class RunStore:
             "events": group.events,
             "follow_up": reads or self.ks.run(run_id),
             "cancels": group.cancel_requests,
+            "steer": self.ks.steer_inbox(session_key),
             "run_id": run_id,
             "session_key": session_key,
             "now": now,
@@ -742,6 +747,7 @@ class RunStore:
             "event_data": codec.dumps(event[1]) if event else "",
             "events_cap": event[2] if event else 0,
             "read_follow_up": "1" if reads else "",
+            "steer_taken": end.steer_taken,
             "messages": [codec.dumps(m) for m in end.messages],
         }
         return args, reads
@@ -755,7 +761,13 @@ class RunStore:
         appended: Sequence[str],
     ) -> FinishResult:
         """What finish_run.lua answered (``appended``: the messages it wrote, as stored)."""
-        if as_text(res[0]) != "ok":
+        verdict = as_text(res[0])
+        if verdict == "steered":
+            if self.windows is not None and appended:
+                self._extend_window(session_key, codec.decode_flat_hash(res[2]), appended)
+            steered = tuple(codec.loads(as_text(m)) for m in res[1])
+            return FinishResult(applied=False, steered=steered)
+        if verdict != "ok":
             return FinishResult(applied=False)
         session = codec.decode_flat_hash(res[3])
         if self.windows is not None and appended:
@@ -808,8 +820,10 @@ class RunStore:
         *,
         calls: Sequence[ParkedCall],
         messages: Sequence[Mapping[str, Any]],
+        steer_taken: int = 0,
     ) -> str:
-        """Park a run on deferred calls: 'parked', 'ready' (all targets ended) or 'stale'."""
+        """Park a run on deferred calls: 'parked', 'ready' (all targets ended) or 'stale'
+        (``steer_taken``: the messages of its session's steer inbox among ``messages``)."""
         deadline = max(c.deadline_ms for c in calls)
         keys = self._session_keys(session_key)
         group = self.ks.beside(session_key)
@@ -830,6 +844,7 @@ class RunStore:
             idx_all=keys["idx_all"],
             idx_agent=keys["idx_agent"],
             idx_kind=keys["idx_kind"],
+            steer=self.ks.steer_inbox(session_key),
             targets=targets,
             run_id=run_id,
             session_key=session_key,
@@ -838,6 +853,7 @@ class RunStore:
             calls=codec.dumps([c.to_json() for c in calls]),
             deadline_ms=deadline,
             lease_at_ms=deadline + self.lease_s * 1000,
+            steer_taken=steer_taken,
             messages=[codec.dumps(m) for m in messages],
         )
         verdict = as_text(res)

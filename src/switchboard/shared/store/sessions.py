@@ -234,7 +234,8 @@ class SessionStore:
             self.redis.hdel(self.ks.labels, old)
 
     def delete(self, key: str) -> bool:
-        """Remove an entry, its transcript and index entries; False when it did not exist."""
+        """Remove an entry, its transcript, its steer inbox and notices and its index
+        entries; False when it did not exist."""
         entry = self.get(key)
         if entry is None:
             return False
@@ -242,7 +243,13 @@ class SessionStore:
         # label index entries after it, each where it lives (a sessionId made for the
         # session is in its group, the label index in the home group).
         pipe = self.redis.pipeline(transaction=True)
-        pipe.delete(self.ks.session(key), self.ks.transcript(key), self.ks.children(key))
+        pipe.delete(
+            self.ks.session(key),
+            self.ks.transcript(key),
+            self.ks.children(key),
+            self.ks.steer_inbox(key),
+            self.ks.notices(key),
+        )
         for idx in self._index_keys(key):
             pipe.zrem(idx, key)
         parent = entry.get("spawnedBy")

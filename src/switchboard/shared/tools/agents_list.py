@@ -10,6 +10,7 @@ from typing import Any
 
 from switchboard.shared import keys as sk
 from switchboard.shared.config import SwitchboardConfig
+from switchboard.shared.tools.offer import offered_names
 from switchboard.shared.tools.registry import ToolContext, ToolSpec
 
 
@@ -33,13 +34,22 @@ def _agent_row(config: SwitchboardConfig, agent_id: str) -> dict[str, Any]:
     return row
 
 
+def _with_tools(ctx: ToolContext, row: dict[str, Any]) -> dict[str, Any]:
+    """The row with the tools a main session of that agent is offered."""
+    agent_id = str(row["id"])
+    svc = ctx.services
+    main = sk.main_session_key(agent_id, svc.config.session.main_key)
+    row["tools"] = offered_names(svc, agent_id, main, {})
+    return row
+
+
 def _agents_list(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     config = ctx.services.config
     allow_any, ids = allowed_agent_ids(config, ctx.agent_id)
     return {
         "requester": ctx.agent_id,
         "allowAny": allow_any,
-        "agents": [_agent_row(config, agent_id) for agent_id in ids],
+        "agents": [_with_tools(ctx, _agent_row(config, agent_id)) for agent_id in ids],
     }
 
 

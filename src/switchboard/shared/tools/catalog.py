@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from switchboard.shared.tools.offer import tools_for_session
+from switchboard.shared.tools.offer import external_for_session, tools_for_session
 from switchboard.shared.tools.registry import ToolRegistry, ToolSpec
 
 # One import per tool module (each defines SPEC: ToolSpec):
@@ -50,4 +50,5 @@ def register_session_tools(registry: ToolRegistry) -> ToolRegistry:
     for spec in ALL_TOOLS:
         registry.register(spec)
     registry.offer = tools_for_session
+    registry.external = external_for_session
     return registry

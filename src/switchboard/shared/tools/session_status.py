@@ -34,6 +34,7 @@ from switchboard.shared.store.run_records import RunRecord
 from switchboard.shared.store.sessions import SessionEntry
 from switchboard.shared.tools.access import visibility_guard
 from switchboard.shared.tools.args import read_string
+from switchboard.shared.tools.offer import offered_names
 from switchboard.shared.tools.registry import ToolContext, ToolSpec
 from switchboard.shared.tools.sessions_history import forbidden_result
 
@@ -64,6 +65,7 @@ def _session_status(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         shown = raw or display_key(svc, key, ctx.agent_id)
         return {"status": "error", "error": f"Unknown sessionKey: {shown}"}
     card = status_card(svc, entry, ctx.agent_id)
+    card["tools"] = offered_names(svc, sk.agent_id_of(entry.key), entry.key, entry.fields)
     card["changedModel"] = False
     if model_arg is not None:
         card["modelNote"] = MODEL_IGNORED_NOTE

@@ -18,7 +18,7 @@ from switchboard.shared import keys as sk
 from switchboard.shared.errors import StoreUnavailable, SwitchboardError
 from switchboard.shared.flows import a2a_rules as rules
 from switchboard.shared.flows.a2a_flow import advance, load_flow, new_flow
-from switchboard.shared.flows.reply_back import SOURCE_TOOL, send_allowed, step_after
+from switchboard.shared.flows.reply_back import send_allowed, step_after
 from switchboard.shared.gateway.agent import RunRequest, start_run
 from switchboard.shared.gateway.resolve import display_key, resolve_label, resolve_session_ref
 from switchboard.shared.policy.send_policy import SEND_BLOCKED
@@ -30,8 +30,9 @@ from switchboard.shared.policy.visibility import (
 )
 from switchboard.shared.store.runs import RunRecord
 from switchboard.shared.store.sessions import SessionEntry
+from switchboard.shared.tools import send_modes as modes
 from switchboard.shared.tools.access import visibility_guard
-from switchboard.shared.tools.args import read_int, read_string
+from switchboard.shared.tools.args import read_int, read_number, read_string
 from switchboard.shared.tools.registry import ToolContext, ToolSpec, WaitFor
 
 DEFAULT_TIMEOUT_S = 30
@@ -44,6 +45,7 @@ SELF_WAIT = (
     "queue behind this very turn and time out. Use timeoutSeconds: 0 to queue a message "
     "to yourself."
 )
+UNKNOWN_AGENT = 'Agent "{agent_id}" not found. Use agents_list to see the agents you can target.'
 TIMEOUT_TEXT = (
     "No reply within {timeout}s: the message was delivered and the target run is still "
     "running; its reply will appear in sessions_history and the reply-back/announce flow "
@@ -54,7 +56,10 @@ DESCRIPTION = (
     "Send a message into another visible session by sessionKey or label. Use this to "
     "delegate follow-up work to an existing session; waits for the target run and returns "
     "the updated assistant reply when available. timeoutSeconds (default 30, max 600) is "
-    "how long to wait; 0 sends without waiting (fire-and-forget)."
+    "how long to wait; 0 sends without waiting (fire-and-forget). mode: followup "
+    "(default) starts a new turn; steer puts the message into the target's running turn "
+    "(queued as its next turn when none runs); notify leaves a notification its next turn "
+    "sees, starting no run; resume starts a new turn of a settled session (admission only)."
 )
 
 PARAMETERS: dict[str, Any] = {
@@ -77,6 +82,13 @@ PARAMETERS: dict[str, Any] = {
             "description": "With label: look the label up among this agent's sessions.",
         },
         "message": {"type": "string", "description": "The message to send."},
+        "mode": {
+            "type": "string",
+            "description": (
+                "followup (default), steer, notify or resume; steer, notify and resume "
+                "do not wait (timeoutSeconds 0)."
+            ),
+        },
         "timeoutSeconds": {
             "type": "number",
             "minimum": 0,
@@ -92,10 +104,17 @@ def handle(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     message = read_string(args, "message", required=True) or ""
     raw_key = read_string(args, "sessionKey")
     label = read_string(args, "label")
+    run_id = str(uuid.uuid4())
+    mode = _mode(args)
+    if mode is None:
+        return _error(run_id, modes.BAD_MODE)
     timeout_s = (
         read_int(args, "timeoutSeconds", default=DEFAULT_TIMEOUT_S, lo=0, hi=MAX_TIMEOUT_S) or 0
     )
-    run_id = str(uuid.uuid4())
+    if mode == "resume" and ((read_number(args, "timeoutSeconds") or 0) > 0 or args.get("watch")):
+        return _error(run_id, modes.RESUME_WAITS)
+    if mode != "followup":
+        timeout_s = 0  # steer and resume answer admission; a notification starts nothing
     if raw_key and label:
         return _error(run_id, "Provide either sessionKey or label (not both).")
     if label:
@@ -119,7 +138,27 @@ def handle(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     )
     if refusal is not None:
         return {"runId": run_id, **refusal, "sessionKey": shown}
-    return _send(ctx, target, shown, message, timeout_s, entry)
+    if mode == "followup":
+        return _send(ctx, target, shown, message, timeout_s, entry)
+    if entry is None:
+        return _error(run_id, modes.MISSING_SESSION, sessionKey=shown)
+    try:
+        return modes.run_mode(ctx, mode, target, shown, message)
+    except StoreUnavailable:
+        raise  # the store is away: retried, not an outcome
+    except SwitchboardError as exc:
+        return _error(run_id, exc.message, sessionKey=shown)
+
+
+def _mode(args: Mapping[str, Any]) -> str | None:
+    """The send's mode (``followup`` when not given), or None when it names none."""
+    raw = args.get("mode")
+    if raw is None:
+        return "followup"
+    if not isinstance(raw, str):
+        return None
+    mode = raw.strip().lower() or "followup"
+    return mode if mode in modes.MODES else None
 
 
 def _error(run_id: str, error: str, **extra: Any) -> dict[str, Any]:
@@ -154,6 +193,8 @@ def _resolve_label(ctx: ToolContext, label: str, agent_arg: str | None) -> str |
             return _forbidden(a2a_disabled_message("send"))
         if not a2a_allowed(config, ctx.agent_id, requested):
             return _forbidden(a2a_denied_message("send"))
+        if config.agents.list and config.agent(requested) is None:  # agents are configured
+            return {"status": "error", "error": UNKNOWN_AGENT.format(agent_id=requested)}
     try:
         key = resolve_label(ctx.services, label, requested)
     except StoreUnavailable:
@@ -218,11 +259,7 @@ def _send(
         max_turns=max_turns,
         skip_reason=rules.ping_pong_skip_reason(requester, target, max_turns),
     )
-    provenance = {"kind": "inter_session", "sourceTool": SOURCE_TOOL}
-    if requester:
-        provenance["sourceSessionKey"] = requester
-    if ctx.channel:
-        provenance["sourceChannel"] = ctx.channel
+    provenance = modes.provenance(ctx)
     try:
         started = start_run(
             svc,
@@ -283,10 +320,16 @@ def complete(
         error = TIMEOUT_TEXT.format(timeout=context.get("timeoutS", DEFAULT_TIMEOUT_S))
         return {"runId": run_id, "status": "timeout", "error": error, "sessionKey": shown, **flow}
     if target.status == "ok":
-        out: dict[str, Any] = {"runId": run_id, "status": "ok"}
         reply = rules.visible_reply(target.reply)
-        if reply is not None:
-            out["reply"] = reply
+        if reply is None:  # nothing to pass on (silent, or a control token)
+            return {
+                "runId": run_id,
+                "status": "no_reply",
+                "sessionKey": shown,
+                "message": modes.NO_REPLY,
+                **flow,
+            }
+        out: dict[str, Any] = {"runId": run_id, "status": "ok", "reply": reply}
         return {**out, "sessionKey": shown, "delivery": dict(PENDING_ANNOUNCE), **flow}
     if target.status == "timeout":
         error = target.error or "agent timed out"

@@ -8,9 +8,13 @@ entry). Over ``/tools/invoke`` there is no turn to end: the session is marked yi
 (only if a child is pending, checked in the same step). Either way the announces of its
 children then start its next run, batched (``flows/yield_wake.py``).
 
-Refused (status ``error``, OpenClaw's text) when nothing the session spawned is still
-pending with a completion to announce (collectors, ``collect: true``, are drained with
-``agents_wait``; ``expectsCompletionMessage: false`` children announce nothing).
+Refused (status ``error``, OpenClaw 2026.9.6's text) when nothing the session spawned is
+still pending with a completion to announce (collectors, ``collect: true``, are drained
+with ``agents_wait``; ``expectsCompletionMessage: false`` children announce nothing),
+unless ``waitFor: "message"``: then the turn ends and the next incoming message (a
+parent's ``sessions_send``) starts the next one. A session already yielded on pending
+children answers ``already_pending``. The result is ``{status: "yielded",
+acknowledgment?}``; ``acknowledgment`` is also the yielding run's visible reply.
 
 An orchestrator sub-agent may yield too (leaves, which spawn nothing, are not offered the
 tool): its run is paused, not complete. Its requester gets no completion yet; the wake run
@@ -29,10 +33,15 @@ from switchboard.shared.tools.registry import ToolContext, ToolSpec
 
 DEFAULT_MESSAGE = "Turn yielded."
 NOTHING_PENDING = (
-    "sessions_yield requires at least one pending descendant subagent. This session has no "
-    "descendant work to wait for; continue the assigned task now and return its verified "
-    "result."
+    "No pending child completion is owned by this turn. If the assigned work is complete, "
+    "return its result normally. An unfinished subagent waiting for an incoming "
+    'continuation must explicitly set waitFor: "message".'
 )
+ALREADY_PENDING = (
+    "A yield is already waiting for this session's pending children; their results arrive "
+    "as the next message."
+)
+BAD_WAIT_FOR = 'waitFor must be "message" or omitted.'
 
 
 def _error(text: str) -> dict[str, Any]:
@@ -62,18 +71,39 @@ def awaited_children(ctx: ToolContext, session_key: str) -> list[str]:
 
 def _sessions_yield(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     message = read_string(args, "message") or DEFAULT_MESSAGE
+    acknowledgment = read_string(args, "acknowledgment")
+    wait_for = read_string(args, "waitFor")
+    if wait_for is not None and wait_for != "message":
+        return _error(BAD_WAIT_FOR)
     store = ctx.services.store
-    if not awaited_children(ctx, ctx.session_key):
-        return _error(NOTHING_PENDING)
+    children = awaited_children(ctx, ctx.session_key)
+    if children and store.yields.is_yielded(ctx.session_key):
+        return {
+            "status": "already_pending",
+            "message": ALREADY_PENDING,
+            "pendingChildren": len(children),
+        }
+    result: dict[str, Any] = {"status": "yielded"}
+    if acknowledgment is not None:
+        result["acknowledgment"] = acknowledgment
+    if not children:
+        if wait_for != "message":
+            return _error(NOTHING_PENDING)
+        # Nothing to wake it: the turn is over (a sub-agent's is announced as such), and
+        # the next message starts the next one.
+        if ctx.run_id is not None:
+            raise EndTurn(result, reply=acknowledgment, paused=False)
+        return result
     fields: dict[str, Any] = {
         "yieldedAt": now_ms(),
         "yieldedRunId": ctx.run_id,  # None over /tools/invoke: no run yielded
         "yieldMessage": message,
     }
-    result = {"status": "yielded", "message": message}
     if ctx.run_id is not None:
-        raise EndTurn(result, session_fields=fields)
+        raise EndTurn(result, session_fields=fields, reply=acknowledgment)
     if not store.yields.mark(ctx.session_key, fields):
+        if wait_for == "message":
+            return result  # the last child finished meanwhile: the next message wakes it
         return _error(NOTHING_PENDING)  # the last child finished meanwhile
     return result
 
@@ -82,7 +112,9 @@ SPEC = ToolSpec(
     name="sessions_yield",
     description=(
         "End your current turn. Use after spawning subagents to receive their results as "
-        "the next message. Optional message: private context for the resumed turn."
+        "the next message. Optional message: private context for the resumed turn; "
+        'acknowledgment: a short visible reply for this turn; waitFor: "message" to '
+        "yield with no pending subagent and wait for the next incoming message."
     ),
     parameters={
         "type": "object",
@@ -90,7 +122,16 @@ SPEC = ToolSpec(
             "message": {
                 "type": "string",
                 "description": 'Private context for the resumed turn (default "Turn yielded.").',
-            }
+            },
+            "acknowledgment": {
+                "type": "string",
+                "description": "A short visible reply for the turn that yields.",
+            },
+            "waitFor": {
+                "type": "string",
+                "description": '"message": wait for the next incoming message (no subagent '
+                "needs to be pending).",
+            },
         },
     },
     handler=_sessions_yield,

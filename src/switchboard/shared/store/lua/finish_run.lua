@@ -19,10 +19,16 @@
 -- stamped `waited` has waiters (park_run.lua, wait_on_run.lua): the others' cancel
 -- request and waiters are not looked for.
 -- The run and the session are each read once and written once (includes/hash_buffer.lua).
--- Answers {'ok', next run id or '', run hash, session hash, follow-up hash, waiters...}
--- or {'stale'}.
--- KEYS: run lane lane_queue leases session transcript idx_all idx_agent idx_kind waiters outbox events follow_up cancels
--- ARGV: run_id session_key now attempt run_fields session_fields session_incr retention_s lease_at_ms channel event_type event_data events_cap read_follow_up *messages
+-- Steering (steer_push.lua): only a session whose `steerQueued` is set, or a run that
+-- took steered messages, has the steer inbox looked at. An end with its messages (status ok) removes the `steer_taken` messages
+-- the run took from the inbox (they are among its messages); when more are waiting, the
+-- turn is not over: its messages are appended, nothing else is written, and the answer is
+-- {'steered', the waiting messages, session hash}: the worker goes on with them. Any other
+-- end leaves the inbox to the session's next turn.
+-- Answers {'ok', next run id or '', run hash, session hash, follow-up hash, waiters...},
+-- {'steered', messages, session hash} or {'stale'}.
+-- KEYS: run lane lane_queue leases session transcript idx_all idx_agent idx_kind waiters outbox events follow_up cancels steer
+-- ARGV: run_id session_key now attempt run_fields session_fields session_incr retention_s lease_at_ms channel event_type event_data events_cap read_follow_up steer_taken *messages
 -- @include hash_buffer
 -- @include transcript_append
 -- @include touch
@@ -33,8 +39,19 @@ local run = hash_open(KEYS[1])
 local r = run.f
 if r.status ~= 'running' or r.attempt ~= ARGV[4] then return {'stale'} end
 local s = hash_open(KEYS[5])
-for i = 15, #ARGV do append_in(s, KEYS[6], ARGV[i]) end
-if ARGV[5] ~= '' then hash_update(run, cjson.decode(ARGV[5])) end
+for i = 16, #ARGV do append_in(s, KEYS[6], ARGV[i]) end
+local fields = ARGV[5] ~= '' and cjson.decode(ARGV[5]) or {}
+if s.f.steerQueued or ARGV[15] ~= '0' then
+  local taken = fields.status == 'ok' and tonumber(ARGV[15]) or 0
+  if taken > 0 then redis.call('LTRIM', KEYS[15], taken, -1) end
+  local left = redis.call('LRANGE', KEYS[15], 0, -1)
+  if #left > 0 then hash_set(s, 'steerQueued', int_text(#left)) else hash_del(s, 'steerQueued') end
+  if #left > 0 and fields.status == 'ok' then
+    hash_flush(s)
+    return {'steered', left, hash_flat(s)}
+  end
+end
+hash_update(run, fields)
 hash_set(run, 'endedAt', now)
 if ARGV[6] ~= '' then hash_update(s, cjson.decode(ARGV[6])) end
 if ARGV[7] ~= '' then

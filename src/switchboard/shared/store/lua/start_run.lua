@@ -24,7 +24,7 @@
 -- idempotency key names[, claim]}.
 -- Without an idempotency key or a link, `idempotency` and `link` are the run's own hash
 -- (a key the script names anyway: never written through those names).
--- KEYS: session sid_index idx_all idx_agent idx_kind run lane lane_queue leases idempotency link transcript events *record_indexes
+-- KEYS: session sid_index idx_all idx_agent idx_kind run lane lane_queue leases idempotency link transcript events notices *record_indexes
 -- ARGV: session_key now session_id on_create run_id lease_at_ms run_fields idem_ttl_s link_field record claim advance_status advance_turn advance_fields advance_ttl_s
 -- @include hash_buffer
 -- @include link_advance
@@ -58,7 +58,7 @@ local function write_link(id)
   end
   if rec then
     link_write(link, set, gone, rec.ttl_s)
-    for i = 14, #KEYS do
+    for i = 15, #KEYS do
       redis.call('ZADD', KEYS[i], rec.score, rec.member)
       if tonumber(rec.trim_to) > 0 then
         redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', rec.trim_to)
@@ -99,7 +99,7 @@ if redis.call('SET', lane, run_id, 'NX') then
     local c = cjson.decode(ARGV[11])
     local claim = claim_run(
       {run = run_key, lane = lane, leases = leases, session = session,
-       transcript = KEYS[12], events = KEYS[13]},
+       transcript = KEYS[12], events = KEYS[13], notices = KEYS[14]},
       {run_id = run_id, session_key = session_key, now = now, lease_at_ms = lease_at_ms,
        expect = 'queued', max_attempts = c.max_attempts, timeout_ms = c.timeout_ms,
        history = c.history, events_cap = c.events_cap, after_sid = c.after_sid or '',

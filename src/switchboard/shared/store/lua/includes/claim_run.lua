@@ -20,7 +20,7 @@
 -- When the only messages in that range are the one this claim appended (the window was
 -- up to date, or the transcript was empty), they are answered without reading the
 -- transcript.
--- k: run lane leases session transcript events
+-- k: run lane leases session transcript events notices
 -- a: run_id session_key now lease_at_ms expect max_attempts timeout_ms (when the run has
 --    no timeoutS of its own) history events_cap after_sid after_seq
 -- @include hash_buffer
@@ -81,13 +81,22 @@ local function claim_run(k, a, held)
   hash_set(s, 'status', 'running')
   hash_set(s, 'lastRunId', a.run_id)
   local before = tonumber(s.f.seq) or 0
-  local appended = {}
+  local appended = {}  -- newest first
   if not r.userSeq then
+    if (tonumber(s.f.noticesQueued) or 0) > 0 then
+      -- Notifications left for this turn (notice_push.lua) go first, once.
+      for _, m in ipairs(redis.call('LRANGE', k.notices, 0, -1)) do
+        local seq = append_in(s, k.transcript, m)
+        table.insert(appended, 1, {int_text(seq) .. '-0', {'m', m}})
+      end
+      redis.call('DEL', k.notices)
+      hash_del(s, 'noticesQueued')
+    end
     local msg = r.message
     if msg then
       local seq = append_in(s, k.transcript, msg)
       hash_set(run, 'userSeq', int_text(seq))
-      appended = {{int_text(seq) .. '-0', {'m', msg}}}
+      table.insert(appended, 1, {int_text(seq) .. '-0', {'m', msg}})
     end
   end
   hash_flush(run)
