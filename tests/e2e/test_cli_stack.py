@@ -26,7 +26,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from switchboard.shared.store.client import connect_plain
 from switchboard.supervisor.redis_server import RedisServer
-from switchboard.supervisor.runfile import RUNFILE, StackInfo, write_stack
+from switchboard.supervisor.runfile import RUNFILE, StackInfo, read_stack, write_stack
 from switchboard_testkit.up import UpProcess, clean_env, free_port, start_up
 
 pytestmark = pytest.mark.e2e
@@ -66,14 +66,17 @@ def cli(workdir: Path, *args: str, timeout_s: float = 60) -> subprocess.Complete
 
 
 def test_runtime_file_is_private_and_names_the_stack(stack: UpProcess) -> None:
-    """`up` writes .switchboard/stack.json (0600) with its pid, api URL and a live Redis URL."""
+    """`up` writes .switchboard/stack.json (0600) with its pid, api URL and a live Redis URL
+    (its password kept in redis.password, added by `read_stack`)."""
     path = stack.workdir / ".switchboard" / RUNFILE
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     info = json.loads(path.read_text())
     assert info["pid"] == stack.proc.pid
     assert info["api_url"] == stack.url
     assert info["broker_url"] == info["redis_url"]
-    assert connect_plain(info["redis_url"], socket_timeout=3).ping()
+    found = read_stack(stack.workdir / ".switchboard")  # the password put back from its file
+    assert found is not None and found.redis_url != info["redis_url"]
+    assert connect_plain(found.redis_url, socket_timeout=3).ping()
     token = stack.workdir / ".switchboard" / "token"
     assert stat.S_IMODE(token.stat().st_mode) == 0o600
     assert stack.token not in path.read_text()  # the token stays in its own file
@@ -112,8 +115,9 @@ def test_check_health_all_ends_once_the_stacks_workers_answered(stack: UpProcess
     # Pointed at the same Redis by URL it cannot know how many workers to expect: its ping
     # waits out the full 3 s, so it takes longer by about that much.
     started = time.monotonic()
-    redis_url = json.loads((stack.workdir / ".switchboard" / RUNFILE).read_text())["redis_url"]
-    env = {**clean_env(), "SWITCHBOARD_REDIS_URL": redis_url}
+    found = read_stack(stack.workdir / ".switchboard")  # its URL with the password
+    assert found is not None
+    env = {**clean_env(), "SWITCHBOARD_REDIS_URL": found.redis_url}
     unknown = subprocess.run(
         [sys.executable, "-m", "switchboard", "check-health", "--all"],
         cwd=stack.workdir,

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import psutil
 import pytest
+import redis
 
 from switchboard_testkit.fake_model import FakeModelServer
 from switchboard_testkit.up import clean_env, start_up
@@ -124,6 +128,86 @@ def test_data_survives_in_the_embedded_redis_append_only_file(up: Running) -> No
     redis_dir = up.workdir / ".switchboard" / "redis"
     assert redis_dir.is_dir()
     assert any(p.name.startswith("appendonly") for p in redis_dir.iterdir())
+
+
+def test_nobody_locks_the_owner_out_and_forged_forwarding_does_not_help(up: Running) -> None:
+    """Against `up`: 30 requests without a token and 5 CORS preflights cost nothing; 25
+    wrong tokens with a rotating X-Forwarded-For (no proxy is trusted) lock out wrong
+    tokens from this address, never the right one."""
+    with httpx.Client(base_url=up.url, timeout=30) as page:
+        for _ in range(30):
+            assert page.post("/rpc", json={"method": "sessions.list"}).status_code == 401
+        for _ in range(5):
+            preflight = page.options(
+                "/rpc",
+                headers={"Origin": "https://a.example", "Access-Control-Request-Method": "POST"},
+            )
+            assert preflight.status_code == 401
+        answers = [
+            page.post(
+                "/rpc",
+                headers={"Authorization": f"Bearer wrong{i}", "X-Forwarded-For": f"198.51.100.{i}"},
+            ).status_code
+            for i in range(25)
+        ]
+    assert answers[:20] == [401] * 20, "the no-token requests counted"
+    assert answers[20:] == [429] * 5, "a rotated X-Forwarded-For escaped the lockout"
+    assert up.rpc("sessions.list")["sessions"] is not None  # the right token: still served
+    bad_schema: dict[str, Any] = {"type": "string"}
+    for _ in range(150):
+        bad_schema = {"type": "object", "properties": {"a": bad_schema}}
+    deep = up.http.post(
+        "/tools/invoke",
+        json={
+            "tool": "sessions_spawn",
+            "args": {"task": "x", "collect": True, "outputSchema": bad_schema},
+        },
+    )
+    assert deep.status_code == 400 and "deeper than 64 levels" in deep.text
+
+
+def test_the_embedded_redis_requires_its_generated_password(up: Running) -> None:
+    """The embedded Redis refuses a client without the password (kept 0600 in the data
+    dir, never in stack.json or on a command line); commands that find the stack reach it."""
+    data_dir = up.workdir / ".switchboard"
+    password_file = data_dir / "redis.password"
+    assert stat.S_IMODE(password_file.stat().st_mode) == 0o600
+    password = password_file.read_text().strip()
+    assert len(password) >= 32
+    runfile = data_dir / "stack.json"
+    assert password not in runfile.read_text()
+    stack = json.loads(runfile.read_text())
+    assert stack["redis_auth"] is True
+    url = urlsplit(stack["redis_url"])
+    with (
+        redis.Redis(host=url.hostname, port=url.port, socket_timeout=5) as anonymous,
+        pytest.raises(redis.AuthenticationError),
+    ):
+        anonymous.get("anything")
+    with redis.Redis(host=url.hostname, port=url.port, password=password) as owner:
+        assert owner.ping()
+    lines = [" ".join(p.cmdline()) for p in psutil.Process(up.proc.pid).children(recursive=True)]
+    assert not any(password in line for line in lines), "the password is on a command line"
+    found = subprocess.run(
+        [sys.executable, "-m", "switchboard", "check-health"],
+        cwd=up.workdir,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert found.returncode == 0, found.stderr
+    assert password not in found.stdout + found.stderr
+    sent = subprocess.run(
+        [sys.executable, "-m", "switchboard", "send", "main", "beside up"],
+        cwd=up.workdir,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stdout.strip() == "beside up"
 
 
 def test_ctrl_c_stops_every_process(up: Running) -> None:

@@ -327,6 +327,60 @@ def test_scoped_token_talks_only_to_its_agent(
     assert services.store.a2a_tasks.for_agent("ops")[0].state == "TASK_STATE_COMPLETED"
 
 
+def test_push_configs_belong_to_the_token_that_set_them(
+    worker: Any, api_url: str, receiver: Receiver, services: Services
+) -> None:
+    """Another token on the same task and config id neither overwrites, reads nor deletes
+    the owner's push config; the owner's is still the one the task is pushed to."""
+    first, second = (services.store.tokens.create("main").token for _ in range(2))
+    public = "https://8.8.8.8/elsewhere"  # a public address: a scoped token may name it
+    tasks: list[str] = []
+
+    async def scenario() -> None:
+        async with http() as owner_hc, http(first) as first_hc, http(second) as second_hc:
+            owner = await a2a_client(f"{api_url}/a2a/main", owner_hc, streaming=False)
+            (done,) = await collect(owner.send_message(send("owned hook")))
+            task_id = done.task.id
+            tasks.append(task_id)
+            mine = TaskPushNotificationConfig(task_id=task_id, id="hook", url=receiver.url)
+            await owner.create_task_push_notification_config(mine)
+            intruder = await a2a_client(f"{api_url}/a2a/main", first_hc, streaming=False)
+            made = await intruder.create_task_push_notification_config(
+                TaskPushNotificationConfig(task_id=task_id, id="hook", url=public)
+            )
+            assert made.url == public
+            got = await owner.get_task_push_notification_config(
+                GetTaskPushNotificationConfigRequest(task_id=task_id, id="hook")
+            )
+            assert got.url == receiver.url, "not overwritten"
+            listed = await intruder.list_task_push_notification_configs(
+                ListTaskPushNotificationConfigsRequest(task_id=task_id)
+            )
+            assert [c.url for c in listed.configs] == [public], "reads only its own"
+            await intruder.delete_task_push_notification_config(
+                DeleteTaskPushNotificationConfigRequest(task_id=task_id, id="hook")
+            )
+            other = await a2a_client(f"{api_url}/a2a/main", second_hc, streaming=False)
+            with pytest.raises(Exception) as refused:
+                await other.get_task_push_notification_config(
+                    GetTaskPushNotificationConfigRequest(task_id=task_id, id="hook")
+                )
+            assert receiver.url not in str(refused.value)
+            await other.delete_task_push_notification_config(
+                DeleteTaskPushNotificationConfigRequest(task_id=task_id, id="hook")
+            )
+            kept = await owner.list_task_push_notification_configs(
+                ListTaskPushNotificationConfigsRequest(task_id=task_id)
+            )
+            assert [c.url for c in kept.configs] == [receiver.url], "not deleted"
+            for client in (owner, intruder, other):
+                await client.close()
+
+    run_asyncio(scenario())
+    stored = services.store.a2a_tasks.push_configs(tasks[0])
+    assert [owner for owner, _ in stored] == ["owner"]
+
+
 @pytest.mark.parametrize("stop", ["terminate", "kill"])
 def test_resubscribe_after_api_restart(
     stop: str,

@@ -220,7 +220,7 @@ def test_only_the_requester_may_wait(
         "completed": [],
         "pending": [],
         "errors": [
-            {"runId": ids[0], "error": "not_owner"},
+            {"runId": ids[0], "error": "not_found"},  # as unknown as the next
             {"runId": "no-such-run", "error": "not_found"},
         ],
         "success": False,

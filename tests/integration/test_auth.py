@@ -1,4 +1,4 @@
-"""Every route but the public ones needs the token; repeated failures lock a client out.
+"""Every route but the public ones needs the token; repeated wrong tokens lock a guesser out.
 
 The routes are enumerated from the app itself (`app.routes`, included routers and mounts),
 so a route added later is covered without editing this file. Public are `/healthz` and the
@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from starlette.routing import Mount, Route, WebSocketRoute
 
 from switchboard.api.app import create_app
+from switchboard.api.auth import proxy_options
 from switchboard.shared.config import Settings, SwitchboardConfig
 from switchboard.shared.services import Services
 from switchboard.shared.store.keyspace import Keyspace
@@ -39,10 +40,12 @@ def _settings(redis_url: str, tmp_path: Any, **overrides: Any) -> Settings:
 
 
 @contextlib.contextmanager
-def serve(app: FastAPI) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a free loopback port (all of 127.0.0.0/8 reaches it)."""
+def serve(app: FastAPI, **options: Any) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a free loopback port (all of 127.0.0.0/8 reaches it),
+    with `switchboard api`'s proxy options (none trusted) unless given others."""
+    options = options or proxy_options(Settings())
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+        uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", **options)
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -165,11 +168,12 @@ def test_openapi_document_needs_the_token_and_describes_the_bodies(
         assert by_tool[spec.name]["properties"]["args"] == spec.parameters
 
 
-def test_repeated_failures_lock_the_client_out_with_retry_after(
+def test_repeated_wrong_tokens_lock_the_address_out_but_never_the_right_token(
     locking_app: Callable[[], str], redis_url: str
 ) -> None:
-    """After 3 failures: 429 + Retry-After even with the right token; /healthz still answers."""
+    """After 3 wrong tokens: 429 + Retry-After to wrong ones; the right token still works."""
     url = locking_app()
+    body = {"method": "sessions.list", "params": {}}
     with client_from("127.0.0.2", url) as attacker:
         for _ in range(3):
             assert (
@@ -179,19 +183,47 @@ def test_repeated_failures_lock_the_client_out_with_retry_after(
         assert locked.status_code == 429
         assert locked.json()["error"]["type"] == "rate_limited"
         assert 0 < int(locked.headers["retry-after"]) <= 60
-        right = attacker.post(
-            "/rpc",
-            headers={"Authorization": f"Bearer {TOKEN}"},
-            json={"method": "sessions.list", "params": {}},
-        )
-        assert right.status_code == 429, "a locked-out client must not learn a guess was right"
+        right = attacker.post("/rpc", headers={"Authorization": f"Bearer {TOKEN}"}, json=body)
+        assert right.status_code == 200, "the lockout never refuses the right token"
+        assert attacker.post("/rpc", headers={"Authorization": "Bearer x"}).status_code == 429
         assert attacker.get("/healthz").status_code == 200
     with client_from("127.0.0.3", url, TOKEN) as other:
         resp = other.post("/rpc", json={"method": "sessions.list", "params": {}})
         assert resp.status_code == 200, "another client is not locked out"
     with redis.Redis.from_url(redis_url) as r:
-        assert int(r.get(Keyspace(groups=Settings().groups).auth_failures("127.0.0.2")) or 0) >= 3
-        assert r.ttl(Keyspace(groups=Settings().groups).auth_failures("127.0.0.2")) > 0
+        assert int(r.get(_failures_key("127.0.0.2")) or 0) >= 3
+        assert r.ttl(_failures_key("127.0.0.2")) > 0
+
+
+def _failures_key(client: str) -> str:
+    return Keyspace(groups=Settings().groups).auth_failures(client)
+
+
+def test_requests_without_a_credential_and_preflights_cost_nothing(
+    locking_app: Callable[[], str], redis_url: str
+) -> None:
+    """25 requests with no token and 5 CORS preflights: each 401, none counted, and a
+    wrong token after them is still answered 401 (not locked), the right one 200."""
+    url = locking_app()
+    with client_from("127.0.0.11", url) as page:
+        for _ in range(25):
+            assert page.post("/rpc", json={"method": "sessions.list"}).status_code == 401
+        for _ in range(5):
+            preflight = page.options(
+                "/rpc",
+                headers={
+                    "Origin": "https://evil.example",
+                    "Access-Control-Request-Method": "POST",
+                    "Access-Control-Request-Headers": "authorization",
+                },
+            )
+            assert preflight.status_code == 401
+        assert page.get("/openapi.json", headers={"Authorization": "Bearer"}).status_code == 401
+        with redis.Redis.from_url(redis_url) as r:
+            assert r.get(_failures_key("127.0.0.11")) is None, "no credential, no count"
+        assert page.get("/openapi.json", headers={"Authorization": "Bearer x"}).status_code == 401
+        ok = page.get("/openapi.json", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert ok.status_code == 200
 
 
 def test_failures_count_across_api_processes_and_success_resets_no_one(
@@ -199,64 +231,93 @@ def test_failures_count_across_api_processes_and_success_resets_no_one(
 ) -> None:
     """Failures on two apis add up in Redis; another client's success resets nothing."""
     first, second = locking_app(), locking_app()
+    wrong = {"Authorization": "Bearer wrong"}
     with (
         client_from("127.0.0.4", first) as on_first,
         client_from("127.0.0.4", second) as on_second,
         client_from("127.0.0.5", first, TOKEN) as friend,
     ):
-        assert on_first.get("/openapi.json").status_code == 401
-        assert on_second.get("/openapi.json").status_code == 401
+        assert on_first.get("/openapi.json", headers=wrong).status_code == 401
+        assert on_second.get("/openapi.json", headers=wrong).status_code == 401
         assert friend.get("/openapi.json").status_code == 200
-        assert on_first.get("/openapi.json").status_code == 401  # the third failure
+        assert on_first.get("/openapi.json", headers=wrong).status_code == 401  # the third
         assert friend.get("/openapi.json").status_code == 200
-        assert on_second.get("/openapi.json").status_code == 429
-        assert on_first.get("/openapi.json").status_code == 429
+        assert on_second.get("/openapi.json", headers=wrong).status_code == 429
+        assert on_first.get("/openapi.json", headers=wrong).status_code == 429
         assert friend.get("/openapi.json").status_code == 200
 
 
-def test_a_client_with_the_right_token_costs_one_lockout_read_a_second_and_guesses_all(
-    locking_app: Callable[[], str], redis_url: str
+def test_a_locked_out_address_still_serves_a_live_scoped_token(
+    locking_app: Callable[[], str], services: Services
 ) -> None:
-    """After a good request, the next ones within a second skip the lockout read; a guess
-    is always checked against the shared count, and un-clears its client at once."""
-    first, second = locking_app(), locking_app()
-    body = {"method": "sessions.list", "params": {}}
-    with (
-        client_from("127.0.0.7", first, TOKEN) as good,
-        client_from("127.0.0.7", second) as guesser,
-        redis.Redis.from_url(redis_url) as r,
-    ):
-        assert good.post("/rpc", json=body).status_code == 200  # cleared on the first api
-        for _ in range(4):  # locked out through the second api
-            guesser.post("/rpc", headers={"Authorization": "Bearer guess"})
-        assert (
-            int(r.get(Keyspace(groups=Settings().groups).auth_failures("127.0.0.7")) or 0) >= 3
-        )  # locked out
-        assert good.post("/rpc", json=body).status_code == 200, "cleared a moment ago"
-        # A guess on the cleared api is counted and refused, and the client is un-cleared:
-        # even the right token is refused now.
-        assert good.post("/rpc", headers={"Authorization": "Bearer guess"}).status_code == 429
-        assert good.post("/rpc", json=body).status_code == 429
-        assert (
-            guesser.post(
-                "/rpc", json=body, headers={"Authorization": f"Bearer {TOKEN}"}
-            ).status_code
-            == 429
-        )
+    """A wrong scoped token counts and is locked out; a live scoped token is never refused."""
+    url = locking_app()
+    scoped = services.store.tokens.create("main").token
+    body = {"tool": "sessions_list", "args": {}}
+    with client_from("127.0.0.7", url) as c:
+        for _ in range(4):
+            c.post("/rpc", headers={"Authorization": "Bearer sbt_guess"})
+        assert c.post("/rpc", headers={"Authorization": "Bearer sbt_x"}).status_code == 429
+        live = c.post("/tools/invoke", json=body, headers={"Authorization": f"Bearer {scoped}"})
+        assert live.status_code == 200, live.text
 
 
 def test_lockout_ends_with_its_window(
     redis_url: str, tmp_path: Any, config: SwitchboardConfig, services: Services
 ) -> None:
-    """Once the window has passed, the client is answered normally again."""
+    """Once the window has passed, a wrong token is answered 401 again, not 429."""
     settings = _settings(redis_url, tmp_path, auth_max_failures=1, auth_failure_window_s=1)
+    wrong = {"Authorization": "Bearer wrong"}
     with serve(create_app(settings, config, services)) as url, client_from("127.0.0.6", url) as c:
-        assert c.get("/openapi.json").status_code == 401
-        locked = c.get("/openapi.json")
+        assert c.get("/openapi.json", headers=wrong).status_code == 401
+        locked = c.get("/openapi.json", headers=wrong)
         assert locked.status_code == 429
         time.sleep(int(locked.headers["retry-after"]) + 0.2)
-        ok = c.get("/openapi.json", headers={"Authorization": f"Bearer {TOKEN}"})
-        assert ok.status_code == 200
+        assert c.get("/openapi.json", headers=wrong).status_code == 401
+
+
+def test_forwarded_for_is_ignored_unless_the_peer_is_a_trusted_proxy(
+    redis_url: str, tmp_path: Any, config: SwitchboardConfig, services: Services
+) -> None:
+    """Untrusted peer: a rotating X-Forwarded-For neither escapes its lockout nor charges
+    the named address; a trusted proxy's header names the client that is counted."""
+    settings = _settings(
+        redis_url, tmp_path, auth_max_failures=2, trusted_proxies="127.0.0.13, 10.9.0.0/16"
+    )
+    app = create_app(settings, config, services)
+    with serve(app, **proxy_options(settings)) as url, redis.Redis.from_url(redis_url) as r:
+        with client_from("127.0.0.12", url) as direct:
+            answers = [
+                direct.get(
+                    "/openapi.json",
+                    headers={"Authorization": "Bearer x", "X-Forwarded-For": f"203.0.113.{i}"},
+                ).status_code
+                for i in range(4)
+            ]
+            assert answers == [401, 401, 429, 429], "the header does not rotate the address"
+            assert r.get(_failures_key("203.0.113.1")) is None, "nor charges the named one"
+        with client_from("127.0.0.13", url) as proxy:
+            for _ in range(3):
+                proxy.get(
+                    "/openapi.json",
+                    headers={"Authorization": "Bearer x", "X-Forwarded-For": "198.51.100.7"},
+                )
+            assert int(r.get(_failures_key("198.51.100.7")) or 0) == 3
+            assert r.get(_failures_key("127.0.0.13")) is None
+            other = proxy.get(
+                "/openapi.json",
+                headers={"Authorization": "Bearer x", "X-Forwarded-For": "198.51.100.8"},
+            )
+            assert other.status_code == 401, "another client behind the proxy is not locked"
+
+
+def test_no_proxy_is_trusted_by_default() -> None:
+    """Unset SWITCHBOARD_TRUSTED_PROXIES: uvicorn's proxy headers are off (not loopback's)."""
+    assert proxy_options(Settings())["proxy_headers"] is False
+    options = proxy_options(Settings(trusted_proxies=" 10.0.0.5 ,10.1.0.0/16"))
+    assert options == {"proxy_headers": True, "forwarded_allow_ips": "10.0.0.5,10.1.0.0/16"}
+    with pytest.raises(ValueError, match="not an address"):
+        Settings(trusted_proxies="proxy.example")
 
 
 def test_lockout_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -265,3 +326,18 @@ def test_lockout_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("SWITCHBOARD_AUTH_MAX_FAILURES", "7")
     monkeypatch.setenv("SWITCHBOARD_AUTH_FAILURE_WINDOW_S", "300")
     assert (Settings().auth_max_failures, Settings().auth_failure_window_s) == (7, 300)
+
+
+def test_the_console_session_cookie_is_secure_behind_an_https_proxy(
+    redis_url: str, tmp_path: Any, config: SwitchboardConfig, services: Services
+) -> None:
+    """Through a trusted proxy that says https, the events cookie is also `Secure`."""
+    settings = _settings(redis_url, tmp_path, trusted_proxies="127.0.0.14")
+    app = create_app(settings, config, services)
+    with serve(app, **proxy_options(settings)) as url, client_from("127.0.0.14", url) as c:
+        login = c.post(
+            "/console/login",
+            headers={"Authorization": f"Bearer {TOKEN}", "X-Forwarded-Proto": "https"},
+        )
+        cookie = login.headers["set-cookie"]
+        assert "Secure" in cookie and "HttpOnly" in cookie and TOKEN not in cookie

@@ -195,6 +195,23 @@ def test_invalid_file_fails_naming_its_lines_and_runs_nothing(
     assert batch.request_counts is not None and batch.request_counts.total == 0
 
 
+def test_a_line_nested_past_the_body_limit_is_named(worker: Any, oa: openai.OpenAI) -> None:
+    """A line nesting past 64 levels (the body depth limit) fails the batch naming it."""
+    deep: Any = "x"
+    for _ in range(150):
+        deep = [deep]
+    lines = [chat_line("ok", "fine"), {**chat_line("deep", "x"), "metadata": deep}]
+    batch = oa.batches.create(
+        input_file_id=upload(oa, jsonl(lines)),
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
+    assert batch.status == "failed" and batch.errors is not None and batch.errors.data
+    (error,) = batch.errors.data
+    assert (error.line, error.code) == (2, "invalid_json_line")
+    assert error.message is not None and "deeper than 64 levels" in error.message
+
+
 def test_bad_batch_requests_are_400s(worker: Any, oa: openai.OpenAI) -> None:
     """An unknown endpoint, another window or an unknown file is refused in OpenAI's shape."""
     file_id = upload(oa, jsonl([chat_line("a", "x")]))

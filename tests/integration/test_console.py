@@ -162,6 +162,8 @@ def test_console_shows_sessions_flows_deliveries_and_live_replies(
     page.click("#login-form button[type=submit]")
     expect(page.locator("#login-error")).to_contain_text("Sign-in failed")
     sign_in(page, settings.token)
+    stored = page.evaluate("JSON.stringify(localStorage)")
+    assert settings.token not in stored and "sbs_" in stored, "only the session is kept"
     child = seeded["child"]
     expect(page.locator(f'#sessions tr[data-key="{child}"]')).to_be_visible()
     assert {MAIN, OPS, child} <= set(session_rows(page))

@@ -16,6 +16,8 @@ import httpx
 import pytest
 
 from switchboard.api import events as events_api
+from switchboard.api.console_session import issue_session
+from switchboard.api.events import EVENTS_COOKIE
 from switchboard.shared.config import Settings
 from switchboard.shared.delivery import Target, enqueue_delivery
 from switchboard.shared.services import Services
@@ -125,6 +127,36 @@ def test_the_console_cookie_opens_the_stream(anon: httpx.Client, token: str) -> 
         assert resp.status_code == 200
         assert next(sse_events(resp)).event == "ready"
     anon.post("/console/logout", headers={"Authorization": f"Bearer {token}"})
+    assert anon.get("/events").status_code == 401
+
+
+def test_the_console_session_is_derived_from_the_token_and_expires(
+    anon: httpx.Client, token: str
+) -> None:
+    """The login answers a session credential (never the token itself, in the answer or
+    the cookie) that acts as the owner until it expires; a forged or expired one is 401,
+    and a login with the session gives back the same one (it is not renewed)."""
+    login = anon.post("/console/login", headers={"Authorization": f"Bearer {token}"})
+    answer, cookie = login.json(), login.headers["set-cookie"]
+    session = answer["session"]
+    assert session.startswith("sbs_") and token not in session and token not in cookie
+    assert f"{EVENTS_COOKIE}={session}" in cookie and "Max-Age=" in cookie
+    assert "Secure" not in cookie  # plain http here; https adds it
+    assert 11 * 3600 < answer["expiresAt"] / 1000 - time.time() <= 12 * 3600
+    as_session = {"Authorization": f"Bearer {session}"}
+    listed = anon.post("/rpc", json={"method": "sessions.list", "params": {}}, headers=as_session)
+    assert listed.status_code == 200
+    again = anon.post("/console/login", headers=as_session).json()
+    assert again["session"] == session, "a session does not renew itself"
+    expired = issue_session(token, ttl_s=-1)
+    forged = issue_session("another-token")
+    for bad in (expired, forged, session[:-2] + "xx"):
+        resp = anon.post(
+            "/rpc", json={"method": "sessions.list"}, headers={"Authorization": f"Bearer {bad}"}
+        )
+        assert resp.status_code == 401, bad
+    anon.cookies.clear()
+    anon.cookies.set(EVENTS_COOKIE, expired, path="/events")
     assert anon.get("/events").status_code == 401
 
 

@@ -286,11 +286,11 @@ def test_invalid_utf8_is_refused(
 def test_deeply_nested_json_is_refused(
     path: str, opener: bytes, closer: bytes, refused: Callable[..., dict[str, Any]]
 ) -> None:
-    """100,000 levels of nesting: a 400, never a RecursionError 500."""
+    """100,000 levels of nesting: a 400 saying the depth limit, never a RecursionError 500."""
     depth = 100_000
     nested = opener * depth + b"1" + closer * depth
     body = b'{"method": "sessions.list", "tool": "sessions_list", "params": ' + nested + b"}"
-    refused(path, None, raw=body, names="not valid JSON")
+    refused(path, None, raw=body, names="deeper than 64 levels")
 
 
 @pytest.mark.parametrize("path", ["/rpc", "/tools/invoke"])

@@ -178,7 +178,7 @@ def test_session_from_header_else_user_else_main(
     with pytest.raises(openai.BadRequestError) as err:
         send("other agent", headers={"x-switchboard-session-key": "agent:main:main"})
     assert err.value.param == "x-switchboard-session-key"
-    assert 'belongs to agent "main"' in err.value.message
+    assert 'not a session of the model\'s agent "ops"' in err.value.message
 
 
 def test_bad_requests_answer_openai_errors_and_change_nothing(

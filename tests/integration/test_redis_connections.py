@@ -55,7 +55,7 @@ def test_the_store_pool_opens_many_connections_without_metadata_reads(
 def test_the_api_lockout_client_connects_without_metadata_reads(
     redis_url: str, no_metadata_reads: list[str]
 ) -> None:
-    """The api's async client (the auth gate's lockout reads) too."""
+    """The api's async client (the auth gate's lockout count) too."""
 
     async def app(scope: object, receive: object, send: object) -> None:
         raise AssertionError("not called")
@@ -72,7 +72,7 @@ def test_the_api_lockout_client_connects_without_metadata_reads(
 
     async def lockout_reads() -> int | None:
         try:
-            return await gate._locked_for("203.0.113.9")
+            return await gate._record_failure("203.0.113.9")
         finally:
             client = gate._client()
             assert client is not None

@@ -103,7 +103,7 @@ def test_tools_and_rpc_act_only_as_the_tokens_agent(api_url: str, services: Serv
     refused = invoke(api_url, token, "session_status", "agent:beta:main")
     assert refused.status_code == 403
     message = refused.json()["error"]["message"]
-    assert token_id in message and "agent:beta:main" in message and "alpha" in message
+    assert token_id in message and "not a session of agent 'alpha'" in message
     assert rpc(api_url, token, "chat.history", sessionKey="agent:alpha:main").status_code == 200
     assert rpc(api_url, token, "chat.history", sessionKey="agent:beta:main").status_code == 403
     assert rpc(api_url, token, "agent", agentId="beta", message="hi").status_code == 403
@@ -191,7 +191,12 @@ def test_openai_routes_take_scoped_tokens(
     ) as owner:  # the owner's response is not the token's to read
         mine = owner.responses.create(model="switchboard/main", input="owner only", background=True)
     other = httpx.get(f"{api_url}/v1/responses/{mine.id}", headers=bearer(token), timeout=10)
-    assert other.status_code == 403
+    assert other.status_code == 404, "another scope's response reads as an unknown one"
+    unknown = httpx.get(f"{api_url}/v1/responses/resp_nosuch", headers=bearer(token), timeout=10)
+    assert other.json()["error"]["message"] == unknown.json()["error"]["message"].replace(
+        "resp_nosuch", mine.id
+    )
+    assert "agent:main" not in other.text
 
 
 def mcp_session(api_url: str, token: str, session_key: str | None, use: Any) -> Any:
@@ -234,7 +239,7 @@ def test_mcp_takes_scoped_tokens(api_url: str, services: Services) -> None:
             return str(exc)
         return "listed"
 
-    assert "may not act as session" in mcp_session(api_url, token, "agent:beta:main", other)
+    assert "may not act as that session" in mcp_session(api_url, token, "agent:beta:main", other)
     # An MCP client reads its result from the SSE stream before the stream closes, and the
     # entry is written as the stream closes: it may land a moment after the call returns.
     deadline = time.monotonic() + 10
@@ -495,3 +500,23 @@ def test_audit_stream_is_capped_and_marks_last_use(redis_url: str, services: Ser
     (record,) = services.store.tokens.list()
     assert record.token_id == token_id and record.last_used_at_ms == 1_998
     assert not services.store.redis.exists(services.store.ks.api_token(gone_id))
+
+
+def test_refusals_name_no_session_the_token_cannot_see(
+    api_url: str, services: Services, worker: Any
+) -> None:
+    """agent.wait on another agent's run reads as an unknown runId; a sessionId of another
+    agent's session is refused without naming its key."""
+    token = issue(services, "alpha")[0]
+    started = rpc(api_url, TOKEN, "agent", sessionKey="agent:beta:hidden", message="work")
+    run_id = started.json()["runId"]
+    waited = rpc(api_url, token, "agent.wait", runId=run_id, timeoutMs=10)
+    unknown = rpc(api_url, token, "agent.wait", runId="run_nosuch", timeoutMs=10)
+    assert waited.status_code == unknown.status_code == 404
+    assert "hidden" not in waited.text and "beta" not in waited.text
+    entry = services.store.sessions.get("agent:beta:hidden")
+    assert entry is not None
+    session_id = entry.session_id
+    refused = rpc(api_url, token, "chat.history", sessionKey=session_id)
+    assert refused.status_code in (403, 404)
+    assert "hidden" not in refused.text and "agent:beta" not in refused.text

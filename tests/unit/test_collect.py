@@ -120,7 +120,7 @@ def test_result_orders_by_completion_and_flags_total_failure() -> None:
     }
     assert out["completed"][2]["schemaError"] == "bad"
     assert out["pending"] == ["p"]
-    assert out["errors"] == [{"runId": "x", "error": "not_owner"}] and "success" not in out
+    assert out["errors"] == [{"runId": "x", "error": "not_found"}] and "success" not in out
     gone = result_of(["a"], WaitRead(found={"a": "not_found"}, token=None))
     assert gone == {
         "completed": [],

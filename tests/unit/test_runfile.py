@@ -11,12 +11,16 @@ from pathlib import Path
 import pytest
 
 from switchboard.supervisor.runfile import (
+    REDIS_PASSWORD_FILE,
     RUNFILE,
     DataDirLock,
     StackInfo,
     StackRunning,
     read_stack,
+    redis_password,
     remove_stack,
+    with_password,
+    without_password,
     write_stack,
 )
 
@@ -79,3 +83,21 @@ def test_remove_only_takes_the_own_file(tmp_path: Path) -> None:
     assert (tmp_path / RUNFILE).exists()
     remove_stack(tmp_path, os.getpid())
     assert not (tmp_path / RUNFILE).exists()
+
+
+def test_the_redis_password_is_kept_apart_and_put_back_on_read(tmp_path: Path) -> None:
+    """stack.json holds the embedded Redis's URLs without the password; read_stack adds
+    the one in redis.password (mode 0600, made once, the same on every later call)."""
+    password = redis_password(tmp_path, create=True)
+    assert password and redis_password(tmp_path, create=False) == password
+    assert stat.S_IMODE((tmp_path / REDIS_PASSWORD_FILE).stat().st_mode) == 0o600
+    url = with_password("redis://127.0.0.1:6390/0", password)
+    assert url == f"redis://:{password}@127.0.0.1:6390/0"
+    stack = StackInfo(os.getpid(), "http://127.0.0.1:8781", url, url, redis_auth=True)
+    path = write_stack(tmp_path, stack)
+    assert password not in path.read_text()
+    assert password not in stack.describe()
+    found = read_stack(tmp_path)
+    assert found is not None and (found.redis_url, found.broker_url) == (url, url)
+    assert without_password("redis://user:pw@h:1/0") == "redis://user@h:1/0"
+    assert redis_password(tmp_path / "nowhere", create=False) is None

@@ -101,6 +101,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from switchboard import __version__
+from switchboard.api.a2a_errors import without_exception_text
 from switchboard.api.errors import error_response
 from switchboard.api.openai_compat import WAIT_GRACE_S
 from switchboard.api.scopes import OWNER, Principal, ScopeRefused, audit_note, principal_of
@@ -284,8 +285,9 @@ class RedisTaskStore(TaskStore):
 
 class RedisPushConfigStore(PushNotificationConfigStore):
     """The SDK's push-notification config store, in `A2ATaskStore` beside the task. Each
-    config belongs to who set it (the owner, or a scoped token); a scoped token may only
-    name a public http(s) URL (the SDK's `validate_push_notification_url`)."""
+    config belongs to the token that set it (the owner's, or a scoped one), which has config
+    ids of its own: another token can neither overwrite, read nor delete it. A scoped token
+    may only name a public http(s) URL (the SDK's `validate_push_notification_url`)."""
 
     def __init__(self, tasks: RedisTaskStore) -> None:
         self.tasks = tasks
@@ -311,31 +313,36 @@ class RedisPushConfigStore(PushNotificationConfigStore):
         )
         return config
 
-    async def _configs(self, task_id: str) -> list[tuple[str, TaskPushNotificationConfig]]:
-        raw = await run_in_threadpool(self.tasks.services.store.a2a_tasks.push_configs, task_id)
+    async def _configs(
+        self, task_id: str, owner: str | None
+    ) -> list[tuple[str, TaskPushNotificationConfig]]:
+        raw = await run_in_threadpool(
+            self.tasks.services.store.a2a_tasks.push_configs, task_id, owner
+        )
         out = []
-        for owner, text in raw:
+        for who, text in raw:
             config = TaskPushNotificationConfig()
             json_format.Parse(text, config)
-            out.append((owner, config))
+            out.append((who, config))
         return out
 
     async def get_info(
         self, task_id: str, context: ServerCallContext
     ) -> list[TaskPushNotificationConfig]:
         owner = _owner_of(principal_of_context(context))
-        return [c for who, c in await self._configs(task_id) if who == owner]
+        return [c for _who, c in await self._configs(task_id, owner)]
 
     async def get_info_for_dispatch(self, task_id: str) -> list[TaskPushNotificationConfig]:
-        return [c for _who, c in await self._configs(task_id)]
+        return [c for _who, c in await self._configs(task_id, None)]
 
     async def delete_info(
         self, task_id: str, context: ServerCallContext, config_id: str | None = None
     ) -> None:
+        owner = _owner_of(principal_of_context(context))
         for config in await self.get_info(task_id, context):
             if config_id is None or config.id == config_id:
                 await run_in_threadpool(
-                    self.tasks.services.store.a2a_tasks.delete_push, task_id, config.id
+                    self.tasks.services.store.a2a_tasks.delete_push, task_id, owner, config.id
                 )
 
 
@@ -569,7 +576,7 @@ def _agent_checked(
         except ScopeRefused as exc:
             return error_response(403, exc.kind, exc.message)
         _BASE_URL.set(str(request.base_url).rstrip("/"))
-        return await endpoint(request)
+        return without_exception_text(await endpoint(request))
 
     return checked
 

@@ -26,7 +26,7 @@ from switchboard.api.auth import install_auth
 from switchboard.api.console import install_console
 from switchboard.api.errors import install_error_handlers
 from switchboard.api.heartbeat import api_heartbeat
-from switchboard.api.limits import BodySizeLimit
+from switchboard.api.limits import BodySizeLimit, JsonDepthLimit
 from switchboard.api.mcp import mount_mcp, serving_mcp
 from switchboard.shared import gc_tune
 from switchboard.shared.config import Settings, SwitchboardConfig, get_config, get_settings
@@ -103,6 +103,7 @@ def create_app(
     )
     app.state.token = token
     telemetry.instrument_api(app)  # only with an OTLP endpoint set
+    app.add_middleware(JsonDepthLimit)  # inside the size limit: reads at most 2 MB
     app.add_middleware(BodySizeLimit)
     install_auth(app, settings, token)  # outermost: every route but /healthz needs the token
     install_error_handlers(app)

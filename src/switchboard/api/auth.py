@@ -1,18 +1,24 @@
 """Bearer-token authentication of every route but the public ones, with a lockout.
 
-The token holder is the owner. ``AuthGate`` (ASGI middleware) checks each HTTP and
+The token holder is the owner; so is, until it expires, the holder of a console session
+derived from the token (`console_session`: the console and the events cookie use it,
+never the token itself). ``AuthGate`` (ASGI middleware) checks each HTTP and
 WebSocket request before routing, so every router or mounted app (MCP, `/metrics`,
 `/events`, the console's data endpoints) is covered without opting in. Public are only
 ``PUBLIC_PATHS`` and the exact paths given to ``allow_public`` — meant for a static page
 shell that carries no data and asks the user for the token; data never is public.
 
-Failed checks are counted per client IP in Redis (a fixed window, so the count holds across
-api processes): after ``auth_max_failures`` failures within ``auth_failure_window_s`` that
-IP is answered 429 with ``Retry-After`` until the window ends, even with the right token,
-so a locked-out client cannot go on testing guesses. A success resets no counter; public
-paths are neither checked nor locked. A client that just authenticated on this api is not
-looked up again for a second (one read a second for a busy client, not one a request);
-any failure ends that at once, so every guess is checked against the shared count.
+The lockout refuses guesses only. A request that presents no credential (no
+``Authorization`` header, or an empty one: a CORS preflight, a page's ``no-cors`` fetch)
+is answered 401 and counted nowhere. A presented, wrong credential is counted per client IP
+in Redis (a fixed window, so the count holds across api processes): past
+``auth_max_failures`` failures within ``auth_failure_window_s`` that IP's wrong credentials
+are answered 429 with ``Retry-After`` until the window ends. A right token is never
+refused by the lockout, so nobody can lock the owner out (and what keeps a guesser out is
+the token's length: `up` makes 24 random bytes, scoped tokens hold 32). The client IP is
+the connection's peer; ``X-Forwarded-For`` is read (by uvicorn) only from the peers named
+in ``SWITCHBOARD_TRUSTED_PROXIES`` (`proxy_options`), so a forged header neither rotates
+an attacker's address nor charges another's.
 
 Besides the owner token, the gate takes scoped tokens (``sbt_…``, `switchboard token
 create`): each is looked up in Redis on every request (one HGETALL, no cache, so a revoke
@@ -25,13 +31,14 @@ from __future__ import annotations
 
 import hmac
 import logging
-import time
 from collections.abc import Iterable
+from typing import Any
 
 import anyio
 from fastapi import FastAPI, HTTPException, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from switchboard.api.console_session import session_expiry_ms
 from switchboard.api.errors import error_response, openai_error_response
 from switchboard.api.scopes import (
     AUDIT_NOTE,
@@ -54,9 +61,6 @@ PUBLIC_PATHS = frozenset({"/healthz"})
 INVALID_TOKEN = "missing or invalid bearer token"
 OPENAI_PATH_PREFIX = "/v1/"  # the OpenAI-compatible routes
 _AUTHENTICATED = "switchboard.authenticated"  # scope flag set by the gate
-# After a request with the right token, its client's lockout is not read again this long.
-CLEARED_FOR_S = 1.0
-_CLEARED_MAX = 10_000  # client addresses remembered (then forgotten all at once)
 
 
 def token_matches(authorization: str, expected: str) -> bool:
@@ -65,6 +69,19 @@ def token_matches(authorization: str, expected: str) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(
         value.strip().encode(), expected.encode()
     )
+
+
+def bearer_session(authorization: str, token: str) -> bool:
+    """Whether an Authorization header value is `Bearer <a live console session>` made
+    from ``token`` (`console_session`: the owner's, for a while)."""
+    scheme, _, value = authorization.partition(" ")
+    return scheme.lower() == "bearer" and session_expiry_ms(value.strip(), token) is not None
+
+
+def presented(authorization: str) -> bool:
+    """Whether an Authorization header value presents a credential at all (a guess)."""
+    scheme, _, value = authorization.strip().partition(" ")
+    return bool(value.strip()) or (bool(scheme) and scheme.lower() != "bearer")
 
 
 def configured_token(request: Request) -> str:
@@ -77,10 +94,18 @@ async def require_token(request: Request) -> None:
     """Dependency: 401 unless `Authorization: Bearer <token>` matches (the gate's twin)."""
     if request.scope.get(_AUTHENTICATED):
         return
-    if not token_matches(request.headers.get("authorization", ""), configured_token(request)):
+    authorization, token = request.headers.get("authorization", ""), configured_token(request)
+    if not token_matches(authorization, token) and not bearer_session(authorization, token):
         raise HTTPException(
             status_code=401, detail=INVALID_TOKEN, headers={"WWW-Authenticate": "Bearer"}
         )
+
+
+def proxy_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn's proxy-header options: `X-Forwarded-For` believed only from the peers in
+    ``SWITCHBOARD_TRUSTED_PROXIES``, and off with none (uvicorn otherwise trusts loopback)."""
+    trusted = settings.trusted_proxies
+    return {"proxy_headers": bool(trusted), "forwarded_allow_ips": trusted or None}
 
 
 def install_auth(app: FastAPI, settings: Settings, token: str) -> None:
@@ -103,7 +128,7 @@ def allow_public(app: FastAPI, *paths: str) -> None:
 
 
 class AuthGate:
-    """ASGI middleware: 401 without the token, 429 once a client IP is locked out."""
+    """ASGI middleware: 401 without the token; 429 to a wrong one once its IP is locked out."""
 
     def __init__(
         self,
@@ -126,8 +151,6 @@ class AuthGate:
         self._store: AsyncStore | None = None
         self._tokens: AsyncTokenStore | None = None
         self._audit: AsyncAuditStore | None = None
-        # Client address -> until when its lockout need not be read (see `_clear`).
-        self._cleared: dict[str, float] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -136,30 +159,25 @@ class AuthGate:
         if scope["type"] not in ("http", "websocket") or scope["path"] in self.public_paths:
             await self.app(scope, receive, send)
             return
-        client = _client_ip(scope)
-        now = time.monotonic()
-        cleared = self._cleared.get(client, 0.0) > now
-        retry_s = None if cleared else await self._locked_for(client)
-        if retry_s is None:
-            authorization = _header(scope, b"authorization")
-            if token_matches(authorization, self.token):
-                self._clear(client, now)
-                scope[_AUTHENTICATED] = True
-                await self.app(scope, receive, send)
-                return
-            try:
-                principal = await self._scoped_principal(authorization)
-            except StoreUnavailable as exc:
-                log.warning("scoped token not checked, redis unavailable: %s", exc.__cause__)
-                await _unavailable(scope, receive, send)
-                return
-            if principal is not None:
-                self._clear(client, now)
-                scope[_AUTHENTICATED] = True
-                await self._serve_scoped(scope, receive, send, principal)
-                return
-            self._cleared.pop(client, None)
-            retry_s = await self._record_failure(client)
+        authorization = _header(scope, b"authorization")
+        if not presented(authorization):  # costs nothing: no guess was made
+            await _refuse(scope, receive, send, None)
+            return
+        if token_matches(authorization, self.token) or bearer_session(authorization, self.token):
+            scope[_AUTHENTICATED] = True
+            await self.app(scope, receive, send)
+            return
+        try:
+            principal = await self._scoped_principal(authorization)
+        except StoreUnavailable as exc:
+            log.warning("scoped token not checked, redis unavailable: %s", exc.__cause__)
+            await _unavailable(scope, receive, send)
+            return
+        if principal is not None:
+            scope[_AUTHENTICATED] = True
+            await self._serve_scoped(scope, receive, send, principal)
+            return
+        retry_s = await self._record_failure(_client_ip(scope))
         await _refuse(scope, receive, send, retry_s)
 
     async def _scoped_principal(self, authorization: str) -> Principal | None:
@@ -244,36 +262,13 @@ class AuthGate:
             self._audit = AsyncAuditStore(store.client, self.ks)
         return self._audit
 
-    def _clear(self, client: str, now: float) -> None:
-        """Spare ``client``'s next lockout checks for `CLEARED_FOR_S` after it authenticated.
-
-        Only a request with the right token clears a client, and any failure from it
-        un-clears it at once, so a guess is always checked against the shared count: a
-        client busy with good requests costs one lockout read a second, not one each."""
-        if len(self._cleared) >= _CLEARED_MAX:
-            self._cleared.clear()
-        self._cleared[client] = now + CLEARED_FOR_S
-
     def _client(self) -> AsyncStore | None:
         if self._store is None and self.redis_url:
             self._store = AsyncStore.from_url(self.redis_url, self.ks, socket_timeout=5)
         return self._store
 
-    async def _locked_for(self, client: str) -> int | None:
-        """Seconds left of the client's lockout, or None when it may try."""
-        store = self._client()
-        if store is None:
-            return None
-        try:
-            ttl = await store.locked_ttl(client, self.max_failures)
-        except StoreUnavailable as exc:  # the token check still applies
-            # DEBUG: the request's own store call reports the outage (one WARNING line).
-            log.debug("auth lockout check skipped, redis unavailable: %s", exc.__cause__)
-            return None
-        return None if ttl is None else _retry_after(ttl, self.window_s)
-
     async def _record_failure(self, client: str) -> int | None:
-        """Count one failure; the lockout's Retry-After once past the limit (a race)."""
+        """Count one failure; the lockout's Retry-After once past the limit."""
         store = self._client()
         if store is None:
             return None

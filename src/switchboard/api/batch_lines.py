@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from switchboard.api.limits import MAX_JSON_DEPTH, json_too_deep
 from switchboard.api.openai_compat import (
     ChatCompletionRequest,
     OpenAIError,
@@ -74,6 +75,9 @@ def plan_line(
     seen: set[str],
 ) -> LinePlan:
     """One line checked as the batch's endpoint would check its request, or an error."""
+    if json_too_deep(raw):  # as a request body would be (`limits.JsonDepthLimit`)
+        message = f"the line nests JSON arrays/objects deeper than {MAX_JSON_DEPTH} levels"
+        raise _bad(message, "invalid_json_line")
     try:
         item = orjson.loads(raw)
     except orjson.JSONDecodeError:

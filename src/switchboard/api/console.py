@@ -2,21 +2,27 @@
 
 The page, its script, its stylesheet and its icon (``switchboard/api/console/``, in the
 wheel, no build step) carry no data and are served without a token; the page asks for the
-token, keeps it in the browser's localStorage and sends it as a bearer header. Because
-``EventSource`` cannot send headers, ``POST /console/login`` (with the bearer header) sets
-an HttpOnly cookie scoped to ``/events``; ``POST /console/logout`` clears it.
+token once and trades it at ``POST /console/login`` for a console session
+(`console_session`: derived from the token, expiring), which it keeps in the browser's
+localStorage and sends as its bearer header; the token itself is not kept. Because
+``EventSource`` cannot send headers, the login also sets the session as an HttpOnly,
+SameSite=Strict cookie (Secure on https) scoped to ``/events``; ``POST /console/logout``
+clears it.
 """
 
 from __future__ import annotations
 
+import time
 from functools import cache
 from importlib import resources
+from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.responses import RedirectResponse
 
 from switchboard.api import events
 from switchboard.api.auth import allow_public, configured_token, require_token
+from switchboard.api.console_session import issue_session, session_expiry_ms
 from switchboard.shared.errors import NotFound
 
 CONSOLE_PATH = "/console"
@@ -31,8 +37,6 @@ ASSETS = {
 FAVICON_PATH = "/favicon.ico"
 # Served without a token: the redirect, the page shell and the icon.
 PAGE_PATHS = ("/", CONSOLE_PATH, FAVICON_PATH, *(f"{CONSOLE_PATH}/{name}" for name in ASSETS))
-# How long the events cookie lasts (the page logs in again on each load).
-COOKIE_MAX_AGE_S = 12 * 3600
 _SECURITY_HEADERS = {
     "Cache-Control": "no-cache",
     "X-Content-Type-Options": "nosniff",
@@ -79,18 +83,24 @@ async def page_asset(name: str) -> Response:
 
 
 @router.post(CONSOLE_PATH + "/login", dependencies=[Depends(require_token)])
-async def login(request: Request, response: Response) -> dict[str, bool]:
-    """Set the events cookie for a caller that holds the token."""
+async def login(request: Request, response: Response) -> dict[str, Any]:
+    """A console session for the token's holder (the same one for a session's holder: it
+    is not renewed), also set as the events cookie."""
+    token = configured_token(request)
+    presented = request.headers.get("authorization", "").partition(" ")[2].strip()
+    expires_ms = session_expiry_ms(presented, token)
+    session = presented if expires_ms is not None else issue_session(token)
+    expires_ms = session_expiry_ms(session, token) or 0
     response.set_cookie(
         events.EVENTS_COOKIE,
-        configured_token(request),
-        max_age=COOKIE_MAX_AGE_S,
+        session,
+        max_age=max(1, expires_ms // 1000 - int(time.time())),
         path=events.EVENTS_PATH,
         httponly=True,
         samesite="strict",
         secure=request.url.scheme == "https",
     )
-    return {"ok": True}
+    return {"ok": True, "session": session, "expiresAt": expires_ms}
 
 
 @router.post(CONSOLE_PATH + "/logout", dependencies=[Depends(require_token)])

@@ -10,9 +10,10 @@ event is ``ready`` (``{lastEventId}``); an idle stream carries a ``: heartbeat``
 every ``HEARTBEAT_S``. ``?sessionKey=`` keeps only the events of one session.
 
 Auth: the bearer token as everywhere, or, because ``EventSource`` cannot set headers,
-``?token=<token>`` or the cookie the console's login sets (``EVENTS_COOKIE``, HttpOnly,
-sent to ``/events`` only). ``EventsCredentials`` turns either into an ``Authorization``
-header before any auth check runs, so the same check (and lockout) applies.
+``?token=<token>`` or the cookie the console's login sets (``EVENTS_COOKIE``: a
+console session, never the token itself; HttpOnly, sent to ``/events`` only).
+``EventsCredentials`` turns either into an ``Authorization`` header before any auth check
+runs, so the same check (and lockout) applies.
 """
 
 from __future__ import annotations

@@ -339,9 +339,8 @@ def header_session(svc: Services, agent_id: str, headers: Mapping[str, str]) -> 
         key = resolve_session_ref(svc, raw, agent_id=agent_id)
         parsed = sk.parse_agent_key(key)
         if parsed is not None and parsed.agent_id != agent_id:
-            raise InvalidInput(
-                f'session "{key}" belongs to agent "{parsed.agent_id}", '
-                f'not to the model\'s agent "{agent_id}"',
+            raise InvalidInput(  # naming what was given, not the key a sessionId maps to
+                f'session "{raw}" is not a session of the model\'s agent "{agent_id}"',
                 field=name,
             )
         return key

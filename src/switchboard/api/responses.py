@@ -503,8 +503,8 @@ async def _response_and_run(
 ) -> tuple[ResponseRecord, RunRecord | None]:
     svc: Services = request.app.state.services
     rec = await run_in_threadpool(_lookup, svc, response_id)
-    if rec is None:
-        raise _not_found(response_id)
+    if rec is None or not principal_of(request).sees(rec.session_key):
+        raise _not_found(response_id)  # another scope's response reads as unknown
     check_acting_session(request, principal_of(request), rec.session_key)
     if rec.run_id is None:
         return rec, None

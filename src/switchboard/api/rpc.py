@@ -118,10 +118,10 @@ def _scoped_params(
 async def _check_run(
     request: Request, principal: Principal, note: AuditNote | None, run_id: str
 ) -> None:
-    """Refuse waiting on a run of a session outside the token's scope (or unknown)."""
+    """Refuse waiting on a run unknown or of a session outside the token's scope, alike
+    (the refusal names no session: which runs exist elsewhere is not told)."""
     run = await request.app.state.fetch_run(run_id)
-    if run is None:
-        raise NotFound(f"unknown runId: {run_id}", field="runId")
-    if note is not None:
+    if note is not None and run is not None:
         note.session_key = run.session_key
-    principal.check_session(run.session_key)
+    if run is None or not principal.sees(run.session_key):
+        raise NotFound(f"unknown runId: {run_id}", field="runId")

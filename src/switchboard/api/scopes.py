@@ -90,21 +90,29 @@ class Principal:
                 f"{self.describe()} may not act as agent {agent_id!r}", field="agent"
             )
 
-    def check_session(self, key: str) -> None:
-        """Refuse acting as a session (canonical key) outside the token's scope."""
+    def sees(self, key: str) -> bool:
+        """Whether the session (canonical key) is inside the token's scope."""
         if self.is_owner:
-            return
+            return True
         if sk.agent_id_of(key) != self.agent_id:
+            return False
+        return self.session_key is None or key == self.session_key
+
+    def check_session(self, key: str) -> None:
+        """Refuse acting as a session (canonical key) outside the token's scope; the
+        refusal names no session (a sessionId's key, another agent's) the token cannot see."""
+        if self.sees(key):
+            return
+        if self.session_key is not None:
             raise ScopeRefused(
-                f"{self.describe()} may not act as session {key!r}: it belongs to agent "
-                f"{sk.agent_id_of(key)!r}",
+                f"{self.describe()} may act only as session {self.session_key!r}",
                 field="sessionKey",
             )
-        if self.session_key is not None and key != self.session_key:
-            raise ScopeRefused(
-                f"{self.describe()} may act only as session {self.session_key!r}, not {key!r}",
-                field="sessionKey",
-            )
+        raise ScopeRefused(
+            f"{self.describe()} may not act as that session: it is not a session of "
+            f"agent {self.agent_id!r}",
+            field="sessionKey",
+        )
 
     def check_tool(self, name: str) -> None:
         """Refuse a tool outside the token's tool list."""

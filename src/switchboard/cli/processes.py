@@ -62,6 +62,7 @@ def api(
     import uvicorn
 
     from switchboard.api.app import create_app
+    from switchboard.api.auth import proxy_options
     from switchboard.logs import setup_logging
     from switchboard.shared.event_loops import uvicorn_loop
     from switchboard.supervisor.listener import bind_listener
@@ -75,6 +76,7 @@ def api(
         "log_level": settings.log_level.lower(),
         "log_config": None,  # uvicorn's records go through the product's handler (logs.py)
         "access_log": False,
+        **proxy_options(settings),  # X-Forwarded-For only from SWITCHBOARD_TRUSTED_PROXIES
         **uvicorn_loop(),  # uvloop and httptools where installed
     }
     if not reuse_port:

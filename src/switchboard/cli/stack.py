@@ -130,6 +130,7 @@ def _run_stack(
         broker_url=settings.broker_url or redis_url,
         config=env.get("SWITCHBOARD_CONFIG", ""),
         key_prefix=settings.key_prefix,
+        redis_auth=redis_server is not None,  # the embedded one: its password is on file
         worker_nodes=tuple(
             node.replace("%h", socket.gethostname()) for node in _worker_nodes(scale.workers)
         ),
@@ -210,19 +211,25 @@ def _worker_nodes(count: int) -> list[str]:
 
 
 def _start_redis(settings: Settings, data_dir: Path) -> tuple[RedisServer | None, str]:
-    """The configured Redis URL, else an embedded redis-server started on the data dir."""
+    """The configured Redis URL, else an embedded redis-server started on the data dir,
+    with the data dir's password (its URL carries it to every process `up` starts)."""
     from switchboard.supervisor.redis_server import RedisServer
+    from switchboard.supervisor.runfile import REDIS_PASSWORD_FILE, redis_password
 
     if settings.redis_url:
         require_redis(settings.redis_url, "SWITCHBOARD_REDIS_URL")
         _require_broker(settings.broker_url, settings.redis_url)
         return None, settings.redis_url
     _require_broker(settings.broker_url, "")
-    server = RedisServer(data_dir / "redis", appendonly=True)
+    password = redis_password(data_dir, create=True)
+    server = RedisServer(data_dir / "redis", appendonly=True, password=password)
     server.data_dir.mkdir(parents=True, exist_ok=True)
     server.start()
     where = escape(str(server.data_dir))
-    console.print(f"[bold]redis[/] embedded at {escape(server.url)} (data in {where})")
+    console.print(
+        f"[bold]redis[/] embedded at {escape(server.address)} (data in {where}; its "
+        f"password in {escape(str(data_dir / REDIS_PASSWORD_FILE))})"
+    )
     return server, server.url
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import difflib
 import functools
+import ipaddress
 import json
 import logging
 import math
@@ -797,6 +798,10 @@ class Settings(BaseSettings):
     # answers 429 to that IP until the window ends (counted in Redis, shared by every api).
     auth_max_failures: int = Field(default=20, ge=1, le=1_000_000)
     auth_failure_window_s: int = Field(default=60, ge=1, le=86_400)
+    # Peers whose `X-Forwarded-For` / `X-Forwarded-Proto` the api believes (a comma list of
+    # addresses or networks, e.g. `10.0.0.5,10.1.0.0/16`; `*`: any peer). Unset: none, the
+    # client address is the connection's peer (the lockout counts by it).
+    trusted_proxies: str = ""
     # Replicas that must hold a run's accept, its end and a transcript append before the
     # answer (Redis WAIT on the write's connection; 0: off), and how long WAIT may take
     # for them (ms): fewer in time log a WARNING and the write stands (docs/operations.md).
@@ -815,6 +820,20 @@ class Settings(BaseSettings):
     @classmethod
     def _upper_level(cls, value: str) -> str:
         return value.strip().upper()
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxy_list(cls, value: str) -> str:
+        entries = [entry.strip() for entry in value.split(",") if entry.strip()]
+        for entry in entries:
+            if entry != "*":
+                try:
+                    ipaddress.ip_network(entry, strict=False)
+                except ValueError:
+                    raise ValueError(
+                        f"trusted_proxies: {entry!r} is not an address or network"
+                    ) from None
+        return ",".join(entries)
 
     @field_validator("log_format", mode="before")
     @classmethod

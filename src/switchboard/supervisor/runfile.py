@@ -5,6 +5,11 @@
 (mode 0600) once its Redis is up, and removes it on a clean stop. Other commands started
 in the same directory read the file to find the stack without any setting; a file whose
 pid is dead was left by a killed stack and is ignored, and replaced by the next `up`.
+
+The embedded Redis's password is kept in `redis.password` (mode 0600, made once per data
+directory), never in `stack.json`: the file holds the Redis URLs without it and says
+``redis_auth``; `read_stack` puts the password back, so a command that finds the stack
+reaches its Redis.
 """
 
 from __future__ import annotations
@@ -13,12 +18,15 @@ import contextlib
 import fcntl
 import json
 import os
-from dataclasses import asdict, dataclass
+import secrets
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO
+from urllib.parse import urlsplit, urlunsplit
 
 RUNFILE = "stack.json"
 LOCKFILE = "up.lock"
+REDIS_PASSWORD_FILE = "redis.password"
 
 
 @dataclass(frozen=True)
@@ -34,10 +42,12 @@ class StackInfo:
     config: str = ""
     key_prefix: str = "sb:"
     worker_nodes: tuple[str, ...] = ()
+    # The Redis URLs need the password in `REDIS_PASSWORD_FILE` (the embedded Redis).
+    redis_auth: bool = False
 
     def describe(self) -> str:
-        """One line naming the stack: pid and URLs."""
-        return f"pid {self.pid}, api {self.api_url}, redis {self.redis_url}"
+        """One line naming the stack: pid and URLs (no password)."""
+        return f"pid {self.pid}, api {self.api_url}, redis {without_password(self.redis_url)}"
 
 
 class StackRunning(Exception):
@@ -74,22 +84,73 @@ def read_stack(data_dir: Path) -> StackInfo | None:
             config=str(raw.get("config") or ""),
             key_prefix=str(raw.get("key_prefix") or "sb:"),
             worker_nodes=tuple(str(node) for node in raw.get("worker_nodes") or ()),
+            redis_auth=bool(raw.get("redis_auth")),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return stack if pid_alive(stack.pid) else None
+    if not pid_alive(stack.pid):
+        return None
+    password = redis_password(data_dir, create=False) if stack.redis_auth else None
+    if not password:
+        return stack
+    return replace(
+        stack,
+        redis_url=with_password(stack.redis_url, password),
+        broker_url=with_password(stack.broker_url, password)
+        if stack.broker_url == stack.redis_url
+        else stack.broker_url,
+    )
 
 
 def write_stack(data_dir: Path, stack: StackInfo) -> Path:
-    """Write the runtime file atomically, readable by its owner only."""
+    """Write the runtime file atomically, readable by its owner only (a configured URL as
+    given, the embedded Redis's without its password)."""
     path = data_dir / RUNFILE
     tmp = path.with_name(f".{RUNFILE}.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    record = asdict(stack)
+    if stack.redis_auth:  # the embedded Redis's password stays in its own file
+        record["redis_url"] = without_password(stack.redis_url)
+        record["broker_url"] = without_password(stack.broker_url)
     with os.fdopen(fd, "w") as out:
-        json.dump(asdict(stack), out)
+        json.dump(record, out)
         out.write("\n")
     os.replace(tmp, path)
     return path
+
+
+def redis_password(data_dir: Path, *, create: bool) -> str | None:
+    """The embedded Redis's password in ``data_dir`` (made, mode 0600, when ``create`` and
+    there is none yet); None when there is none."""
+    path = data_dir / REDIS_PASSWORD_FILE
+    try:
+        return path.read_text().strip() or None
+    except FileNotFoundError:
+        if not create:
+            return None
+    password = secrets.token_hex(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(password + "\n")
+    return password
+
+
+def with_password(url: str, password: str) -> str:
+    """``url`` carrying ``password`` (a URL that names a user or password is kept)."""
+    parts = urlsplit(url)
+    if not parts.scheme.startswith("redis") or "@" in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=f":{password}@{parts.netloc}"))
+
+
+def without_password(url: str) -> str:
+    """``url`` without the password it may carry (to show or to write down)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user, _, host = parts.netloc.rpartition("@")
+    name = user.partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{name}@{host}" if name else host))
 
 
 def remove_stack(data_dir: Path, pid: int) -> None:

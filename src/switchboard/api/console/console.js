@@ -3,7 +3,9 @@
 // textContent, never parsed as HTML.
 "use strict";
 
-const TOKEN_KEY = "switchboard.token";
+const TOKEN_KEY = "switchboard.token"; // where older consoles kept the token: cleared
+// The console session (from POST /console/login; derived from the token, expiring).
+const SESSION_KEY = "switchboard.session";
 const TREE_DEPTH = 3;
 // Sessions fetched per listing (newest first; narrower filters reach older ones) and shown
 // per page: the table stays a few dozen rows however many sessions Redis holds.
@@ -198,6 +200,7 @@ async function getJson(path, token = state.token) {
 async function post(path, token = state.token) {
   const resp = await fetch(path, { method: "POST", headers: { Authorization: `Bearer ${token}` } });
   if (!resp.ok) throw new AuthError("token rejected");
+  return resp.json().catch(() => ({}));
 }
 
 // ---- login -----------------------------------------------------------------------------
@@ -214,11 +217,14 @@ function showLogin(message) {
   $("token").focus();
 }
 
-async function start(token) {
-  await rpc("sessions.list", { limit: 1 }, token);
-  await post("/console/login", token);
-  state.token = token;
-  localStorage.setItem(TOKEN_KEY, token);
+// Trade the token (or a saved session) for a console session; only the session is kept.
+async function start(credential) {
+  await rpc("sessions.list", { limit: 1 }, credential);
+  const answer = await post("/console/login", credential);
+  const session = answer.session || credential;
+  state.token = session;
+  localStorage.removeItem(TOKEN_KEY);
+  localStorage.setItem(SESSION_KEY, session);
   $("login").hidden = true;
   $("app").hidden = false;
   $("logout").hidden = false;
@@ -241,7 +247,7 @@ async function login(event) {
 
 async function logout() {
   try { await post("/console/logout"); } catch { /* the cookie expires anyway */ }
-  localStorage.removeItem(TOKEN_KEY);
+  localStorage.removeItem(SESSION_KEY);
   showLogin("Signed out.");
 }
 
@@ -251,7 +257,7 @@ function guard(fn) {
       return await fn(...args);
     } catch (err) {
       if (err instanceof AuthError) {
-        localStorage.removeItem(TOKEN_KEY);
+        localStorage.removeItem(SESSION_KEY);
         showLogin(`Signed out: ${err.message}`);
       } else {
         toast(err.message || String(err));
@@ -738,7 +744,8 @@ document.addEventListener("DOMContentLoaded", () => {
   setInterval(() => { if (state.token && !$("app").hidden) loadBatches(); }, BATCHES_EVERY_MS);
   $("send-form").addEventListener("submit", send);
   document.addEventListener("copy", copyKeys);
-  const saved = localStorage.getItem(TOKEN_KEY);
+  localStorage.removeItem(TOKEN_KEY);
+  const saved = localStorage.getItem(SESSION_KEY);
   if (saved) {
     start(saved).catch((err) => showLogin(err instanceof AuthError ? "Sign in again." : String(err)));
   } else {

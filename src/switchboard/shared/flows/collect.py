@@ -29,6 +29,9 @@ from switchboard.shared.store.spawns import SpawnRecord
 # A run outcome as agents_wait reports it: done | failed | killed | timeout.
 _STATUS = {"ok": "done", "timeout": "timeout", "cancelled": "killed", "killed": "killed"}
 _FENCED = re.compile(r"```(?:json|JSON)?[ \t]*\r?\n(.*?)```", re.DOTALL)
+# How deep an outputSchema may nest (objects and arrays inside each other): the schema
+# checks recurse once a level, and a collector's answer is validated against it.
+MAX_SCHEMA_DEPTH = 32
 NOT_JSON = (
     "the final answer is not JSON: answer with the JSON value alone, or put it in a "
     "```json fenced block"
@@ -63,14 +66,32 @@ def schema_problem(schema: Any) -> str | None:
     or None."""
     if not isinstance(schema, dict):
         return "outputSchema must be a JSON Schema object"
+    if nesting_depth(schema, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
+        return f"outputSchema nests deeper than {MAX_SCHEMA_DEPTH} levels"
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
+    except RecursionError:  # a recursive $ref the depth count cannot see
+        return "outputSchema refers to itself too deeply to check"
     except SchemaError as exc:
         where = "/".join(str(p) for p in exc.absolute_path)
         return f"outputSchema is not a valid JSON Schema: {exc.message}" + (
             f" (at {where})" if where else ""
         )
     return None
+
+
+def nesting_depth(value: Any, stop_past: int) -> int:
+    """How many objects/arrays deep ``value`` nests (counting stops past ``stop_past``),
+    without recursion."""
+    deepest = 0
+    level: list[Any] = [value]
+    while level and deepest <= stop_past:
+        containers = [v for v in level if isinstance(v, dict | list)]
+        if not containers:
+            break
+        deepest += 1
+        level = [child for c in containers for child in (c.values() if isinstance(c, dict) else c)]
+    return deepest
 
 
 def record_fields(
@@ -149,7 +170,10 @@ def validate_answer(text: str, schema: Mapping[str, Any]) -> tuple[Any, str | No
     if not found:
         return None, NOT_JSON
     validator_cls = jsonschema.validators.validator_for(schema)
-    error = best_error(validator_cls(schema).iter_errors(value))
+    try:
+        error = best_error(validator_cls(schema).iter_errors(value))
+    except RecursionError:
+        return None, "the answer nests too deeply to check against the outputSchema"
     if error is None:
         return value, None
     where = "/".join(str(p) for p in error.absolute_path)
@@ -161,11 +185,11 @@ def parse_answer(text: str) -> tuple[bool, Any]:
     stripped = text.strip()
     try:
         return True, json.loads(stripped)
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     for block in _FENCED.finditer(stripped):
         try:
             return True, json.loads(block.group(1).strip())
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
     return False, None

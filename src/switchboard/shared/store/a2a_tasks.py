@@ -4,8 +4,10 @@ An A2A task is one run of one agent in one session (the task's `contextId` names
 session). Its record keeps the run it maps to, the session, the agent, and the task itself
 (the A2A `Task` object as JSON, written whole on every change), so a task outlives the api
 process that started it. Each agent's task ids are indexed by last update (for
-`ListTasks`). A task's push-notification configs are kept beside it (one hash field per
-config id, holding who set it and the config as JSON). Records, the index and the configs
+`ListTasks`). A task's push-notification configs are kept beside it, one hash field per
+setter and config id (``<owner>/<config id>``, holding the setter and the config as
+JSON): each setter has config ids of its own, so none can overwrite, read or delete
+another's. Records, the index and the configs
 expire ``retention_s`` after their last write, like the runs they name.
 """
 
@@ -115,24 +117,34 @@ class A2ATaskStore:
 
     # -- push-notification configs -----------------------------------------------------
     def set_push(self, task_id: str, config_id: str, owner: str, config_json: str) -> None:
-        """Write one push-notification config of the task (replacing one of the same id)."""
+        """Write one of ``owner``'s push-notification configs of the task (replacing its
+        own of the same id, never another owner's)."""
         key = self.ks.a2a_push(task_id)
         value = codec.dumps({"owner": owner, "config": config_json})
         pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(key, config_id, value)
+        pipe.hset(key, _push_field(owner, config_id), value)
         pipe.expire(key, self.retention_s)
         pipe.execute()
 
-    def push_configs(self, task_id: str) -> list[tuple[str, str]]:
-        """The task's push-notification configs as (owner, config JSON), by config id."""
+    def push_configs(self, task_id: str, owner: str | None = None) -> list[tuple[str, str]]:
+        """The task's push-notification configs as (owner, config JSON), by setter and
+        config id: ``owner``'s only when given, everyone's (to send them) when None."""
         raw = codec.decode_hash(self.redis.hgetall(self.ks.a2a_push(task_id)))
         out = []
-        for _config_id, value in sorted(raw.items()):
+        for field_name, value in sorted(raw.items()):
             entry = codec.as_json(value, {})
-            if isinstance(entry, dict) and isinstance(entry.get("config"), str):
-                out.append((str(entry.get("owner", "")), entry["config"]))
+            if not isinstance(entry, dict) or not isinstance(entry.get("config"), str):
+                continue
+            setter = str(entry.get("owner", ""))
+            if owner is None or (setter == owner and field_name.startswith(f"{owner}/")):
+                out.append((setter, entry["config"]))
         return out
 
-    def delete_push(self, task_id: str, config_id: str) -> None:
-        """Forget one push-notification config of the task."""
-        self.redis.hdel(self.ks.a2a_push(task_id), config_id)
+    def delete_push(self, task_id: str, owner: str, config_id: str) -> None:
+        """Forget one of ``owner``'s push-notification configs of the task."""
+        self.redis.hdel(self.ks.a2a_push(task_id), _push_field(owner, config_id))
+
+
+def _push_field(owner: str, config_id: str) -> str:
+    """The hash field of one setter's config: its own namespace of config ids."""
+    return f"{owner}/{config_id}"

@@ -3,7 +3,7 @@
 `AsyncStore` holds one async client (`client.AsyncStoreClient`, so a Redis error arrives as
 `StoreUnavailable`) and offers what the api needs on its loop: the run waiter's reads and
 subscription (`run_waiter`), the events streams (`follow_events`), the auth
-gate's lockout counts (`locked_ttl`, `count_failure`) and a readiness `ping`. Each api part
+gate's lockout count (`count_failure`) and a readiness `ping`. Each api part
 makes its own, because each needs its own socket timeout (a blocking stream read waits
 longer than a lockout check may).
 """
@@ -57,15 +57,6 @@ class AsyncStore:
         if after is None:
             return await EventFollower.at_end(self.client, self.ks)
         return EventFollower.after(self.client, self.ks, after)
-
-    async def locked_ttl(self, client_ip: str, max_failures: int) -> int | None:
-        """The TTL of the client's failure window once it holds ``max_failures`` or more
-        failures; None while it holds fewer (one read, two only when locked)."""
-        key = self.ks.auth_failures(client_ip)
-        count = await self.client.get(key)
-        if count is None or int(count) < max_failures:
-            return None
-        return int(await self.client.ttl(key))
 
     async def count_failure(self, client_ip: str, window_s: int) -> FailureCount:
         """Count one failed authentication in the client's fixed window (opened if none)."""

@@ -5,7 +5,8 @@ least one has completed, or none is pending, or at the timeout, with the complet
 in completion order and the ids still pending, so a caller drains a fan-out by calling
 again with ``pending`` (all, any, or N of M). A completed record is kept for
 ``runs.retentionHours`` and asking again answers the same. Only the collector's requester
-may wait on it (others' ids come back as ``not_owner``, unknown ones as ``not_found``).
+may wait on it: another requester's ids come back as ``not_found``, as unknown ones do,
+so a caller cannot learn which run ids exist.
 
 ``required: true`` (OpenClaw's newest) waits for *all* of them instead, up to
 ``tools.swarm.waitTimeoutSecondsMax``; it takes no ``timeoutSeconds``.
@@ -44,7 +45,7 @@ DESCRIPTION = (
     "has completed, or none is pending, or at `timeoutSeconds` (default 30): "
     "{completed: [{runId, status: done|failed|killed|timeout, result, structured?, "
     "error?, schemaError?, sessionKey, label?, usage?}], pending: [runId], errors?: "
-    "[{runId, error: not_found|not_owner}]}; completed in completion order. Call again "
+    "[{runId, error: not_found}]}; completed in completion order. Call again "
     "with the pending ids to collect the rest."
 )
 
@@ -145,8 +146,8 @@ def result_of(ids: Sequence[str], read: WaitRead) -> dict[str, Any]:
             done.append((_seq(state.get("completedSeq")), _item(run_id, state)))
         elif state == PENDING:
             pending.append(run_id)
-        else:
-            errors.append({"runId": run_id, "error": state})
+        else:  # another requester's collector reads as an unknown id
+            errors.append({"runId": run_id, "error": NOT_FOUND})
     done.sort(key=lambda pair: pair[0])
     out: dict[str, Any] = {"completed": [item for _, item in done], "pending": pending}
     if errors:
