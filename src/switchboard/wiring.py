@@ -44,7 +44,9 @@ def build_services(
     queue = pending.PendingStepsQueue(queue, store.pending, lost_after)
     services = Services(store=store, config=config, settings=settings, queue=queue)
     register_session_tools(services.tools)
-    services.extra_tools = ExternalTools(config.mcp.servers)
+    services.extra_tools = ExternalTools(
+        config.mcp.servers, slots=store.tool_slots, metrics=services.metrics.tools
+    )
     return services
 
 

@@ -102,8 +102,8 @@ def test_max_concurrent_holds_across_two_event_loops(
 
 def test_errors_and_timeouts_are_tool_errors(store: Store, redis_url: str) -> None:
     """A tool that raises, a call past its timeout and a wait past the slot timeout each
-    return a tool error for the model (the run goes on); the slot is given back each time;
-    a deferred call passes through."""
+    return a tool error for the model (the run goes on), its kind beside it; the slot is
+    given back each time; a deferred call passes through."""
     toolset = limited(store, redis_url, 1, 1.0, call_timeout_s=0.2, slot_timeout_s=0.3)
 
     async def scenario() -> list[Any]:
@@ -119,9 +119,12 @@ def test_errors_and_timeouts_are_tool_errors(store: Store, redis_url: str) -> No
         "status": "error",
         "tool": "boom",
         "error": "RuntimeError: the server answered an error",
+        "kind": "error",
     }
     assert timed_out["status"] == "error" and "timed out after 0.2s" in timed_out["error"]
+    assert timed_out["kind"] == "timeout"
     assert no_slot["status"] == "error" and "busy" in no_slot["error"]
+    assert no_slot["kind"] == "no_slot"
     assert store.tool_slots.held(SERVER) == 0
 
     deferring: FunctionToolset[None] = FunctionToolset()

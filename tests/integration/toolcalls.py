@@ -16,13 +16,14 @@ from typing import Any
 
 import redis
 from pydantic_ai import RunContext
+from pydantic_ai.messages import ToolReturn
 from pydantic_ai.models.test import TestModel
 from pydantic_ai.toolsets import FunctionToolset
 from pydantic_ai.usage import RunUsage
 
 from switchboard import telemetry
 from switchboard.shared.metrics import ToolMetrics
-from switchboard.shared.runtime.tool_limits import FleetLimitedToolset
+from switchboard.shared.runtime.tool_limits import ERROR_KEY, FleetLimitedToolset
 from switchboard.shared.store import Store
 
 SERVER = "slowsrv"
@@ -83,12 +84,16 @@ def limited(
 
 
 async def call(toolset: FleetLimitedToolset[None], name: str, **args: Any) -> Any:
-    """One call of ``name`` through ``toolset``, as the agent loop makes it."""
+    """One call of ``name`` through ``toolset``, as the agent loop makes it: its result, or
+    the tool error the model reads (with its kind as ``kind``)."""
     ctx: RunContext[None] = RunContext(
         deps=None, model=TestModel(), usage=RunUsage(), tool_call_id=f"call-{time.time_ns()}"
     )
     tools = await toolset.get_tools(ctx)
-    return await toolset.call_tool(name, args, ctx, tools[name])
+    answer = await toolset.call_tool(name, args, ctx, tools[name])
+    if isinstance(answer, ToolReturn):
+        return {**answer.return_value, "kind": (answer.metadata or {})[ERROR_KEY]}
+    return answer
 
 
 async def _main(url: str, calls: int, limit: int, sleep_s: float, parties: int) -> list[Any]:

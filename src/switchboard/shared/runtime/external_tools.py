@@ -9,7 +9,14 @@ A call's return is what the tool answered, or ``{"status": "error", "tool", "err
 when it failed, timed out or its server is down: the run goes on. A result longer than
 `MAX_RESULT_CHARS` characters (as JSON) is cut there and marked (`CUT_MARKER`). Each call's
 return carries a record for the transcript (the toolResult's ``call``): server, tool,
-arguments (credentials redacted), duration, outcome.
+arguments (credentials redacted), duration (``durationMs``, the whole call as the run
+waited for it; ``slotWaitMs`` of it waiting for a slot of a capped server), outcome
+(``ok``, ``error``, ``timeout``, ``unavailable``, ``no_slot``).
+
+Every server's calls (an MCP server's, a Python tool package's) pass through its
+`FleetLimitedToolset` (`tool_limits`): capped at the server's ``maxConcurrent`` across the
+fleet, counted in the process's metrics and traced. It is the one place a call's failure
+becomes the model's tool error; this toolset only routes the call and records it.
 
 A call a dead worker left in flight is repeated by the run's next attempt only if its
 model asks again; the repeat carries the same idempotency key in the MCP request's
@@ -38,10 +45,14 @@ from pydantic_core import SchemaValidator, core_schema
 
 from switchboard.redact import redact_text
 from switchboard.shared.config import McpServerConfig
-from switchboard.shared.runtime.mcp_tools import McpServer, ToolCallFailed
+from switchboard.shared.metrics import ToolMetrics
+from switchboard.shared.runtime.mcp_tools import McpServer
 from switchboard.shared.runtime.python_tools import PythonTools, load_python_tools
+from switchboard.shared.runtime.slot_limiter import SlotLimiter
+from switchboard.shared.runtime.tool_limits import ERROR_KEY, FleetLimitedToolset
 from switchboard.shared.runtime.tool_names import assign_names
 from switchboard.shared.runtime.toolset import MAX_RETRIES, ToolRun
+from switchboard.shared.store.tool_slots import ToolSlotStore
 
 __all__ = ["CUT_MARKER", "MAX_RESULT_CHARS", "META_KEY", "ExternalTools", "RunTools"]
 
@@ -55,15 +66,27 @@ Permit = Callable[[Sequence[str]], Collection[str]]
 
 
 class ExternalTools:
-    """This process's MCP servers and Python tools (connected and loaded on first use)."""
+    """This process's MCP servers and Python tools (connected and loaded on first use), the
+    slots of its capped servers in ``slots``, their calls counted in ``metrics``."""
 
     def __init__(
         self,
         servers: Mapping[str, McpServerConfig],
+        *,
+        slots: ToolSlotStore,
+        metrics: ToolMetrics | None,
         load: Callable[[], list[PythonTools]] = load_python_tools,
     ) -> None:
         self._configs = {name: c for name, c in servers.items() if c.enabled}
         self._load = load
+        self._metrics = metrics
+        # One limiter per capped server for the whole process: its waiting calls, on any
+        # of the run loops, queue together.
+        self._limiters = {
+            name: SlotLimiter(slots, name, c.max_concurrent)
+            for name, c in self._configs.items()
+            if c.max_concurrent is not None
+        }
         self._python: list[PythonTools] | None = None
         self._lock = threading.Lock()
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, McpServer]] = (
@@ -94,7 +117,9 @@ class ExternalTools:
         """A run's toolset of what ``permit`` lets it use (None: nothing configured)."""
         if not self._configs and not self.python():
             return None
-        return RunTools(self._servers(), self.python(), permit)
+        return RunTools(
+            self._servers(), self.python(), permit, limiters=self._limiters, metrics=self._metrics
+        )
 
     async def aclose(self) -> None:
         """Close the running loop's MCP connections."""
@@ -120,18 +145,81 @@ class _Route:
     python: PythonTools | None = None
     inner: ToolsetTool[Any] | None = None
 
+    @property
+    def key(self) -> tuple[str, str]:
+        """Its server's key among the run's limited toolsets (an MCP server, a package)."""
+        return ("mcp" if self.mcp is not None else "python", self.server)
 
-class RunTools(AbstractToolset[ToolRun]):
-    """One run's MCP and Python tools, named for the model and permitted by policy."""
+
+@dataclass(frozen=True)
+class _Answer:
+    """A call's result, and when it started (after its slot, if it waited for one)."""
+
+    value: Any
+    started: float
+
+
+class _ServerCalls(AbstractToolset[ToolRun]):
+    """One server's calls as the run routes them: the toolset its limiter wraps."""
 
     def __init__(
-        self, servers: Mapping[str, McpServer], python: Sequence[PythonTools], permit: Permit
+        self, server: str, call: Callable[[str, dict[str, Any], RunContext[ToolRun]], Any]
+    ) -> None:
+        self._server = server
+        self._call = call
+
+    @property
+    def id(self) -> str:
+        return f"switchboard-tools-{self._server}"
+
+    async def get_tools(self, ctx: RunContext[ToolRun]) -> dict[str, ToolsetTool[ToolRun]]:
+        return {}  # `RunTools` lists and names the tools
+
+    async def call_tool(
+        self,
+        name: str,
+        tool_args: dict[str, Any],
+        ctx: RunContext[ToolRun],
+        tool: ToolsetTool[ToolRun],
+    ) -> _Answer:
+        started = time.perf_counter()
+        return _Answer(await self._call(name, tool_args, ctx), started)
+
+
+class RunTools(AbstractToolset[ToolRun]):
+    """One run's MCP and Python tools, named for the model and permitted by policy, each
+    server's calls through its `FleetLimitedToolset` (its ``limiters``, ``metrics``)."""
+
+    def __init__(
+        self,
+        servers: Mapping[str, McpServer],
+        python: Sequence[PythonTools],
+        permit: Permit,
+        *,
+        limiters: Mapping[str, SlotLimiter],
+        metrics: ToolMetrics | None,
     ) -> None:
         self._servers = servers
         self._python = python
         self._permit = permit
         self._routes: dict[str, _Route] = {}
         self._seen: dict[str, int] = {}
+        self._capped = set(limiters)
+        self._limited = {
+            ("mcp", name): FleetLimitedToolset(
+                _ServerCalls(name, self._call),
+                server=name,
+                limiter=limiters.get(name),
+                metrics=metrics,
+                # A call waits for a slot as long as it may then run: requestTimeoutMs.
+                slot_timeout_s=server.config.request_timeout_ms / 1000,
+            )
+            for name, server in servers.items()
+        }
+        for py in python:
+            calls = _ServerCalls(py.name, self._call)
+            limited = FleetLimitedToolset(calls, server=py.name, metrics=metrics)
+            self._limited["python", py.name] = limited
 
     @property
     def id(self) -> str:
@@ -190,36 +278,36 @@ class RunTools(AbstractToolset[ToolRun]):
     ) -> ToolReturn:
         route = self._routes[name]
         started = time.perf_counter()
-        outcome = "ok"
-        try:
-            value = await self._call(route, name, tool_args, ctx)
-        except ToolCallFailed as exc:
-            outcome = exc.outcome
-            value = {"status": "error", "tool": name, "error": exc.message}
-        duration_ms = round((time.perf_counter() - started) * 1000, 1)
+        answer = await self._limited[route.key].call_tool(name, tool_args, ctx, tool)
+        extra: dict[str, Any] = {}
+        if isinstance(answer, ToolReturn):  # the limiter's tool error, its kind beside it
+            outcome = str((answer.metadata or {}).get(ERROR_KEY, "error"))
+            value = answer.return_value
+        else:
+            outcome, value = "ok", answer.value
+            if route.key[0] == "mcp" and route.server in self._capped:
+                extra["slotWaitMs"] = _ms(answer.started - started)
         content, cut = bounded(value)
         record = {
             "server": route.server,
             "tool": route.tool,
-            "kind": "mcp" if route.mcp is not None else "python",
+            "kind": route.key[0],
             "arguments": _redacted(tool_args),
-            "durationMs": duration_ms,
+            "durationMs": _ms(time.perf_counter() - started),
+            **extra,
             "outcome": outcome,
             **({"cut": True} if cut else {}),
         }
         return ToolReturn(return_value=content, metadata={"call": record})
 
-    async def _call(
-        self, route: _Route, name: str, args: dict[str, Any], ctx: RunContext[ToolRun]
-    ) -> Any:
+    async def _call(self, name: str, args: dict[str, Any], ctx: RunContext[ToolRun]) -> Any:
+        """The routed call itself (its failure is the limiter's to turn into a tool error)."""
+        route = self._routes[name]
         if route.mcp is not None:
             return await route.mcp.call(route.tool, args, self._meta(name, args, ctx))
         assert route.python is not None and route.inner is not None
         inner_ctx = replace(ctx, tool_name=route.tool)
-        try:
-            return await route.python.toolset.call_tool(route.tool, args, inner_ctx, route.inner)
-        except Exception as exc:  # the tool's failure is the model's to read
-            raise ToolCallFailed(f"{route.tool}: {type(exc).__name__}: {exc}") from None
+        return await route.python.toolset.call_tool(route.tool, args, inner_ctx, route.inner)
 
     def _meta(self, name: str, args: dict[str, Any], ctx: RunContext[ToolRun]) -> dict[str, Any]:
         """The MCP request's ``_meta``: the call's idempotency key (see the module doc)."""
@@ -240,6 +328,10 @@ def bounded(value: Any) -> tuple[Any, bool]:
         return (value if plain else text), False
     kept = text[:MAX_RESULT_CHARS]
     return kept + CUT_MARKER.format(kept=MAX_RESULT_CHARS, total=len(text)), True
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 1)
 
 
 def _plain(value: Any) -> bool:

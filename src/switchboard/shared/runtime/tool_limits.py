@@ -10,7 +10,9 @@ package's) and gives each of its calls:
 - an outcome the run goes on with: a call that raises (an MCP error result, a server that
   is down), runs past ``call_timeout_s``, or waits past ``slot_timeout_s`` for a slot
   returns a tool error for the model to read (``{"status": "error", "tool", "error"}``, as
-  the session tools do). A call that must wait for another run (`CallDeferred`,
+  the session tools do), as a `ToolReturn` whose metadata names its kind (``{"toolError":
+  "error" | "timeout" | "unavailable" | "no_slot"}``; a `ToolCallFailed` gives its own
+  ``outcome``). A call that must wait for another run (`CallDeferred`,
   `ApprovalRequired`) and a store outage (`StoreUnavailable`: the attempt is retried) pass
   through;
 - its metrics per server (`ToolMetrics`: calls, errors by kind, latency, slot wait, in
@@ -25,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -33,27 +34,35 @@ from typing import Any
 
 from pydantic_ai import RunContext
 from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry
+from pydantic_ai.messages import ToolReturn
 from pydantic_ai.tools import AgentDepsT
 from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from switchboard import telemetry
+from switchboard.shared.config import TOOL_SERVER_NAME
 from switchboard.shared.errors import InvalidInput, StoreUnavailable
 from switchboard.shared.metrics import ToolMetrics
+from switchboard.shared.runtime.mcp_tools import ToolCallFailed
 from switchboard.shared.runtime.slot_limiter import DEFAULT_LEASE_S, NoSlot, limiter_for
 from switchboard.shared.runtime.slot_limiter import SlotLimiter as SlotLimiter
 from switchboard.shared.services import Services
 from switchboard.shared.store.tool_slots import ToolSlotStore
 
-__all__ = ["DEFAULT_SLOT_TIMEOUT_S", "FleetLimitedToolset", "SlotLimiter", "for_server"]
+__all__ = [
+    "DEFAULT_SLOT_TIMEOUT_S",
+    "ERROR_KEY",
+    "FleetLimitedToolset",
+    "SlotLimiter",
+    "for_server",
+]
 
 log = logging.getLogger("switchboard.tools")
 
 # How long a call waits for a slot of its server before it returns a tool error (s).
 DEFAULT_SLOT_TIMEOUT_S = 120.0
-# A server name is a Redis key part and a metrics label: no braces (hash tags), spaces or
-# glob characters.
-_SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+# The metadata key of a tool error's `ToolReturn`: the error's kind.
+ERROR_KEY = "toolError"
 # What passes through unchanged: waits for another run, and a store outage (retried).
 _PASSED = (CallDeferred, ApprovalRequired, StoreUnavailable)
 
@@ -82,7 +91,7 @@ class FleetLimitedToolset(WrapperToolset[AgentDepsT]):
         lease_s: float = DEFAULT_LEASE_S,
         limiter: SlotLimiter | None = None,
     ) -> None:
-        if not _SERVER_NAME.match(server):
+        if not TOOL_SERVER_NAME.match(server):
             raise InvalidInput(f"a tool server's name is letters, digits, _ . -: {server!r}")
         if limiter is None and max_concurrent is not None:
             if max_concurrent < 1 or slots is None:
@@ -117,7 +126,8 @@ class FleetLimitedToolset(WrapperToolset[AgentDepsT]):
                 span.error(kind, message)
                 call.error = kind
                 log.info("tool call %s on %s: %s", name, self.server, kind)
-                return {"status": "error", "tool": name, "error": message}
+                error = {"status": "error", "tool": name, "error": message}
+                return ToolReturn(return_value=error, metadata={ERROR_KEY: kind})
             finally:
                 if self.metrics is not None:
                     self.metrics.ended(self.server, call.ran_s(), call.error)
@@ -210,6 +220,8 @@ class _Call:
 def _error_of(exc: Exception, toolset: FleetLimitedToolset[Any]) -> tuple[str, str]:
     """The kind (a metrics label, the span's ``error.type``) and the model's text of an
     error a call ended with."""
+    if isinstance(exc, ToolCallFailed):
+        return exc.outcome, exc.message
     if isinstance(exc, NoSlot):
         return "no_slot", f"{exc} (waited {toolset.slot_timeout_s:g}s)"
     if isinstance(exc, TimeoutError):
