@@ -12,6 +12,7 @@ from switchboard.shared.config import ConfigError, SwitchboardConfig, load_confi
 from switchboard.shared.policy.tool_policy import ToolInfo, ToolRules, permitted
 from switchboard.shared.runtime.external_tools import MAX_RESULT_CHARS, bounded
 from switchboard.shared.runtime.python_tools import as_toolset
+from switchboard.shared.runtime.tool_limits import FleetLimitedToolset, server_label
 from switchboard.shared.runtime.tool_names import assign_names, passes_filter, prefix
 
 pytestmark = pytest.mark.unit
@@ -106,3 +107,14 @@ def test_the_example_config_loads() -> None:
     config = load_config(Path(__file__).resolve().parents[2] / "examples/mcp/switchboard.json5")
     servers = config.mcp.servers
     assert servers["notes"].kind == "stdio" and servers["notes-http"].kind == "streamable-http"
+
+
+def test_a_server_name_becomes_a_safe_label_for_its_slots_and_metrics() -> None:
+    """A plain name is its own label; any other becomes a distinct plain one (the limiter
+    and the metrics accept it), so OpenClaw's names with spaces still work."""
+    assert server_label("notes") == "notes"
+    odd = [server_label(n) for n in ("my server", "my.server", "my{server}", "日本", "x" * 300)]
+    assert len(set(odd)) == len(odd)
+    assert odd[1] == "my.server"
+    for label in odd:
+        FleetLimitedToolset(FunctionToolset(), server=label)  # accepted as a server name

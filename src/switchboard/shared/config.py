@@ -46,9 +46,6 @@ DEFAULT_AGENT_ID = "main"
 DEFAULT_MAIN_KEY = "main"
 _AGENT_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$", re.IGNORECASE)
 # Values under these keys never appear in error messages.
-# A tool server's name (an MCP server's, a Python tool package's): a Redis key part and a
-# metrics label, so no braces (hash tags), spaces or glob characters.
-TOOL_SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _SECRET_KEY_RE = re.compile(r"(apikey|api_key|token|secret|password)$", re.IGNORECASE)
 _JSON5_ERROR_RE = re.compile(r"^<string>:(\d+) (.*) at column (\d+)$")
 _VISIBILITIES = ("self", "tree", "agent", "all")
@@ -487,17 +484,6 @@ class McpConfig(_Section):
     """`mcp.*`: the MCP servers agent runs get tools from."""
 
     servers: dict[str, McpServerConfig] = {}
-
-    @field_validator("servers")
-    @classmethod
-    def _names(cls, servers: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
-        for name in servers:
-            if not TOOL_SERVER_NAME.match(name):
-                raise ValueError(
-                    f"an MCP server's name is 1 to 128 letters, digits, _ . - "
-                    f"(a letter or digit first): {name!r}"
-                )
-        return servers
 
 
 @dataclass(frozen=True)

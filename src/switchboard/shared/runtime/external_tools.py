@@ -49,7 +49,7 @@ from switchboard.shared.metrics import ToolMetrics
 from switchboard.shared.runtime.mcp_tools import McpServer
 from switchboard.shared.runtime.python_tools import PythonTools, load_python_tools
 from switchboard.shared.runtime.slot_limiter import SlotLimiter
-from switchboard.shared.runtime.tool_limits import ERROR_KEY, FleetLimitedToolset
+from switchboard.shared.runtime.tool_limits import ERROR_KEY, FleetLimitedToolset, server_label
 from switchboard.shared.runtime.tool_names import assign_names
 from switchboard.shared.runtime.toolset import MAX_RETRIES, ToolRun
 from switchboard.shared.store.tool_slots import ToolSlotStore
@@ -83,7 +83,7 @@ class ExternalTools:
         # One limiter per capped server for the whole process: its waiting calls, on any
         # of the run loops, queue together.
         self._limiters = {
-            name: SlotLimiter(slots, name, c.max_concurrent)
+            name: SlotLimiter(slots, server_label(name), c.max_concurrent)
             for name, c in self._configs.items()
             if c.max_concurrent is not None
         }
@@ -208,7 +208,7 @@ class RunTools(AbstractToolset[ToolRun]):
         self._limited = {
             ("mcp", name): FleetLimitedToolset(
                 _ServerCalls(name, self._call),
-                server=name,
+                server=server_label(name),
                 limiter=limiters.get(name),
                 metrics=metrics,
                 # A call waits for a slot as long as it may then run: requestTimeoutMs.
@@ -218,7 +218,7 @@ class RunTools(AbstractToolset[ToolRun]):
         }
         for py in python:
             calls = _ServerCalls(py.name, self._call)
-            limited = FleetLimitedToolset(calls, server=py.name, metrics=metrics)
+            limited = FleetLimitedToolset(calls, server=server_label(py.name), metrics=metrics)
             self._limited["python", py.name] = limited
 
     @property

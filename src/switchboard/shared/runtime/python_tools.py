@@ -10,8 +10,7 @@ The entry point's name is the server part of the tools' names (``<entry>__<tool>
 MCP naming rules), and the policy (`tools.allow|deny`, per agent, sub-agents) filters them
 like any tool. A function gets the tool's arguments; one whose first parameter is a
 `RunContext` gets the run's too (its ``deps`` is the run's `ToolRun`). An entry point that
-cannot be loaded, or whose name is not letters, digits, ``_ . -``, is logged and skipped:
-the worker starts without its tools.
+cannot be loaded is logged and skipped: the worker starts without its tools.
 
     [project.entry-points."switchboard.tools"]
     units = "switchboard_units:toolset"
@@ -26,8 +25,6 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
-
-from switchboard.shared.config import TOOL_SERVER_NAME
 
 __all__ = ["ENTRY_POINT_GROUP", "PythonTools", "load_python_tools"]
 
@@ -48,11 +45,6 @@ def load_python_tools(group: str = ENTRY_POINT_GROUP) -> list[PythonTools]:
     """The tool sets the installed packages register under ``group``, by entry-point name."""
     loaded: list[PythonTools] = []
     for ep in sorted(entry_points(group=group), key=lambda e: e.name):
-        if not TOOL_SERVER_NAME.match(ep.name):  # a metrics label and a span attribute
-            log.warning(
-                "tool entry point %r not loaded: its name is not letters, digits, _ . -", ep.name
-            )
-            continue
         try:
             toolset = as_toolset(ep.load())
         except Exception as exc:

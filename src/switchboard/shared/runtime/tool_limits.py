@@ -26,7 +26,9 @@ Wiring a server with its config is one line (`for_server` with the process's ser
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -40,7 +42,6 @@ from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from switchboard import telemetry
-from switchboard.shared.config import TOOL_SERVER_NAME
 from switchboard.shared.errors import InvalidInput, StoreUnavailable
 from switchboard.shared.metrics import ToolMetrics
 from switchboard.shared.runtime.mcp_tools import ToolCallFailed
@@ -55,6 +56,7 @@ __all__ = [
     "FleetLimitedToolset",
     "SlotLimiter",
     "for_server",
+    "server_label",
 ]
 
 log = logging.getLogger("switchboard.tools")
@@ -63,6 +65,10 @@ log = logging.getLogger("switchboard.tools")
 DEFAULT_SLOT_TIMEOUT_S = 120.0
 # The metadata key of a tool error's `ToolReturn`: the error's kind.
 ERROR_KEY = "toolError"
+# A server name is a Redis key part and a metrics label: no braces (hash tags), spaces or
+# glob characters (`server_label` makes one of any name).
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_OUTSIDE = re.compile(r"[^A-Za-z0-9_.-]")
 # What passes through unchanged: waits for another run, and a store outage (retried).
 _PASSED = (CallDeferred, ApprovalRequired, StoreUnavailable)
 
@@ -91,7 +97,7 @@ class FleetLimitedToolset(WrapperToolset[AgentDepsT]):
         lease_s: float = DEFAULT_LEASE_S,
         limiter: SlotLimiter | None = None,
     ) -> None:
-        if not TOOL_SERVER_NAME.match(server):
+        if not _SERVER_NAME.match(server):
             raise InvalidInput(f"a tool server's name is letters, digits, _ . -: {server!r}")
         if limiter is None and max_concurrent is not None:
             if max_concurrent < 1 or slots is None:
@@ -200,6 +206,16 @@ def for_server(
         metrics=svc.metrics.tools,
         call_timeout_s=call_timeout_s,
     )
+
+
+def server_label(name: str) -> str:
+    """A configured server's name as its slots' key and its metrics label: the name
+    itself when it is letters, digits, ``_ . -`` (a letter or digit first), else those
+    characters of it and a digest of the whole (two names never share a label)."""
+    if _SERVER_NAME.match(name):
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+    return f"{_OUTSIDE.sub('-', name)[:100].strip('-.') or 'server'}-{digest}".lstrip("_-.")
 
 
 @dataclass
