@@ -26,8 +26,8 @@ def bench(
             "--scenario",
             "-s",
             help="Scenario to run, repeatable (default all but scale): latency, throughput, "
-            "listing, history, fanout, parked, scale (apis x workers on Redis, RabbitMQ, "
-            "and with the state on a Redis Cluster).",
+            "listing, history, fanout, parked, tools (sub-agents calling a capped MCP server), "
+            "scale (apis x workers on Redis, RabbitMQ, and with the state on a Redis Cluster).",
         ),
     ] = None,
     quick: Annotated[
