@@ -12,7 +12,9 @@ every child run. The figures:
 - the most calls in flight at the server (never above ``maxConcurrent``);
 - a tool call's overhead: its round trip as the run measured it (the transcript's
   ``durationMs`` minus ``slotWaitMs``, the wait for a slot) minus the server's own time for
-  the same call (matched by its ``id``), p50 and p90.
+  the same call (matched by its ``id``), p50 and p90, under the fan-out (the figure judged)
+  and for calls made one after another on the idle stack afterwards (the path's own cost;
+  the difference is the wait behind the worker's other runs for a turn of its loop).
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 from rich.progress import Progress
 
 from switchboard.shared.store.transcripts import TranscriptStore
+from switchboard_bench.costs import cpu_s
 from switchboard_bench.harness import WORKER_CONCURRENCY, BenchRun, Stack, phase
 from switchboard_bench.report import Outcome, latency_summary, percentile, ratio
 from switchboard_testkit.gauge_mcp import read_log, start
@@ -42,6 +46,8 @@ MAX_CONCURRENT = 50
 # All announced within (s), and a call's overhead p50 (ms).
 TARGET_S = 8.0
 OVERHEAD_TARGET_MS = 3.0
+# Calls one after another on the idle stack, after the fan-out (the path's own overhead).
+IDLE_CALLS = 10
 
 
 def tools(run: BenchRun) -> Outcome:
@@ -61,7 +67,10 @@ def tools(run: BenchRun) -> Outcome:
             st.warm_up()
             _warm_server(st)
         log.write_text("")  # the measurement's calls only
-        figure = _measure(st, run.progress, n, log)
+        figure = _measure(st, run.progress, n, log, psutil.Process(server.pid))
+        st.wait_idle(timeout_s=120)
+        with phase(run.progress, f"tools: {IDLE_CALLS} calls one after another, idle"):
+            figure["idleOverheadMs"] = _idle_overhead(st, log)
         return _outcome(figure)
 
 
@@ -88,7 +97,9 @@ def _warm_server(st: Stack) -> None:
         st.rpc(http, "agent.wait", runId=started["runId"], timeoutMs=60_000)
 
 
-def _measure(st: Stack, progress: Progress, n: int, log: Path) -> dict[str, Any]:
+def _measure(
+    st: Stack, progress: Progress, n: int, log: Path, server: psutil.Process
+) -> dict[str, Any]:
     transcripts = st.store().transcripts
     baseline = transcripts.length(REQUESTER)
     # The directive on a line of its own (the child's message opens with its context).
@@ -96,6 +107,9 @@ def _measure(st: Stack, progress: Progress, n: int, log: Path) -> dict[str, Any]
         {"task": f"call the tool\n{_line(f'c{i}')}", "label": f"bench-tools-{i}"} for i in range(n)
     ]
     task = progress.add_task(f"tools: {n} sub-agents, each an MCP call", total=n)
+    procs = {"worker": psutil.Process(st.pid("worker0")), "api": psutil.Process(st.pid("api"))}
+    procs["mcpServer"] = server
+    cpu_before = {name: cpu_s([p]) for name, p in procs.items()}
     t0 = time.monotonic()
     with st.http() as http:
         result = st.tool(http, "sessions_spawn", REQUESTER, tasks=tasks, join="each")
@@ -110,16 +124,13 @@ def _measure(st: Stack, progress: Progress, n: int, log: Path) -> dict[str, Any]
             st.check_alive()
             time.sleep(0.02)
     total_s = time.monotonic() - t0
+    cpu = {name: cpu_s([p]) - cpu_before[name] for name, p in procs.items()}
     progress.remove_task(task)
     children = [str(r["childSessionKey"]) for r in result.get("runs", [])]
     records = _call_records(transcripts, children)
     calls = read_log(log)
     own = {c["id"]: c["ownMs"] for c in calls}
-    overheads = [
-        r["durationMs"] - r.get("slotWaitMs", 0.0) - own[r["arguments"]["id"]]
-        for r in records
-        if r["outcome"] == "ok" and r["arguments"].get("id") in own
-    ]
+    overheads = _overheads(records, own)
     waits = [r.get("slotWaitMs", 0.0) for r in records]
     return {
         "subagents": n,
@@ -131,12 +142,43 @@ def _measure(st: Stack, progress: Progress, n: int, log: Path) -> dict[str, Any]
         "callsAtServer": len(calls),
         "maxInFlightAtServer": max((c["inFlight"] for c in calls), default=0),
         "callOutcomes": _outcomes(records),
+        # On the host's monotonic clock, from the spawn call: the first call's start at
+        # the server, and the last call's end.
+        "firstCallAtS": round(min(c["start"] for c in calls) - t0, 2) if calls else None,
+        "lastCallEndS": round(max(c["end"] for c in calls) - t0, 2) if calls else None,
         "overheadMs": latency_summary(overheads) if overheads else None,
         "overheadSamples": len(overheads),
         "slotWaitMsP50": round(percentile(waits, 50), 1) if waits else None,
         "serverOwnMsP50": round(percentile(list(own.values()), 50), 1) if own else None,
+        # Each process's CPU over the measurement, per sub-agent, and its share of a core
+        # (two cores on the reference host: what the call's round trip waits behind).
+        "cpuMsPerSubagent": {k: round(v * 1000 / n, 2) for k, v in cpu.items()},
+        "coreShare": {k: round(v / total_s, 2) for k, v in cpu.items()} if total_s else {},
         "note": None if accepted else f"spawn refused: {result}"[:500],
     }
+
+
+def _overheads(records: list[dict[str, Any]], own: dict[str, float]) -> list[float]:
+    """Each ok call's round trip as the run measured it, its slot wait and the server's
+    own time taken out (ms)."""
+    return [
+        r["durationMs"] - r.get("slotWaitMs", 0.0) - own[r["arguments"]["id"]]
+        for r in records
+        if r["outcome"] == "ok" and r["arguments"].get("id") in own
+    ]
+
+
+def _idle_overhead(st: Stack, log: Path) -> dict[str, float] | None:
+    """The overhead of calls made one after another by one run on the idle stack (the
+    path's own cost, with nothing else running)."""
+    session = "agent:main:bench-tools-idle"
+    lines = "\n".join(_line(f"idle{i}") for i in range(IDLE_CALLS))
+    with st.http() as http:
+        started = st.rpc(http, "agent", sessionKey=session, message=lines)
+        st.rpc(http, "agent.wait", runId=started["runId"], timeoutMs=60_000)
+    own = {c["id"]: c["ownMs"] for c in read_log(log)}
+    overheads = _overheads(_call_records(st.store().transcripts, [session]), own)
+    return latency_summary(overheads) if overheads else None
 
 
 def _call_records(transcripts: TranscriptStore, children: list[str]) -> list[dict[str, Any]]:
@@ -162,11 +204,14 @@ def _outcome(f: dict[str, Any]) -> Outcome:
     n = f["subagents"]
     overhead = f["overheadMs"] or {}
     p50 = overhead.get("p50_ms")
+    idle = f.get("idleOverheadMs") or {}
     text = (
         f"{f['announced']}/{n} announced in {f['allAnnouncedS']:.1f} s (floor "
         f"{f['floorS']:.1f} s); at most {f['maxInFlightAtServer']} calls in flight at the "
         f"server (maxConcurrent {MAX_CONCURRENT}); tool call overhead p50 "
-        f"{_ms(p50)}, p90 {_ms(overhead.get('p90_ms'))}"
+        f"{_ms(p50)}, p90 {_ms(overhead.get('p90_ms'))} (one call at a time, idle: p50 "
+        f"{_ms(idle.get('p50_ms'))}); worker CPU {f['cpuMsPerSubagent']['worker']} ms per "
+        f"sub-agent, {f['coreShare'].get('worker')} of a core"
     )
     passed = f["allAnnouncedS"] <= TARGET_S and p50 is not None and p50 <= OVERHEAD_TARGET_MS
     return Outcome(

@@ -4,8 +4,8 @@ flight at the server: the tool-limit tests and `switchboard bench -s tools` call
 `hold` (``ms``, an optional ``id``) answers after ``ms`` milliseconds; the server counts
 the calls in flight at once and appends one JSON line per call to ``--log`` (``id``, its
 own time ``ownMs``, the calls in flight when it began ``inFlight``, and its start and end
-on the server's clock). `peak` answers the most calls in flight at once and the calls
-ended so far.
+on the host's monotonic clock, ``time.monotonic()``). `peak` answers the most calls in
+flight at once and the calls ended so far.
 
     python -m switchboard_testkit.gauge_mcp --port 8766 --log /tmp/gauge.jsonl
 """
@@ -45,7 +45,7 @@ def serve(port: int, log: Path | None) -> None:
     @server.tool()
     async def hold(ms: float, id: str = "") -> str:
         """Answer after `ms` milliseconds."""
-        started = time.perf_counter()
+        started = time.monotonic()
         gauge.in_flight += 1
         gauge.peak = max(gauge.peak, gauge.in_flight)
         at_start = gauge.in_flight
@@ -54,7 +54,7 @@ def serve(port: int, log: Path | None) -> None:
         finally:
             gauge.in_flight -= 1
             gauge.ended += 1
-        ended = time.perf_counter()
+        ended = time.monotonic()
         if gauge.log is not None:
             line = {
                 "id": id,

@@ -100,6 +100,14 @@ def test_max_concurrent_holds_across_two_event_loops(
     assert store.tool_slots.held(SERVER) == 0
 
 
+async def _released(store: Store) -> None:
+    """Wait until no slot of the server is held (at most 2 s)."""
+    for _ in range(200):
+        if store.tool_slots.held(SERVER) == 0:
+            return
+        await asyncio.sleep(0.01)
+
+
 def test_errors_and_timeouts_are_tool_errors(store: Store, redis_url: str) -> None:
     """A tool that raises, a call past its timeout and a wait past the slot timeout each
     return a tool error for the model (the run goes on), its kind beside it; the slot is
@@ -109,6 +117,7 @@ def test_errors_and_timeouts_are_tool_errors(store: Store, redis_url: str) -> No
     async def scenario() -> list[Any]:
         failed = await call(toolset, "boom")
         timed_out = await call(toolset, "slow")
+        await _released(store)  # a slot is given back just after its call answers
         store.tool_slots.acquire(SERVER, "elsewhere", 1, 30_000)
         no_slot = await call(toolset, "slow")
         store.tool_slots.release(SERVER, "elsewhere")

@@ -203,6 +203,22 @@ class SlotLimiter:
         if head is not None:
             head.wake()
 
+    def release_soon(self, holder: str) -> None:
+        """Give ``holder``'s slot back without waiting for the round trip (the call that
+        held it returns at once); this process's first waiting call is woken once it is
+        back. The release runs on the loop's executor: a loop shutting down waits for it."""
+        loop = asyncio.get_running_loop()
+        done = loop.run_in_executor(None, partial(self.slots.release, self.server, holder))
+        done.add_done_callback(self._released)
+
+    def _released(self, done: asyncio.Future[bool]) -> None:
+        exc = None if done.cancelled() else done.exception()
+        if exc is not None:
+            log.warning("tool slot of %s not released (%s): back after its lease", self.server, exc)
+        head = self._head()
+        if head is not None:
+            head.wake()
+
     async def keep(self, holder: str) -> None:
         """Renew ``holder``'s lease every third of it until cancelled (the call ended)."""
         every_s = self.lease_ms / 3000

@@ -6,7 +6,7 @@ package's) and gives each of its calls:
 - a slot of the server's ``maxConcurrent`` when it has one: a lease in Redis shared by
   every worker (`ToolSlotStore`), waited for as a coroutine (`slot_limiter`: the wait holds
   no worker slot, thread or connection), renewed while a long call runs, given back when
-  it ends;
+  it ends (in the background: the call's answer does not wait for the round trip);
 - an outcome the run goes on with: a call that raises (an MCP error result, a server that
   is down), runs past ``call_timeout_s``, or waits past ``slot_timeout_s`` for a slot
   returns a tool error for the model to read (``{"status": "error", "tool", "error"}``, as
@@ -160,7 +160,7 @@ class FleetLimitedToolset(WrapperToolset[AgentDepsT]):
             return await self._counted(call, name, tool_args, ctx, tool)
         finally:
             keeper.cancel()
-            await limiter.release(holder)
+            limiter.release_soon(holder)  # the call's answer does not wait for it
 
     async def _counted(
         self,
