@@ -14,11 +14,14 @@ every child run. The figures:
   ``durationMs`` minus ``slotWaitMs``, the wait for a slot) minus the server's own time for
   the same call (matched by its ``id``), p50 and p90, under the fan-out (the figure judged)
   and for calls made one after another on the idle stack afterwards (the path's own cost;
-  the difference is the wait behind the worker's other runs for a turn of its loop).
+  the difference is the wait behind the worker's other runs for a turn of its loop). The
+  anchor is the same calls one after another by a bare pydantic-ai `MCPToolset` (the MCP
+  client and server stack's own cost, no run, limiter or transcript).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import subprocess
@@ -28,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from fastmcp.client.transports import StreamableHttpTransport
+from pydantic_ai.mcp import MCPToolset
 from rich.progress import Progress
 
 from switchboard.shared.store.transcripts import TranscriptStore
@@ -71,7 +76,9 @@ def tools(run: BenchRun) -> Outcome:
         st.wait_idle(timeout_s=120)
         with phase(run.progress, f"tools: {IDLE_CALLS} calls one after another, idle"):
             figure["idleOverheadMs"] = _idle_overhead(st, log)
-        return _outcome(figure)
+        with phase(run.progress, f"tools: {IDLE_CALLS} calls by a bare MCP client"):
+            bare = _bare_overhead(port, log)
+        return _outcome(figure, bare)
 
 
 def _config(port: int, n: int) -> dict[str, Any]:
@@ -181,6 +188,29 @@ def _idle_overhead(st: Stack, log: Path) -> dict[str, float] | None:
     return latency_summary(overheads) if overheads else None
 
 
+def _bare_overhead(port: int, log: Path) -> dict[str, float] | None:
+    """The anchor: the same calls, one after another, by pydantic-ai's `MCPToolset` alone
+    (the client a worker uses, no run, limiter or transcript): the MCP stack's own cost."""
+
+    async def calls() -> dict[str, float]:
+        toolset: MCPToolset[Any] = MCPToolset(
+            StreamableHttpTransport(f"http://127.0.0.1:{port}/mcp"), id="bare"
+        )
+        took: dict[str, float] = {}
+        async with toolset:
+            await toolset.list_tools()
+            for i in range(IDLE_CALLS):
+                t0 = time.perf_counter()
+                await toolset.direct_call_tool("hold", {"ms": HOLD_MS, "id": f"bare{i}"})
+                took[f"bare{i}"] = (time.perf_counter() - t0) * 1000
+        return took
+
+    took = asyncio.run(calls())
+    own = {c["id"]: c["ownMs"] for c in read_log(log)}
+    overheads = [ms - own[i] for i, ms in took.items() if i in own]
+    return latency_summary(overheads) if overheads else None
+
+
 def _call_records(transcripts: TranscriptStore, children: list[str]) -> list[dict[str, Any]]:
     """The MCP call records (`call` of each toolResult) in the children's transcripts."""
     records = []
@@ -199,7 +229,7 @@ def _outcomes(records: list[dict[str, Any]]) -> dict[str, int]:
     return counts
 
 
-def _outcome(f: dict[str, Any]) -> Outcome:
+def _outcome(f: dict[str, Any], bare: dict[str, float] | None) -> Outcome:
     """The scenario's outcome: judged on the time and the overhead, checked on the cap."""
     n = f["subagents"]
     overhead = f["overheadMs"] or {}
@@ -220,9 +250,11 @@ def _outcome(f: dict[str, Any]) -> Outcome:
         figure={k: v for k, v in f.items() if k not in ("accepted", "note")},
         anchor={
             "what": "computed: the calls one slot-width at a time (n x 200 ms / "
-            "maxConcurrent), and one after another",
+            "maxConcurrent), and one after another; measured: the overhead of the same "
+            "calls one after another by a bare pydantic-ai MCPToolset client",
             "floorS": f["floorS"],
             "sequentialS": n * HOLD_MS / 1000,
+            "bareClientOverheadMs": bare,
         },
         ratio=ratio(f["floorS"], f["allAnnouncedS"]),
         ratio_text="the floor's share of the time taken (1 = no overhead at all)",
@@ -230,7 +262,8 @@ def _outcome(f: dict[str, Any]) -> Outcome:
         f"overhead p50 ≤ {OVERHEAD_TARGET_MS:g} ms",
         passed=passed,
         figure_text=text,
-        anchor_text=f"floor {f['floorS']:.1f} s, sequential {n * HOLD_MS / 1000:,.0f} s",
+        anchor_text=f"floor {f['floorS']:.1f} s, sequential {n * HOLD_MS / 1000:,.0f} s; "
+        f"bare MCP client overhead p50 {_ms((bare or {}).get('p50_ms'))}",
         parameters={
             "subagents": n,
             "toolMs": HOLD_MS,
