@@ -28,7 +28,7 @@ from rich.progress import (
 from rich.table import Table
 
 from switchboard.shared.errors import SwitchboardError
-from switchboard_bench import batches, fanout, messaging, parked, scale, search, shapes
+from switchboard_bench import batches, fanout, messaging, parked, scale, search, shapes, tools
 from switchboard_bench.harness import BenchRun, Stacks
 from switchboard_bench.report import Outcome, machine_info, python_loop_ns, write_readme
 
@@ -40,6 +40,7 @@ SCENARIOS: dict[str, Callable[[BenchRun], Outcome]] = {
     "history": scale.history,
     "fanout": fanout.fanout,
     "parked": parked.parked,
+    "tools": tools.tools,
     "scale": shapes.scale,
     "batch": batches.batch,
     "search": search.search,

@@ -17,7 +17,7 @@ import pytest
 
 pytestmark = pytest.mark.e2e
 
-SCENARIOS = ("latency", "throughput", "listing", "history", "fanout", "parked")
+SCENARIOS = ("latency", "throughput", "listing", "history", "fanout", "parked", "tools")
 
 
 def _bench(*args: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
@@ -166,6 +166,20 @@ def test_fanout_and_parked_complete_without_timeouts(quick_run: tuple[Path, str]
     assert parked["timeouts"] == 0
     assert parked["peakWorkerRssMB"] > 0
     assert parked["peakParkedRuns"] > 4, "waits did not overlap beyond the worker's 4 threads"
+
+
+@pytest.mark.timeout(900)
+def test_tools_sub_agents_call_the_capped_server_within_its_cap(
+    quick_run: tuple[Path, str],
+) -> None:
+    """Every sub-agent's MCP call reached the server and answered ok, never more than
+    maxConcurrent at once; the overhead was measured for each call."""
+    out, _ = quick_run
+    tools = _figures(out, "tools")["figure"]
+    assert tools["announced"] == tools["subagents"] == tools["callsAtServer"] == 100
+    assert tools["callOutcomes"] == {"ok": 100}
+    assert 1 < tools["maxInFlightAtServer"] <= 50
+    assert tools["overheadSamples"] == 100 and tools["overheadMs"]["p50_ms"] >= 0
 
 
 def test_unknown_scenario_is_a_clear_error(tmp_path: Path) -> None:

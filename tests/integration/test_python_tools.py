@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from switchboard.shared.services import Services
+
 pytestmark = pytest.mark.integration
 
 PACKAGE = Path(__file__).resolve().parents[2] / "examples" / "python-tools"
@@ -68,10 +70,17 @@ def test_a_run_calls_python_tools_from_an_installed_package(
     ]
 
 
-def test_a_python_tool_that_raises_is_a_tool_error(worker: Any, rpc: Callable[..., Any]) -> None:
-    """A function's exception goes back to the model as a tool error; the run ends ok."""
+def test_a_python_tool_that_raises_is_a_tool_error(
+    worker: Any, rpc: Callable[..., Any], services: Services
+) -> None:
+    """A function's exception goes back to the model as a tool error; the run ends ok; the
+    package's calls and errors are counted in the process's metrics like a server's."""
+    assert reply(rpc, '/tool units__km_to_miles {"km": 1}').startswith("0.62")
     text = reply(rpc, '/tool units__km_to_miles {"km": -1}')
     assert "cannot be negative" in json.loads(text)["error"]
+    sample = services.metrics.registry.get_sample_value
+    assert sample("switchboard_tool_calls_total", {"server": "units"}) == 2
+    assert sample("switchboard_tool_errors_total", {"server": "units", "kind": "error"}) == 1
 
 
 @pytest.mark.parametrize("config_data", [{"tools": {"deny": ["shout__*"]}}], indirect=True)

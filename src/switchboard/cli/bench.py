@@ -25,10 +25,11 @@ def bench(
         typer.Option(
             "--scenario",
             "-s",
-            help="Scenario to run, repeatable (default all but scale and search): latency, "
-            "throughput, listing, history, fanout, parked, scale (apis x workers on Redis, "
-            "RabbitMQ, and with the state on a Redis Cluster), search (sessions_search over "
-            "100,000 sessions x 20 messages).",
+            help="Scenario to run, repeatable (default all but scale, batch and search): latency, "
+            "throughput, listing, history, fanout, parked, tools (sub-agents calling a capped MCP "
+            "server), scale (apis x workers on Redis, RabbitMQ, and with the state on a Redis "
+            "Cluster), batch (a 10,000-line batch), search (sessions_search over 100,000 "
+            "sessions x 20 messages).",
         ),
     ] = None,
     quick: Annotated[

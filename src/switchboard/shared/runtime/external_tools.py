@@ -45,7 +45,7 @@ from switchboard.shared.config import McpServerConfig
 from switchboard.shared.metrics import ToolMetrics
 from switchboard.shared.runtime.mcp_tools import McpServer, ToolCallFailed
 from switchboard.shared.runtime.python_tools import PythonTools, load_python_tools
-from switchboard.shared.runtime.server_calls import NoSlot, ServerCalls
+from switchboard.shared.runtime.server_calls import NoSlot, ServerCalls, SlotWait
 from switchboard.shared.runtime.slot_limiter import DEFAULT_LEASE_S
 from switchboard.shared.runtime.tool_names import assign_names
 from switchboard.shared.runtime.toolset import MAX_RETRIES, ToolRun
@@ -229,8 +229,11 @@ class RunTools(AbstractToolset[ToolRun]):
         calls = self._calls_of(route.server)
         call = partial(self._call, route, name, tool_args, ctx)
         described = tool.tool_def.description
+        waited = SlotWait()
         try:
-            value = await calls.run(name, ctx.tool_call_id, call, description=described)
+            value = await calls.run(
+                name, ctx.tool_call_id, call, description=described, slot_wait=waited
+            )
         except ToolCallFailed as exc:
             outcome = exc.outcome
             value = {"status": "error", "tool": name, "error": exc.message}
@@ -247,6 +250,7 @@ class RunTools(AbstractToolset[ToolRun]):
             "arguments": _redacted(tool_args),
             "durationMs": duration_ms,
             "outcome": outcome,
+            **({"slotWaitMs": round(waited.s * 1000, 1)} if calls.limiter is not None else {}),
             **({"cut": True} if cut else {}),
         }
         return ToolReturn(return_value=content, metadata={"call": record})

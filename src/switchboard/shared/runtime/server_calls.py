@@ -34,7 +34,7 @@ from switchboard.shared.runtime.slot_limiter import DEFAULT_LEASE_S, NoSlot, lim
 from switchboard.shared.runtime.slot_limiter import SlotLimiter as SlotLimiter
 from switchboard.shared.store.tool_slots import ToolSlotStore
 
-__all__ = ["DEFAULT_SLOT_TIMEOUT_S", "PASSED", "NoSlot", "ServerCalls", "error_kind"]
+__all__ = ["DEFAULT_SLOT_TIMEOUT_S", "PASSED", "NoSlot", "ServerCalls", "SlotWait", "error_kind"]
 
 T = TypeVar("T")
 
@@ -98,10 +98,12 @@ class ServerCalls:
         call: Callable[[], Awaitable[T]],
         *,
         description: str | None = None,
+        slot_wait: SlotWait | None = None,
     ) -> T:
         """Make ``call`` (of the tool the model knows as ``name``) within a slot, counted
-        and traced; what it raises is raised on, recorded as an error of its kind."""
-        record = _Call()
+        and traced; what it raises is raised on, recorded as an error of its kind. How long
+        it waited for the slot is set on ``slot_wait``."""
+        record = _Call(slot_wait=slot_wait)
         with telemetry.execute_tool(
             name, call_id, server=self.server, description=description
         ) as span:
@@ -125,8 +127,11 @@ class ServerCalls:
         holder = uuid.uuid4().hex
         waited_at = time.perf_counter()
         await limiter.acquire(holder, self.slot_timeout_s, self._on_wait)
+        waited_s = time.perf_counter() - waited_at
+        if record.slot_wait is not None:
+            record.slot_wait.s = waited_s
         if self.metrics is not None:
-            self.metrics.slot_wait.labels(self.server).observe(time.perf_counter() - waited_at)
+            self.metrics.slot_wait.labels(self.server).observe(waited_s)
         keeper = asyncio.create_task(limiter.keep(holder))
         try:
             return await self._counted(record, call)
@@ -154,12 +159,20 @@ class ServerCalls:
 
 
 @dataclass
+class SlotWait:
+    """How long a call waited for its server's slot (s), filled in by `ServerCalls.run`."""
+
+    s: float = 0.0
+
+
+@dataclass
 class _Call:
     """One call as it is counted: when it ran, and the kind of its error."""
 
     started: float | None = None
     ended: float | None = None
     error: str | None = None
+    slot_wait: SlotWait | None = None
 
     def ran_s(self) -> float | None:
         if self.started is None:

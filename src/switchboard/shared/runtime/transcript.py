@@ -7,8 +7,8 @@ A transcript message is a JSON-ready dict:
      "usage": {"input", "output", "totalTokens"},
      "stopReason": "stop" | "toolUse" | "length" | "error"}
     {"role": "toolResult", "toolCallId", "toolName", "content": [{"type": "text", "text"}],
-     "isError", "timestamp", "call"?: {server, tool, kind, arguments, durationMs, outcome,
-     cut?}}   (`call`: a call of an MCP or Python tool, `external_tools`)
+     "isError", "timestamp", "call"?: {server, tool, kind, arguments, durationMs,
+     slotWaitMs?, outcome, cut?}}   (`call`: a call of an MCP or Python tool, `external_tools`)
     {"role": "system", "content": [{"type": "text", "text"}], "timestamp"}
 
 with blocks `{type: "text", text}`, `{type: "toolCall", id, name, arguments}` and
