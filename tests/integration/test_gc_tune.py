@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from switchboard import cli
 from switchboard.api.app import create_app
-from switchboard.shared.config import Settings, SwitchboardConfig
+from switchboard.shared.config import Settings, SwitchboardConfig, reset_caches
 from switchboard.shared.gc_tune import GC_THRESHOLDS
 from switchboard.shared.services import Services
 
@@ -43,8 +43,15 @@ def test_a_served_app_freezes_its_startup_and_collects_less_often(
         assert http.get("/healthz").status_code == 200
 
 
-def test_switchboard_api_serves_a_tuned_app(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_switchboard_api_serves_a_tuned_app(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str, tmp_path: Any
+) -> None:
     """`switchboard api` builds its app with the collector tuned once it has started."""
+    # The api refuses to start without a Redis: the test's own (nothing is written to it).
+    monkeypatch.setenv("SWITCHBOARD_REDIS_URL", redis_url)
+    monkeypatch.setenv("SWITCHBOARD_KEY_PREFIX", "gctune:")
+    monkeypatch.setenv("SWITCHBOARD_DATA_DIR", str(tmp_path))
+    reset_caches()
     built: list[dict[str, Any]] = []
     served: list[Any] = []
 
@@ -54,7 +61,11 @@ def test_switchboard_api_serves_a_tuned_app(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr("switchboard.api.app.create_app", fake_create_app)
     monkeypatch.setattr("uvicorn.run", lambda app, **_: served.append(app))
-    result = CliRunner().invoke(cli.app, ["api", "--port", "0"])
+    try:
+        result = CliRunner().invoke(cli.app, ["api", "--port", "0"])
+    finally:
+        monkeypatch.undo()
+        reset_caches()
     assert result.exit_code == 0, result.output
     assert [b["tune_gc"] for b in built] == [True] and served == ["app"]
 
