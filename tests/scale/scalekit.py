@@ -122,7 +122,8 @@ _RECEIVED = re.compile(r"^Task switchboard\.(run|runs|resume)\[\S+\] received")
 
 
 def runs_received_by(proc: Proc) -> int:
-    """How many run messages a worker took from the broker (Celery's `received` lines)."""
+    """How many run messages a worker took from the broker (Celery's `received` lines, at
+    DEBUG: `make_cluster`)."""
     return sum(1 for e in events(proc) if _RECEIVED.match(e))
 
 
@@ -242,7 +243,10 @@ def make_cluster(redis_url: str, workdir: Path, webhook_url: str, broker: str | 
     config = merged(
         base_config(webhook_url), {"session": {"agentToAgent": {"maxPingPongTurns": 5}}}
     )
-    return Cluster(redis_url, workdir, config, broker_url=broker)
+    # Its processes log at DEBUG: the scale tests see which worker took a run by Celery's
+    # `received` lines, DEBUG lines since a run is one INFO line (its end).
+    debug = {"SWITCHBOARD_LOG_LEVEL": "DEBUG"}
+    return Cluster(redis_url, workdir, config, broker_url=broker, env_extra=debug)
 
 
 # --- a burst under a fault: the clients, the burst, and when it has settled ------------------
