@@ -191,11 +191,14 @@ def test_http_acting_as_a_subagent_offers_what_its_policy_allows(
     assert own["sessionKey"] == CHILD
 
 
-def test_http_a_leaf_subagent_is_offered_none(api_url: str, services: Services) -> None:
-    """At the default spawn depth a sub-agent is a leaf: every session tool is removed."""
+def test_http_a_leaf_subagent_is_offered_only_sessions_yield(
+    api_url: str, services: Services
+) -> None:
+    """At the default spawn depth a sub-agent is a leaf: every session tool is removed but
+    `sessions_yield` (OpenClaw 2026.9.6: a leaf yields to wait for its requester's message)."""
     services.store.sessions.ensure(CHILD, on_create={"spawnDepth": 1})
     names = http_session(api_url, tool_names, {"x-switchboard-session-key": CHILD})
-    assert names == set()
+    assert names == {"sessions_yield"}
 
 
 def test_http_needs_the_bearer_token(api_url: str) -> None:
