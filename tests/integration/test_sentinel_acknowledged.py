@@ -187,7 +187,9 @@ def _stream_through_failover(group: RedisSentinelGroup, url: str, outcome: Outco
             named = group.named_primary()
             return len(named) == 1 and named <= replicas
 
-        wait_until(promoted, 30, "every sentinel to name one replica as the primary", 0.1)
+        # An election that fails is tried again after failover-timeout (3 s): under load,
+        # more than once.
+        wait_until(promoted, 60, "every sentinel to name one replica as the primary", 0.1)
         outcome.promoted_s = time.monotonic() - fault_at
         if outcome.planned:
             # The stream goes on past the api's move to the new primary (~1.5 s here);
