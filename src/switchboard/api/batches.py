@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from switchboard.api.auth import require_token
 from switchboard.api.batch_lines import Checked, check_file
 from switchboard.api.body import json_body_schema
-from switchboard.api.files import find_file, note_call, owner_of
+from switchboard.api.files import find_file, list_page, note_call, owner_of
 from switchboard.api.openai_compat import OpenAIError, OpenAIRoute, parse_openai_body
 from switchboard.api.scopes import Principal, principal_of
 from switchboard.shared.batches import lines
@@ -208,20 +208,11 @@ async def list_batches(
 
     def read() -> tuple[list[BatchRecord], bool]:
         ids = svc.store.batches.page(owner, after=after, limit=limit + 1)
-        found = [svc.store.batches.get(i) for i in ids[:limit]]
+        found = svc.store.batches.get_many(ids[:limit])
         return [r for r in found if r is not None], len(ids) > limit
 
     recs, more = await run_in_threadpool(read)
-    data = [batch_object(r) for r in recs]
-    return JSONResponse(
-        {
-            "object": "list",
-            "data": data,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-            "has_more": more,
-        }
-    )
+    return list_page([batch_object(r) for r in recs], more)
 
 
 @router.get("/v1/batches/{batch_id}", dependencies=[Depends(require_token)], response_model=None)

@@ -147,7 +147,11 @@ async def list_files(
         return recs, len(ids) > limit
 
     recs, more = await run_in_threadpool(read)
-    data = [file_object(r) for r in recs]
+    return list_page([file_object(r) for r in recs], more)
+
+
+def list_page(data: list[dict[str, Any]], more: bool) -> JSONResponse:
+    """One page of an OpenAI list (files, batches): its items, first and last ids, more."""
     return JSONResponse(
         {
             "object": "list",

@@ -159,6 +159,16 @@ class BatchStore:
         raw = self.redis.hgetall(self.ks.obatch(batch_id))
         return BatchRecord.from_hash(batch_id, codec.decode_hash(raw)) if raw else None
 
+    def get_many(self, batch_ids: Sequence[str]) -> list[BatchRecord | None]:
+        """The records of many batches in one round trip (None where unknown or expired)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for batch_id in batch_ids:
+            pipe.hgetall(self.ks.obatch(batch_id))
+        return [
+            BatchRecord.from_hash(batch_id, codec.decode_hash(raw)) if raw else None
+            for batch_id, raw in zip(batch_ids, pipe.execute(), strict=True)
+        ]
+
     def page(self, owner: str, *, after: str | None, limit: int) -> list[str]:
         """Up to ``limit`` of an owner's batch ids after ``after``, newest first."""
         return page_of(self.redis, self.ks.batches_of(owner), after, limit, True)
